@@ -1,0 +1,169 @@
+package quorum
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redquorum/redquorum/internal/leakcheck"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var errNo = errors.New("no")
+
+// node behaviours for a round: each returns after its delay with its error, or
+// when its context ends.
+type node struct {
+	delay time.Duration
+	err   error
+}
+
+func call(nodes []node) func(ctx context.Context, i int) error {
+	return func(ctx context.Context, i int) error {
+		select {
+		case <-time.After(nodes[i].delay):
+			return nodes[i].err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+const long = 10 * time.Second // a delay that a correct round never waits for
+
+func TestAwaitDecides(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		nodes  []node
+		need   int
+		wantOK bool
+		ok     int
+	}{
+		{"all grant", []node{{}, {}, {}, {}, {}}, 3, true, 3},
+		{"two slow nodes are not waited for", []node{{}, {}, {}, {delay: long}, {delay: long}}, 3, true, 3},
+		{"two failures still reach quorum", []node{{err: errNo}, {}, {err: errNo}, {}, {}}, 3, true, 3},
+		{"three failures decide at once although two nodes hang", []node{{err: errNo}, {err: errNo}, {err: errNo}, {delay: long}, {delay: long}}, 3, false, 0},
+		{"one node", []node{{}}, 1, true, 1},
+		{"one failing node", []node{{err: errNo}}, 1, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakcheck.Check(t)
+			ctx, cancel := context.WithCancel(t.Context())
+			start := time.Now()
+			r, ok, err := Run(ctx, len(tc.nodes), tc.need, long/2, call(tc.nodes))
+			took := time.Since(start)
+			assert.Equal(t, tc.ok, ok)
+			if tc.wantOK {
+				require.NoError(t, err)
+			} else {
+				var qe *Error
+				require.ErrorAs(t, err, &qe)
+				assert.Equal(t, tc.need, qe.Need)
+				assert.Equal(t, len(tc.nodes), qe.Total)
+				assert.ErrorIs(t, err, errNo)
+			}
+			// A decision that waited for a hanging node would have taken long/2.
+			assert.Less(t, took, long/4, "round waited for a node that could not change the outcome")
+			cancel() // hanging nodes end when their context does
+			r.Wait()
+		})
+	}
+}
+
+func TestAwaitTimeout(t *testing.T) {
+	leakcheck.Check(t)
+	// A node that ignores its context must still not hold up the decision.
+	block := make(chan struct{})
+	defer close(block)
+	r := Start(t.Context(), 3, 20*time.Millisecond, func(ctx context.Context, i int) error {
+		if i == 0 {
+			return nil
+		}
+		<-block
+		return nil
+	})
+	ok, err := r.Await(t.Context(), 2)
+	assert.Equal(t, 1, ok)
+	var qe *Error
+	require.ErrorAs(t, err, &qe)
+	assert.ErrorIs(t, err, ErrTimeout)
+	assert.Len(t, qe.Nodes.Errors, 2)
+	var ne *NodeError
+	require.ErrorAs(t, qe.Nodes.Errors[0], &ne)
+	assert.ErrorIs(t, ne, ErrTimeout)
+	_, returned := r.Result(1)
+	assert.False(t, returned)
+}
+
+func TestAwaitContextCancelled(t *testing.T) {
+	leakcheck.Check(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	r := Start(ctx, 3, long, call([]node{{}, {delay: long}, {delay: long}}))
+	time.AfterFunc(10*time.Millisecond, cancel)
+	ok, err := r.Await(ctx, 2)
+	assert.Equal(t, 1, ok)
+	assert.ErrorIs(t, err, context.Canceled)
+	var qe *Error
+	require.ErrorAs(t, err, &qe)
+	assert.Equal(t, context.Canceled, qe.Ctx)
+	assert.Contains(t, err.Error(), "1 of 3 nodes succeeded, 2 needed (context canceled)")
+	r.Wait()
+}
+
+func TestDoneAndResult(t *testing.T) {
+	leakcheck.Check(t)
+	release := make(chan struct{})
+	r := Start(t.Context(), 3, long, func(ctx context.Context, i int) error {
+		if i == 2 {
+			<-release
+			return errNo
+		}
+		return nil
+	})
+	ok, err := r.Await(t.Context(), 2)
+	require.NoError(t, err)
+	assert.Equal(t, 2, ok)
+	_, returned := r.Result(2)
+	assert.False(t, returned, "node 2 is still outstanding")
+	close(release)
+	<-r.Done(2)
+	got, returned := r.Result(2)
+	assert.True(t, returned)
+	assert.Equal(t, errNo, got)
+	r.Wait()
+}
+
+func TestNodeContextExpires(t *testing.T) {
+	leakcheck.Check(t)
+	var deadline time.Time
+	r := Start(t.Context(), 1, 30*time.Millisecond, func(ctx context.Context, i int) error {
+		deadline, _ = ctx.Deadline()
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	r.Wait()
+	got, _ := r.Result(0)
+	assert.ErrorIs(t, got, context.DeadlineExceeded)
+	assert.False(t, deadline.IsZero())
+}
+
+func TestZeroNodes(t *testing.T) {
+	r, ok, err := Run(t.Context(), 0, 1, time.Second, nil)
+	assert.Equal(t, 0, ok)
+	assert.Error(t, err)
+	r.Wait()
+}
+
+func BenchmarkRound(b *testing.B) {
+	fn := func(ctx context.Context, i int) error { return nil }
+	b.ReportAllocs()
+	for b.Loop() {
+		r, _, err := Run(context.Background(), 5, 3, time.Second, fn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Wait()
+	}
+}
