@@ -1,0 +1,41 @@
+# redquorum: run `make demo` to see the lock at work, `make test` to run every test.
+GO      ?= go
+IMAGE   := redquorum/redis:7-local
+COMPOSE := $(shell command -v docker-compose 2>/dev/null || echo "docker compose")
+
+.PHONY: demo test unit image up down bench vet fmt cover
+
+## demo: the oversell scenario on five embedded nodes (or NODES=host:port,...)
+demo:
+	$(GO) run ./cmd/redlock demo $(if $(NODES),--nodes $(NODES))
+
+## test: every test: unit, integration and chaos on real Redis in Docker.
+## Builds the Redis image first (no registry needed).
+test: image
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 9m ./...
+
+## unit: the tests that need neither Docker nor a Redis server.
+unit:
+	$(GO) test -race -count=1 ./clock/... ./quorum/... ./internal/... ./redlock/...
+
+## image: build the Redis 7 image the tests use (REDIS_IMAGE_PULL=1 pulls redis:7 instead).
+image:
+	./scripts/redis-image.sh
+
+## up / down: five independent masters on 127.0.0.1:7001..7005 for manual use.
+up: image
+	$(COMPOSE) up -d
+down:
+	$(COMPOSE) down
+
+## bench: side-by-side benchmark with redsync (nested module bench/).
+bench: image
+	cd bench && $(GO) run . $(BENCHFLAGS)
+
+vet:
+	$(GO) vet ./...
+fmt:
+	gofmt -l -w .
+cover:
+	$(GO) test -count=1 -coverprofile=cover.out ./... && $(GO) tool cover -func=cover.out | tail -1

@@ -1,0 +1,303 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/internal/retry"
+	"github.com/redquorum/redquorum/internal/scripts"
+	"github.com/redquorum/redquorum/quorum"
+)
+
+// Client locks keys on N independent Redis masters. It is safe for
+// concurrent use. Its requests to the nodes that outlive the call that
+// started them (the answer of a slow node after the quorum was decided, the
+// release that must follow it) belong to the Client: [Client.Close] waits for
+// them.
+type Client struct {
+	nodes []redis.UniversalClient
+	addrs []string // one display name per node
+	cfg   config
+
+	mu     sync.RWMutex // guards closed; held for reading while background work is added to bg
+	closed bool
+	bg     sync.WaitGroup
+}
+
+// New returns a Client that locks on the given nodes: independent Redis
+// masters (not replicas of one another), each given as a go-redis client,
+// best built with [NodeOptions] or [NewNodes]. opts may be nil.
+//
+// New checks nodes and opts and returns an error naming the offending value:
+// no nodes, a nil node, the same client or address twice, or an option out
+// of range. It logs a warning for each node client whose settings break the
+// per-node timeout or retry requests (see [NodeOptions]). The caller keeps
+// ownership of the node clients.
+func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
+	if len(nodes) == 0 {
+		return nil, errors.New("redlock: no nodes")
+	}
+	cfg, err := opts.config(len(nodes))
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg}
+	seenAddr := map[string]int{}
+	for i, n := range nodes {
+		if n == nil {
+			return nil, fmt.Errorf("redlock: nodes[%d] is nil", i)
+		}
+		for j := range i {
+			if nodes[j] == n {
+				return nil, fmt.Errorf("redlock: nodes[%d] is the same client as nodes[%d]", i, j)
+			}
+		}
+		addrs, problems := nodeInfo(n, cfg.nodeTimeout)
+		for _, a := range addrs {
+			if j, dup := seenAddr[a]; dup {
+				return nil, fmt.Errorf("redlock: nodes[%d] and nodes[%d] both address %s: the nodes must be independent masters", i, j, a)
+			}
+			seenAddr[a] = i
+		}
+		c.addrs[i] = fmt.Sprintf("node %d", i)
+		if len(addrs) > 0 {
+			c.addrs[i] = addrs[0]
+		}
+		for _, p := range problems {
+			cfg.log.Warn("redlock: node client configured against the lock algorithm", "node", i, "addr", c.addrs[i], "problem", p)
+		}
+	}
+	return c, nil
+}
+
+// Close waits for the Client's outstanding background requests (late node
+// answers and the releases that follow them) and makes every later operation
+// return [ErrClosed]. Unlock the locks you hold before Close. Close does not
+// close the node clients. It is safe to call more than once.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.bg.Wait()
+	return nil
+}
+
+// track hands a round's outstanding calls to the Client, which waits for them
+// in Close. Callers hold c.mu for reading and have checked c.closed.
+func (c *Client) track(r *quorum.Round) { c.bg.Go(r.Wait) }
+
+// TryLock makes exactly one attempt to lock key for ttl on a quorum of nodes
+// and returns the held [Lock], or an error.
+//
+// On failure nothing is left behind: every node that granted the lock, or
+// whose answer did not come, is sent a token-guarded release, after its
+// answer for nodes still outstanding. The error is an [*Error] that wraps
+// [ErrNotObtained] (and ctx.Err() when ctx ended the attempt); bad arguments
+// (empty key, ttl that is not positive or too small to survive the drift
+// allowance) give a plain error naming the value.
+//
+// The lock's validity is ttl minus the round's duration minus the drift
+// allowance; ttl is used in whole milliseconds.
+func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	ttl, err := c.checkArgs(key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	l, _, err := c.attempt(ctx, key, ttl)
+	return l, err
+}
+
+// Lock is like [Client.TryLock] but retries until it holds the lock, ctx is
+// done, or, when ctx has no deadline, Options.MaxWait has passed. Between
+// rounds it waits a random delay between Options.MinRetryDelay and a cap
+// that doubles up to Options.MaxRetryDelay, or less when the nodes report
+// that the current holder's keys expire sooner.
+//
+// On failure it returns the [*Error] of the last round; errors.Is finds
+// [ErrNotObtained], and ctx.Err() when ctx ended the wait. Lock is safe for
+// concurrent use; concurrent callers of one Client compete like separate
+// clients.
+func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	ttl, err := c.checkArgs(key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	var giveUp <-chan time.Time
+	if _, ok := ctx.Deadline(); !ok {
+		giveUp = c.cfg.clock.After(c.cfg.maxWait)
+	}
+	for attempt := 0; ; attempt++ {
+		l, hint, err := c.attempt(ctx, key, ttl)
+		if err == nil {
+			return l, nil
+		}
+		var e *Error
+		if !errors.As(err, &e) || ctx.Err() != nil {
+			return nil, err // closed, or the context ended during the round
+		}
+		wait := retry.Delay(attempt, c.cfg.minRetry, c.cfg.maxRet)
+		if hint > 0 && hint < wait {
+			// Come back when the holder's keys expire, spread a little so
+			// that waiters do not arrive in step.
+			wait = hint + retry.Jitter(min(c.cfg.minRetry, hint/4))
+		}
+		select {
+		case <-c.cfg.clock.After(wait):
+		case <-ctx.Done():
+			e.cause = errors.Join(e.cause, ctx.Err())
+			return nil, e
+		case <-giveUp:
+			e.Reason = joinReason(e.Reason, fmt.Sprintf("gave up after Options.MaxWait %v", c.cfg.maxWait))
+			return nil, e
+		}
+	}
+}
+
+func joinReason(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// checkArgs validates a key and a ttl and returns the ttl cut to whole
+// milliseconds, which is what the nodes apply.
+func (c *Client) checkArgs(key string, ttl time.Duration) (time.Duration, error) {
+	if key == "" {
+		return 0, errors.New("redlock: empty key")
+	}
+	ms := ttl.Truncate(time.Millisecond)
+	if ttl > 0 && ms == 0 {
+		return 0, fmt.Errorf("redlock: ttl %v is below the nodes' 1ms resolution", ttl)
+	}
+	if err := clock.CheckTTL(ms, c.cfg.drift); err != nil {
+		return 0, fmt.Errorf("redlock: %w", err)
+	}
+	return ms, nil
+}
+
+// attempt makes one lock round. On failure it also returns how long until
+// the current holder's keys have expired on enough nodes for a quorum, or 0
+// when unknown.
+func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, time.Duration, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return nil, 0, ErrClosed
+	}
+	n := len(c.nodes)
+	l := &Lock{
+		c:     c,
+		key:   key,
+		rkey:  c.cfg.prefix + key,
+		token: retry.Token(),
+		held:  make([]int64, n),
+	}
+	keys := []string{l.rkey}
+	ttlMS := ttl.Milliseconds()
+	start := c.cfg.clock.Now()
+	r := quorum.Start(ctx, n, c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+		v, err := scripts.Acquire.Run(ctx, c.nodes[i], keys, l.token, ttlMS).Int64()
+		if err != nil {
+			return err
+		}
+		if v != 0 {
+			l.held[i] = v
+			return ErrTaken
+		}
+		return nil
+	})
+	c.track(r)
+	l.acq = r
+	ok, qerr := r.Await(ctx, c.cfg.quorum)
+	validity := clock.Validity(ttl, c.cfg.clock.Now().Sub(start), c.cfg.drift)
+	if qerr == nil && validity > 0 {
+		l.until = start.Add(validity)
+		return l, 0, nil
+	}
+	e := c.newError("lock", key, ok, r, ErrNotObtained, qerr)
+	if qerr == nil {
+		e.Reason = fmt.Sprintf("the round took too long: validity %v after ttl %v and drift allowance %v", validity, ttl, clock.Drift(ttl, c.cfg.drift))
+	}
+	c.releaseAsync(l)
+	return nil, c.freeIn(l), e
+}
+
+// freeIn returns how long until a quorum of nodes could grant the key, from
+// the holder TTLs reported by a failed round, or 0 when unknown.
+func (c *Client) freeIn(l *Lock) time.Duration {
+	var ttls []int64
+	for i := range c.nodes {
+		res, done := l.acq.Result(i)
+		switch {
+		case !done:
+		case res == nil:
+			ttls = append(ttls, 0)
+		case errors.Is(res, ErrTaken) && l.held[i] > 0:
+			ttls = append(ttls, l.held[i])
+		}
+	}
+	if len(ttls) < c.cfg.quorum {
+		return 0
+	}
+	sort.Slice(ttls, func(a, b int) bool { return ttls[a] < ttls[b] })
+	return time.Duration(ttls[c.cfg.quorum-1]) * time.Millisecond
+}
+
+// newError builds the Error of an operation from its round.
+func (c *Client) newError(op, key string, ok int, r *quorum.Round, sentinel, cause error) *Error {
+	e := &Error{Op: op, Key: key, Quorum: c.cfg.quorum, OK: ok, Nodes: make([]NodeResult, len(c.nodes)), sentinel: sentinel, cause: cause}
+	for i := range c.nodes {
+		e.Nodes[i].Addr = c.addrs[i]
+		res, done := r.Result(i)
+		switch {
+		case done:
+			e.Nodes[i].Err = res
+		case errors.Is(cause, quorum.ErrTimeout):
+			e.Nodes[i].Err = quorum.ErrTimeout
+		default:
+			e.Nodes[i].Err = errPending
+		}
+	}
+	return e
+}
+
+// release sends the token-guarded release of l to every node in parallel,
+// each after that node's acquire has answered, skipping nodes whose acquire
+// said the key was taken. It returns the round without waiting for it; the
+// round belongs to the Client.
+func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
+	keys := []string{l.rkey}
+	// The wait for an outstanding acquire is bounded by its own timeout,
+	// hence the round's two node timeouts.
+	r := quorum.Start(context.WithoutCancel(ctx), len(c.nodes), 2*c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+		<-l.acq.Done(i)
+		if res, _ := l.acq.Result(i); errors.Is(res, ErrTaken) {
+			return errSkipped
+		}
+		ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
+		defer cancel()
+		v, err := scripts.Release.Run(ctx, c.nodes[i], keys, l.token).Int64()
+		if err != nil {
+			c.cfg.log.Debug("redlock: release failed", "addr", c.addrs[i], "key", l.rkey, "err", err)
+			return err
+		}
+		if v == 0 {
+			return errNotOurs
+		}
+		return nil
+	})
+	c.track(r)
+	return r
+}
+
+// releaseAsync releases a lock that was not obtained. Callers hold c.mu for
+// reading.
+func (c *Client) releaseAsync(l *Lock) { c.release(context.Background(), l) }

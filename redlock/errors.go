@@ -1,0 +1,80 @@
+package redlock
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+var (
+	// ErrNotObtained means that a lock round, or every round of Lock, ended
+	// without the lock: not enough nodes granted it in time.
+	ErrNotObtained = errors.New("redlock: lock not obtained")
+	// ErrNotHeld means that Unlock or Extend found fewer than a quorum of nodes
+	// still holding the lock's token, or that the lock's validity had already
+	// run out locally.
+	ErrNotHeld = errors.New("redlock: lock not held")
+	// ErrTaken is the per-node outcome of a node whose key holds another
+	// owner's token. errors.Is(err, ErrTaken) on a failed lock says that at
+	// least one node refused because the lock was busy.
+	ErrTaken = errors.New("redlock: key held by another owner")
+	// ErrClosed is returned by every operation of a Client after Close.
+	ErrClosed = errors.New("redlock: client closed")
+)
+
+// errNotOurs is the per-node outcome of an unlock or extend on a node whose
+// key is gone or holds another token.
+var errNotOurs = errors.New("key missing or held by another token")
+
+// errPending is the per-node outcome of a node that had not answered when the
+// outcome was decided without it.
+var errPending = errors.New("no answer yet when the outcome was decided")
+
+// errSkipped is the per-node outcome of a release or extend not sent because
+// the node had refused the acquire: its key cannot hold our token.
+var errSkipped = errors.New("not sent: the node refused the acquire")
+
+// Error is the failure of an operation that involved the nodes. It carries
+// each node's outcome; errors.Is finds the sentinel ([ErrNotObtained] or
+// [ErrNotHeld]), the per-node causes (for example [ErrTaken] or a network
+// error) and, when the caller's context ended the operation, ctx.Err().
+type Error struct {
+	Op     string       // "lock", "unlock" or "extend"
+	Key    string       // the key as given by the caller, without prefix
+	Quorum int          // nodes needed
+	OK     int          // nodes that did what was asked before the decision
+	Nodes  []NodeResult // one per node, in the order given to New
+	Reason string       // why, when no node is to blame (for example "validity ran out")
+
+	sentinel error
+	cause    error // context error, or the quorum package's error
+}
+
+// NodeResult is one node's outcome in an operation.
+type NodeResult struct {
+	Addr string // the node's address, or "node N" when it has none
+	Err  error  // nil when the node did what was asked
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s %q: %d of %d nodes, %d needed", e.sentinel.Error(), e.Op, e.Key, e.OK, len(e.Nodes), e.Quorum)
+	if e.Reason != "" {
+		b.WriteString("; " + e.Reason)
+	}
+	for _, n := range e.Nodes {
+		if n.Err != nil {
+			fmt.Fprintf(&b, "; %s: %v", n.Addr, n.Err)
+		}
+	}
+	return b.String()
+}
+
+// Unwrap exposes the sentinel, the context error and the per-node errors.
+func (e *Error) Unwrap() []error {
+	errs := []error{e.sentinel}
+	if e.cause != nil {
+		errs = append(errs, e.cause)
+	}
+	return errs
+}

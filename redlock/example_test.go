@@ -1,0 +1,100 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/redquorum/redquorum/redlock"
+)
+
+// startNodes starts n in-process Redis-protocol servers for the examples; in
+// production these are independent Redis masters.
+func startNodes(n int) (addrs []string, stop func()) {
+	var srv []*miniredis.Miniredis
+	for range n {
+		m := miniredis.NewMiniRedis()
+		if err := m.Start(); err != nil {
+			panic(err)
+		}
+		srv = append(srv, m)
+		addrs = append(addrs, m.Addr())
+	}
+	return addrs, func() {
+		for _, m := range srv {
+			m.Close()
+		}
+	}
+}
+
+func Example() {
+	addrs, stop := startNodes(5)
+	defer stop()
+
+	nodes := redlock.NewNodes(addrs...) // go-redis clients with the settings the algorithm needs
+	client, err := redlock.New(nodes, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+
+	ctx := context.Background()
+	lock, err := client.Lock(ctx, "stock:42", 10*time.Second)
+	if err != nil {
+		fmt.Println("not obtained:", err)
+		return
+	}
+	// The critical section must end before lock.Until().
+	fmt.Println("locked", lock.Key(), "valid for about 10s:", time.Until(lock.Until()) > 9*time.Second)
+
+	if err := lock.Unlock(ctx); err != nil {
+		fmt.Println("unlock:", err)
+	}
+	fmt.Println("unlocked")
+	// Output:
+	// locked stock:42 valid for about 10s: true
+	// unlocked
+}
+
+func ExampleClient_TryLock() {
+	addrs, stop := startNodes(3)
+	defer stop()
+	client, _ := redlock.New(redlock.NewNodes(addrs...), nil)
+	defer client.Close()
+	ctx := context.Background()
+
+	first, _ := client.TryLock(ctx, "job", time.Minute)
+	_, err := client.TryLock(ctx, "job", time.Minute)
+	fmt.Println(errors.Is(err, redlock.ErrNotObtained), errors.Is(err, redlock.ErrTaken))
+
+	var e *redlock.Error
+	if errors.As(err, &e) {
+		fmt.Printf("%s: %d of %d nodes granted, %d needed\n", e.Op, e.OK, len(e.Nodes), e.Quorum)
+	}
+	_ = first.Unlock(ctx)
+	// Output:
+	// true true
+	// lock: 0 of 3 nodes granted, 2 needed
+}
+
+func ExampleLock_Extend() {
+	addrs, stop := startNodes(3)
+	defer stop()
+	client, _ := redlock.New(redlock.NewNodes(addrs...), nil)
+	defer client.Close()
+	ctx := context.Background()
+
+	lock, _ := client.Lock(ctx, "report", 2*time.Second)
+	before := lock.Until()
+	if err := lock.Extend(ctx, time.Minute); err != nil {
+		fmt.Println("lost the lock:", errors.Is(err, redlock.ErrNotHeld))
+		return
+	}
+	fmt.Println("extended:", lock.Until().After(before.Add(50*time.Second)))
+	_ = lock.Unlock(ctx)
+	// Output:
+	// extended: true
+}

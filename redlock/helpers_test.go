@@ -1,0 +1,164 @@
+package redlock
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// cluster is N in-process Redis-protocol nodes with a fault hook in front of
+// each client.
+type cluster struct {
+	srv   []*miniredis.Miniredis
+	nodes []redis.UniversalClient
+	hooks []*faultHook
+}
+
+func newCluster(t *testing.T, n int) *cluster {
+	t.Helper()
+	c := &cluster{}
+	for range n {
+		m := miniredis.RunT(t)
+		m.ClockTTL(true) // TTLs run down in real time
+		cl := redis.NewClient(NodeOptions(m.Addr()))
+		h := &faultHook{}
+		cl.AddHook(h)
+		t.Cleanup(func() { _ = cl.Close() })
+		c.srv = append(c.srv, m)
+		c.nodes = append(c.nodes, cl)
+		c.hooks = append(c.hooks, h)
+	}
+	return c
+}
+
+// client returns a Client on the cluster's nodes, closed at the end of the test.
+func (c *cluster) client(t *testing.T, opts *Options) *Client {
+	t.Helper()
+	if opts == nil {
+		opts = &Options{}
+	}
+	if opts.NodeTimeout == 0 {
+		// In-process nodes under the race detector on two cores answer in
+		// milliseconds, not microseconds.
+		opts.NodeTimeout = 2 * time.Second
+	}
+	cl, err := New(c.nodes, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cl.Close() })
+	return cl
+}
+
+// holders counts the nodes whose key holds value.
+func (c *cluster) holders(key, value string) int {
+	n := 0
+	for _, m := range c.srv {
+		if v, err := m.Get(key); err == nil && v == value {
+			n++
+		}
+	}
+	return n
+}
+
+// waitHolders waits until n nodes hold value at key: a round returns at its
+// quorum, and the requests to the other nodes land a moment later.
+func (c *cluster) waitHolders(t *testing.T, key, value string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return c.holders(key, value) == n }, 5*time.Second, time.Millisecond,
+		"%d nodes hold %s=%s", n, key, value)
+}
+
+// keys counts the nodes where key exists.
+func (c *cluster) keys(key string) int {
+	n := 0
+	for _, m := range c.srv {
+		if m.Exists(key) {
+			n++
+		}
+	}
+	return n
+}
+
+// faultHook runs before each command on one node: it may block the command
+// until released, fail it, or run a function (for example to move a fake
+// clock). It counts the commands it saw.
+type faultHook struct {
+	mu     sync.Mutex
+	gate   chan struct{} // when non-nil, commands wait until it is closed
+	before func()
+	fail   error
+	calls  atomic.Int64
+}
+
+func (h *faultHook) block() (release func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := make(chan struct{})
+	h.gate = g
+	var once sync.Once
+	return func() { once.Do(func() { close(g) }) }
+}
+
+func (h *faultHook) set(before func(), fail error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.before, h.fail = before, fail
+}
+
+func (h *faultHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
+}
+
+func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.calls.Add(1)
+		h.mu.Lock()
+		gate, before, fail := h.gate, h.before, h.fail
+		h.mu.Unlock()
+		if gate != nil {
+			<-gate // like a stalled network: the command is not abandoned
+		}
+		if before != nil {
+			before()
+		}
+		if fail != nil {
+			cmd.SetErr(fail)
+			return fail
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// logBuffer returns a logger that writes into a buffer, safe for concurrent use.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}

@@ -1,0 +1,208 @@
+package redlock
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/internal/testhook"
+)
+
+// Defaults for the zero fields of [Options].
+const (
+	DefaultDriftFactor   = 0.01
+	DefaultNodeTimeout   = 50 * time.Millisecond
+	DefaultMinRetryDelay = 5 * time.Millisecond
+	DefaultMaxRetryDelay = 200 * time.Millisecond
+	DefaultMaxWait       = 30 * time.Second
+)
+
+// Options configures a [Client]. The zero value of every field means the
+// documented default, so a nil *Options is a valid configuration.
+type Options struct {
+	// Quorum is how many nodes must grant a lock. Zero means N/2+1, a strict
+	// majority of the N nodes. It must be a majority (N/2 < Quorum ≤ N): two
+	// majorities always share a node, which is what keeps two clients from
+	// holding one lock at once.
+	Quorum int
+
+	// DriftFactor is the largest relative difference in clock rate assumed
+	// between the client and any node over one TTL; the validity of a lock
+	// gives up ttl·DriftFactor + 2ms for it (see [clock.Drift]). Zero means
+	// DefaultDriftFactor (1%). It must be in [0, 0.5).
+	DriftFactor float64
+
+	// NodeTimeout bounds each request to a node. A node that has not answered
+	// by then counts as failed for the round. Keep it small next to the TTLs
+	// you use: a round can last up to NodeTimeout and its time is subtracted
+	// from the validity. Zero means DefaultNodeTimeout.
+	NodeTimeout time.Duration
+
+	// MinRetryDelay and MaxRetryDelay bound the random wait between the
+	// rounds of [Client.Lock]: the cap starts at MinRetryDelay and doubles per
+	// round up to MaxRetryDelay, and the wait is drawn uniformly below it.
+	// When the nodes report that the current holder's keys expire sooner,
+	// Lock retries then instead. Zero means DefaultMinRetryDelay and
+	// DefaultMaxRetryDelay.
+	MinRetryDelay, MaxRetryDelay time.Duration
+
+	// MaxWait bounds how long [Client.Lock] keeps trying when its context has
+	// no deadline. Zero means DefaultMaxWait. A context deadline, when there
+	// is one, governs instead.
+	MaxWait time.Duration
+
+	// KeyPrefix is prepended to every key on the nodes, for example
+	// "lock:" (handy for a Redis ACL key pattern). Empty means no prefix.
+	KeyPrefix string
+
+	// Clock is the time source for validity and retry delays. Nil means
+	// [clock.Real], Go's monotonic clock.
+	Clock clock.Clock
+
+	// Logger receives warnings about node clients configured against the
+	// algorithm's needs and about failures of background releases. Nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// config is Options validated and with defaults filled in.
+type config struct {
+	quorum           int
+	drift            float64
+	nodeTimeout      time.Duration
+	minRetry, maxRet time.Duration
+	maxWait          time.Duration
+	prefix           string
+	clock            clock.Clock
+	log              *slog.Logger
+}
+
+func (o *Options) config(n int) (config, error) {
+	if o == nil {
+		o = &Options{}
+	}
+	c := config{
+		quorum:      o.Quorum,
+		drift:       o.DriftFactor,
+		nodeTimeout: o.NodeTimeout,
+		minRetry:    o.MinRetryDelay,
+		maxRet:      o.MaxRetryDelay,
+		maxWait:     o.MaxWait,
+		prefix:      o.KeyPrefix,
+		clock:       o.Clock,
+		log:         o.Logger,
+	}
+	if c.quorum == 0 {
+		c.quorum = n/2 + 1
+	}
+	if c.quorum > n || c.quorum <= 0 || (c.quorum <= n/2 && !testhook.AllowMinorityQuorum.Load()) {
+		return c, fmt.Errorf("redlock: Options.Quorum %d is not a majority of %d nodes: want %d to %d", o.Quorum, n, n/2+1, n)
+	}
+	if c.drift == 0 {
+		c.drift = DefaultDriftFactor
+	}
+	if err := clock.CheckDriftFactor(c.drift); err != nil {
+		return c, fmt.Errorf("redlock: Options.DriftFactor %v is outside [0, 0.5)", o.DriftFactor)
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"NodeTimeout", &c.nodeTimeout, DefaultNodeTimeout},
+		{"MinRetryDelay", &c.minRetry, DefaultMinRetryDelay},
+		{"MaxRetryDelay", &c.maxRet, DefaultMaxRetryDelay},
+		{"MaxWait", &c.maxWait, DefaultMaxWait},
+	} {
+		if *d.v < 0 {
+			return c, fmt.Errorf("redlock: Options.%s %v is negative", d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.minRetry > c.maxRet {
+		return c, fmt.Errorf("redlock: Options.MinRetryDelay %v is above MaxRetryDelay %v", c.minRetry, c.maxRet)
+	}
+	if c.clock == nil {
+		c.clock = clock.Real{}
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	return c, nil
+}
+
+// NodeOptions returns go-redis options for one lock node at addr with the
+// settings the algorithm relies on:
+//
+//   - ContextTimeoutEnabled, so that the per-node timeout (a context
+//     deadline) bounds socket reads and writes;
+//   - MaxRetries -1: no client-level retry, so that a timed-out request is not
+//     sent again behind the round's back;
+//   - DisableIdentity, so that connecting does not send CLIENT SETINFO
+//     (which Redis before 7.2 rejects);
+//   - maintenance notifications off, since they relax timeouts to 10 s.
+//
+// Adjust the result (password, TLS, pool size) before passing it to
+// redis.NewClient, but keep these four.
+func NodeOptions(addr string) *redis.Options {
+	return &redis.Options{
+		Addr:                  addr,
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+		DisableIdentity:       true,
+		DialTimeout:           time.Second,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		MaintNotificationsConfig: &maintnotifications.Config{
+			Mode: maintnotifications.ModeDisabled,
+		},
+	}
+}
+
+// NewNodes returns one client per address, each built from [NodeOptions].
+// The caller owns the clients and closes them.
+func NewNodes(addrs ...string) []redis.UniversalClient {
+	nodes := make([]redis.UniversalClient, len(addrs))
+	for i, a := range addrs {
+		nodes[i] = redis.NewClient(NodeOptions(a))
+	}
+	return nodes
+}
+
+// nodeInfo reports the addresses a node client talks to and the ways its
+// configuration works against the algorithm.
+func nodeInfo(node redis.UniversalClient, timeout time.Duration) (addrs []string, problems []string) {
+	check := func(retries int, ctxTimeouts bool, read time.Duration) {
+		if retries > 0 {
+			problems = append(problems, fmt.Sprintf("MaxRetries is %d: a timed-out SET can be sent again behind the round's back (set MaxRetries: -1)", retries))
+		}
+		if !ctxTimeouts && (read <= 0 || read > timeout) {
+			problems = append(problems, fmt.Sprintf("ContextTimeoutEnabled is false and ReadTimeout is %v: the per-node timeout %v will not bound socket reads, so a stalled node ties up a connection", read, timeout))
+		}
+	}
+	switch c := node.(type) {
+	case *redis.Client:
+		o := c.Options()
+		addrs = []string{o.Addr}
+		check(o.MaxRetries, o.ContextTimeoutEnabled, o.ReadTimeout)
+	case *redis.ClusterClient:
+		o := c.Options()
+		addrs = o.Addrs
+		check(o.MaxRetries, o.ContextTimeoutEnabled, o.ReadTimeout)
+	case *redis.Ring:
+		o := c.Options()
+		for _, a := range o.Addrs {
+			addrs = append(addrs, a)
+		}
+		check(o.MaxRetries, o.ContextTimeoutEnabled, o.ReadTimeout)
+	default:
+		problems = append(problems, fmt.Sprintf("client type %T cannot be inspected: make sure it has no retries and honours context deadlines", node))
+	}
+	return addrs, problems
+}
