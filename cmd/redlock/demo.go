@@ -67,6 +67,11 @@ func demo(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 		killed = len(addrs) / 2
+		nodes, err := dialNodes(ctx, addrs) // fail early, with one line, on an unreachable node
+		if err != nil {
+			return err
+		}
+		closeNodes(nodes)
 		// A real master is not ours to crash: the demo reaches this one
 		// through a proxy and cuts the proxy instead.
 		p, err := faultproxy.NewProxy(addrs[killed])

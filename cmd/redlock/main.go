@@ -34,8 +34,6 @@ Run "redlock COMMAND -h" for the flags of one command.
 `
 
 func main() {
-	// go-redis logs every failed dial; the demo kills a node on purpose.
-	redis.SetLogger(quietLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -57,6 +55,8 @@ func usagef(format string, args ...any) error {
 
 // run executes one command line and returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// go-redis logs every failed dial; the demo kills a node on purpose.
+	redis.SetLogger(quietLogger{})
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -92,28 +92,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-// newFlags returns a flag set that reports errors instead of printing them
-// and prints its defaults on -h to out.
-func newFlags(name, synopsis string, out io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+// flags is a command's flag set that reports errors instead of printing
+// them, and prints its usage to out on -h.
+type flags struct {
+	*flag.FlagSet
+	out io.Writer
+}
+
+func newFlags(name, synopsis string, out io.Writer) flags {
+	fs := flag.NewFlagSet(name+" "+synopsis, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.Usage = func() {
-		fmt.Fprintf(out, "usage: redlock %s %s\n\n", name, synopsis)
-		fs.SetOutput(out)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	return fs
+	fs.Usage = func() {} // errors are reported by run, in one line
+	return flags{fs, out}
 }
 
 // parse parses args, allowing flags after positional arguments, and returns
 // the positional arguments.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+func parse(fs flags, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fs.Usage()
+				fmt.Fprintf(fs.out, "usage: redlock %s\n\n", fs.Name())
+				fs.SetOutput(fs.out)
+				fs.PrintDefaults()
 				return nil, err
 			}
 			return nil, &usageError{err.Error()}
