@@ -24,6 +24,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 
 	"github.com/redquorum/redquorum/internal/loadtest"
+	"github.com/redquorum/redquorum/internal/redisproc"
 )
 
 func main() {
@@ -48,21 +49,21 @@ func run(ctx context.Context) error {
 		return errors.New("--duration must be positive, --callers and --nodes at least 1, --slow-node not negative")
 	}
 
-	srv, err := startServers(ctx, *nodes)
+	srv, err := redisproc.Start(ctx, *nodes)
 	if err != nil {
 		return err
 	}
-	defer srv.stop()
+	defer srv.Stop()
 	env := loadtest.Environment()
-	env["redis-server"] = srv.version
-	fmt.Printf("%d redis-server %s on 127.0.0.1, %v per scenario; %s, %s cpus, %s\n\n", *nodes, srv.version, *duration, env["cpu"], env["cpus"], env["go"])
+	env["redis-server"] = srv.Version
+	fmt.Printf("%d redis-server %s on 127.0.0.1, %v per scenario; %s, %s cpus, %s\n\n", *nodes, srv.Version, *duration, env["cpu"], env["cpus"], env["go"])
 
 	impls := []loadtest.Impl{redsyncImpl(), loadtest.Redquorum(nil)}
 	runner := &loadtest.Runner{Progress: os.Stderr, MeasureAllocs: true}
 	var results []loadtest.Result
 	for _, sc := range loadtest.Scenarios(*duration, *callers, *slow) {
 		for _, impl := range impls {
-			r, err := runner.Run(ctx, impl, sc, srv.addrs)
+			r, err := runner.Run(ctx, impl, sc, srv.Addrs)
 			if err != nil {
 				return err
 			}

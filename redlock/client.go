@@ -20,7 +20,7 @@ import (
 // concurrent use. Its requests to the nodes that outlive the call that
 // started them (the answer of a slow node after the quorum was decided, the
 // release that must follow it) belong to the Client: [Client.Close] waits for
-// them.
+// them. Callers of [Client.Lock] on one key take turns locally (queue.go).
 type Client struct {
 	nodes []redis.UniversalClient
 	addrs []string // one display name per node
@@ -29,6 +29,8 @@ type Client struct {
 	mu     sync.RWMutex // guards closed; held for reading while background work is added to bg
 	closed bool
 	bg     sync.WaitGroup
+
+	turns *turns // local queue per key (queue.go)
 }
 
 // New returns a Client that locks on the given nodes: independent Redis
@@ -48,7 +50,7 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg}
+	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg, turns: newTurns()}
 	seenAddr := map[string]int{}
 	for i, n := range nodes {
 		if n == nil {
@@ -85,6 +87,7 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
+	c.turns.close() // queue.go: waiters return ErrClosed
 	c.bg.Wait()
 	return nil
 }
@@ -122,8 +125,10 @@ func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*L
 //
 // On failure it returns the [*Error] of the last round; errors.Is finds
 // [ErrNotObtained], and ctx.Err() when ctx ended the wait. Lock is safe for
-// concurrent use; concurrent callers of one Client compete like separate
-// clients.
+// concurrent use. Concurrent callers of one Client on one key take turns:
+// one at a time runs rounds and, once it holds the lock, keeps its turn until
+// it unlocks or the lock's validity ends, while the others wait in this
+// process in arrival order.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	ttl, err := c.checkArgs(key, ttl)
 	if err != nil {
@@ -133,9 +138,22 @@ func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock
 	if _, ok := ctx.Deadline(); !ok {
 		giveUp = c.cfg.clock.After(c.cfg.maxWait)
 	}
+	// Local queue (queue.go): wait for this key's turn in this Client.
+	turn, err := c.turns.wait(ctx, key, giveUp, c)
+	if err != nil {
+		return nil, c.queueError(key, err)
+	}
+	obtained := false
+	defer func() {
+		if !obtained {
+			c.turns.leave(turn)
+		}
+	}()
 	for attempt := 0; ; attempt++ {
 		l, hint, err := c.attempt(ctx, key, ttl)
 		if err == nil {
+			obtained = true
+			c.turns.held(turn, l) // keeps the turn until Unlock or Until
 			return l, nil
 		}
 		var e *Error

@@ -24,6 +24,7 @@ type Lock struct {
 	token string  // 128 random bits
 	held  []int64 // per node: the holder's TTL in ms reported by a refusing acquire
 	acq   *quorum.Round
+	turn  *turn // the local queue's turn this lock keeps (queue.go); nil for TryLock
 
 	mu       sync.Mutex
 	until    time.Time
@@ -65,6 +66,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.released = true
 	r := c.release(ctx, l)
 	ok, err := r.Await(ctx, c.cfg.quorum)
+	c.turns.leave(l.turn) // queue.go: the next local caller may start its rounds
 	if err != nil {
 		return c.newError("unlock", l.key, ok, r, ErrNotHeld, err)
 	}

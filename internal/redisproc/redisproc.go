@@ -1,4 +1,7 @@
-package main
+// Package redisproc starts native redis-server processes on 127.0.0.1 for
+// benchmarks: independent masters without persistence, stopped and removed
+// by [Servers.Stop].
+package redisproc
 
 import (
 	"bufio"
@@ -14,62 +17,64 @@ import (
 	"time"
 )
 
-// servers are native redis-server processes started for one run.
-type servers struct {
-	addrs   []string
-	version string
-	cmds    []*exec.Cmd
-	dir     string
+// Servers are native redis-server processes started by [Start].
+type Servers struct {
+	Addrs   []string // host:port of each server
+	Version string   // such as "7.0.15"
+
+	cmds []*exec.Cmd
+	dir  string
 }
 
-// startServers starts n redis-server processes on free ports of 127.0.0.1,
+// Start starts n redis-server processes on free ports of 127.0.0.1,
 // without persistence, and waits until each accepts connections. On failure
 // it stops those it started.
-func startServers(ctx context.Context, n int) (*servers, error) {
+func Start(ctx context.Context, n int) (*Servers, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		return nil, errors.New("redis-server not found on PATH: run scripts/ensure-redis-server.sh (make bench does)")
+		return nil, errors.New("redisproc: redis-server not found on PATH: run scripts/ensure-redis-server.sh (make bench does)")
 	}
 	out, err := exec.CommandContext(ctx, bin, "--version").Output()
 	if err != nil {
 		return nil, fmt.Errorf("%s --version: %w", bin, err)
 	}
-	s := &servers{version: versionOf(string(out))}
+	s := &Servers{Version: versionOf(string(out))}
 	if s.dir, err = os.MkdirTemp("", "redquorum-bench-"); err != nil {
 		return nil, err
 	}
 	for i := range n {
 		port, err := freePort()
 		if err != nil {
-			s.stop()
+			s.Stop()
 			return nil, err
 		}
 		dir := fmt.Sprintf("%s/%d", s.dir, i)
 		if err := os.Mkdir(dir, 0o755); err != nil {
-			s.stop()
+			s.Stop()
 			return nil, err
 		}
 		cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
 			"--dir", dir, "--protected-mode", "no", "--maxmemory-policy", "noeviction", "--loglevel", "warning")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // no orphans if the bench dies
 		if err := cmd.Start(); err != nil {
-			s.stop()
-			return nil, fmt.Errorf("starting redis-server: %w", err)
+			s.Stop()
+			return nil, fmt.Errorf("redisproc: starting redis-server: %w", err)
 		}
 		s.cmds = append(s.cmds, cmd)
-		s.addrs = append(s.addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		s.Addrs = append(s.Addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	}
-	for _, a := range s.addrs {
+	for _, a := range s.Addrs {
 		if err := waitPing(ctx, a); err != nil {
-			s.stop()
+			s.Stop()
 			return nil, err
 		}
 	}
 	return s, nil
 }
 
-// stop terminates the servers, waits for them and removes their directory.
-func (s *servers) stop() {
+// Stop terminates the servers, waits for them and removes their directory.
+// Calling it again does nothing.
+func (s *Servers) Stop() {
 	for _, c := range s.cmds {
 		_ = c.Process.Signal(syscall.SIGTERM)
 	}
@@ -100,7 +105,7 @@ func waitPing(ctx context.Context, addr string) error {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("redis-server on %s did not start: %v", addr, err)
+			return fmt.Errorf("redisproc: redis-server on %s did not start: %v", addr, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -1,0 +1,63 @@
+package redlock_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/redquorum/redquorum/internal/redisproc"
+	"github.com/redquorum/redquorum/redlock"
+)
+
+// benchNodes returns the nodes of a benchmark: REDQUORUM_BENCH_NODES
+// (host:port,...) when set, else five redis-server processes when
+// redis-server is on PATH, else five in-process nodes (whose own allocations
+// then count in the benchmark's).
+func benchNodes(b *testing.B) []string {
+	if s := os.Getenv("REDQUORUM_BENCH_NODES"); s != "" {
+		return strings.Split(s, ",")
+	}
+	srv, err := redisproc.Start(b.Context(), 5)
+	if err == nil {
+		b.Cleanup(srv.Stop)
+		return srv.Addrs
+	}
+	b.Logf("%v: using in-process nodes, whose allocations count too", err)
+	var addrs []string
+	for range 5 {
+		m := miniredis.RunT(b)
+		m.ClockTTL(true)
+		addrs = append(addrs, m.Addr())
+	}
+	return addrs
+}
+
+// BenchmarkLockUnlock measures one TryLock+Unlock by one caller; run it with
+// -benchmem for the allocations per lock+unlock.
+func BenchmarkLockUnlock(b *testing.B) {
+	nodes := redlock.NewNodes(benchNodes(b)...)
+	c, err := redlock.New(nodes, &redlock.Options{NodeTimeout: time.Second}) // a loaded machine stalls for tens of ms
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = c.Close()
+		for _, n := range nodes {
+			_ = n.Close()
+		}
+	})
+	ctx := b.Context()
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := c.Lock(ctx, "bench", 10*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
