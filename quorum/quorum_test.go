@@ -167,3 +167,43 @@ func BenchmarkRound(b *testing.B) {
 		r.Wait()
 	}
 }
+
+// TestAwaitAfterAllReturned awaits a round whose calls have all returned
+// (their context is then cancelled): Await counts the buffered results and
+// does not mistake the cancellation for a timeout.
+func TestAwaitAfterAllReturned(t *testing.T) {
+	leakcheck.Check(t)
+	for _, tc := range []struct {
+		errs []error
+		ok   bool
+	}{{[]error{nil, nil, errNo}, true}, {[]error{errNo, nil, errNo}, false}} {
+		r := Start(t.Context(), 3, long, func(_ context.Context, i int) error { return tc.errs[i] })
+		require.Eventually(t, r.AllDone, 5*time.Second, time.Millisecond)
+		ok, err := r.Await(t.Context(), 2)
+		if tc.ok {
+			require.NoError(t, err)
+			assert.Equal(t, 2, ok)
+		} else {
+			require.Error(t, err)
+			assert.NotErrorIs(t, err, ErrTimeout, "the calls answered: no timeout")
+			assert.ErrorIs(t, err, errNo)
+		}
+		r.Wait()
+	}
+}
+
+func TestAllDone(t *testing.T) {
+	leakcheck.Check(t)
+	release := make(chan struct{})
+	r := Start(t.Context(), 2, long, func(_ context.Context, i int) error {
+		if i == 1 {
+			<-release
+		}
+		return nil
+	})
+	<-r.Done(0)
+	assert.False(t, r.AllDone())
+	close(release)
+	r.Wait()
+	assert.True(t, r.AllDone())
+}

@@ -134,12 +134,19 @@ func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock
 	if err != nil {
 		return nil, err
 	}
+	// giveUp fires after MaxWait when ctx has no deadline. Its timer is
+	// made only when Lock has to wait (an allocation saved per call).
 	var giveUp <-chan time.Time
-	if _, ok := ctx.Deadline(); !ok {
-		giveUp = c.cfg.clock.After(c.cfg.maxWait)
+	_, hasDeadline := ctx.Deadline()
+	giveUpAt := c.cfg.clock.Now().Add(c.cfg.maxWait)
+	giveUpCh := func() <-chan time.Time {
+		if giveUp == nil && !hasDeadline {
+			giveUp = c.cfg.clock.After(giveUpAt.Sub(c.cfg.clock.Now()))
+		}
+		return giveUp
 	}
 	// Local queue (queue.go): wait for this key's turn in this Client.
-	turn, err := c.turns.wait(ctx, key, giveUp, c)
+	turn, err := c.turns.wait(ctx, key, giveUpCh, c)
 	if err != nil {
 		return nil, c.queueError(key, err)
 	}
@@ -171,7 +178,7 @@ func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock
 		case <-ctx.Done():
 			e.cause = errors.Join(e.cause, ctx.Err())
 			return nil, e
-		case <-giveUp:
+		case <-giveUpCh():
 			e.Reason = joinReason(e.Reason, fmt.Sprintf("gave up after Options.MaxWait %v", c.cfg.maxWait))
 			return nil, e
 		}
@@ -218,11 +225,10 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 		token: retry.Token(),
 		held:  make([]int64, n),
 	}
-	keys := []string{l.rkey}
-	ttlMS := ttl.Milliseconds()
+	args := scripts.Args(scripts.Acquire, l.rkey, l.token, ttl.Milliseconds()) // by SHA, built once per round
 	start := c.cfg.clock.Now()
 	r := quorum.Start(ctx, n, c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
-		v, err := scripts.Acquire.Run(ctx, c.nodes[i], keys, l.token, ttlMS).Int64()
+		v, err := scripts.RunInt(ctx, c.nodes[i], args)
 		if err != nil {
 			return err
 		}
@@ -292,17 +298,29 @@ func (c *Client) newError(op, key string, ok int, r *quorum.Round, sentinel, cau
 // said the key was taken. It returns the round without waiting for it; the
 // round belongs to the Client.
 func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
-	keys := []string{l.rkey}
+	args := scripts.Args(scripts.Release, l.rkey, l.token)
 	// The wait for an outstanding acquire is bounded by its own timeout,
-	// hence the round's two node timeouts.
-	r := quorum.Start(context.WithoutCancel(ctx), len(c.nodes), 2*c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
-		<-l.acq.Done(i)
+	// hence the round's two node timeouts, and a release sent after such a
+	// wait by its own. When every acquire has answered (the usual Unlock)
+	// there is nothing to wait for and the round's timeout is the node
+	// timeout.
+	timeout := c.cfg.nodeTimeout
+	if !l.acq.AllDone() {
+		timeout *= 2
+	}
+	r := quorum.Start(context.WithoutCancel(ctx), len(c.nodes), timeout, func(ctx context.Context, i int) error {
+		select {
+		case <-l.acq.Done(i):
+		default:
+			<-l.acq.Done(i)
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, c.cfg.nodeTimeout)
+			defer cancel()
+		}
 		if res, _ := l.acq.Result(i); errors.Is(res, ErrTaken) {
 			return errSkipped
 		}
-		ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
-		defer cancel()
-		v, err := scripts.Release.Run(ctx, c.nodes[i], keys, l.token).Int64()
+		v, err := scripts.RunInt(ctx, c.nodes[i], args)
 		if err != nil {
 			c.cfg.log.Debug("redlock: release failed", "addr", c.addrs[i], "key", l.rkey, "err", err)
 			return err

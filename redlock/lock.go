@@ -101,13 +101,12 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		}
 		return &Error{Op: "extend", Key: l.key, Quorum: c.cfg.quorum, Reason: reason, sentinel: ErrNotHeld}
 	}
-	keys := []string{l.rkey}
-	ttlMS := ttl.Milliseconds()
+	args := scripts.Args(scripts.Extend, l.rkey, l.token, ttl.Milliseconds())
 	r := quorum.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
 		if res, done := l.acq.Result(i); done && errors.Is(res, ErrTaken) {
 			return errSkipped
 		}
-		v, err := scripts.Extend.Run(ctx, c.nodes[i], keys, l.token, ttlMS).Int64()
+		v, err := scripts.RunInt(ctx, c.nodes[i], args)
 		if err != nil {
 			return err
 		}

@@ -64,8 +64,9 @@ func newTurns() *turns { return &turns{queues: map[string]*turnQueue{}, closed: 
 // wait returns the caller's turn for key: at once when nobody else of this
 // Client is contending for or holding key, else when the previous owner
 // unlocks, fails, or lets its lock's validity run out. It returns ctx.Err(),
-// errGaveUp when giveUp fires, or ErrClosed, having left the queue.
-func (ts *turns) wait(ctx context.Context, key string, giveUp <-chan time.Time, c *Client) (*turn, error) {
+// errGaveUp when the channel from giveUp fires, or ErrClosed, having left
+// the queue.
+func (ts *turns) wait(ctx context.Context, key string, giveUp func() <-chan time.Time, c *Client) (*turn, error) {
 	t := &turn{key: key}
 	ts.mu.Lock()
 	q := ts.queues[key]
@@ -112,7 +113,7 @@ func (ts *turns) wait(ctx context.Context, key string, giveUp <-chan time.Time, 
 			continue
 		case <-ctx.Done():
 			err = ctx.Err()
-		case <-giveUp:
+		case <-giveUp():
 			err = errGaveUp
 		case <-ts.closed:
 			err = ErrClosed
