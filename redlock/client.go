@@ -31,6 +31,7 @@ type Client struct {
 	bg     sync.WaitGroup
 
 	turns *turns // local queue per key (queue.go)
+	wake  waker  // pub/sub listeners that end retry waits early (wake.go)
 }
 
 // New returns a Client that locks on the given nodes: independent Redis
@@ -88,6 +89,7 @@ func (c *Client) Close() error {
 	c.closed = true
 	c.mu.Unlock()
 	c.turns.close() // queue.go: waiters return ErrClosed
+	c.wake.close()  // wake.go: stops and waits for the pub/sub listeners
 	c.bg.Wait()
 	return nil
 }
@@ -157,6 +159,7 @@ func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock
 		}
 	}()
 	for attempt := 0; ; attempt++ {
+		roundStart := c.cfg.clock.Now()
 		l, hint, err := c.attempt(ctx, key, ttl)
 		if err == nil {
 			obtained = true
@@ -165,6 +168,9 @@ func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock
 		}
 		var e *Error
 		if !errors.As(err, &e) || ctx.Err() != nil {
+			if e != nil && !errors.Is(err, ctx.Err()) {
+				e.cause = errors.Join(e.cause, ctx.Err()) // ended during a round decided by the nodes
+			}
 			return nil, err // closed, or the context ended during the round
 		}
 		wait := retry.Delay(attempt, c.cfg.minRetry, c.cfg.maxRet)
@@ -175,6 +181,8 @@ func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock
 		}
 		select {
 		case <-c.cfg.clock.After(wait):
+		case <-c.wakeOn(l0key(c, key)): // wake.go: a node announced the key's release
+			wakeJitter(c, c.cfg.clock.Now().Sub(roundStart))
 		case <-ctx.Done():
 			e.cause = errors.Join(e.cause, ctx.Err())
 			return nil, e
@@ -298,7 +306,13 @@ func (c *Client) newError(op, key string, ok int, r *quorum.Round, sentinel, cau
 // said the key was taken. It returns the round without waiting for it; the
 // round belongs to the Client.
 func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
-	args := scripts.Args(scripts.Release, l.rkey, l.token)
+	// Unlock (l.released), not the clean-up of a failed round, announces
+	// the release to waiting clients (wake.go).
+	announce := "0"
+	if l.released {
+		announce = "1"
+	}
+	args := scripts.Args(scripts.Release, l.rkey, l.token, announce)
 	// The wait for an outstanding acquire is bounded by its own timeout,
 	// hence the round's two node timeouts, and a release sent after such a
 	// wait by its own. When every acquire has answered (the usual Unlock)

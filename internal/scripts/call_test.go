@@ -29,12 +29,12 @@ func TestRunInt(t *testing.T) {
 	v, err = RunInt(ctx, c, Args(Acquire, "k", "tok", int64(10000)))
 	require.NoError(t, err, "after SCRIPT FLUSH the script is loaded again")
 	assert.Zero(t, v)
-	v, err = RunInt(ctx, c, Args(Release, "k", "tok"))
+	v, err = RunInt(ctx, c, Args(Release, "k", "tok", "1"))
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), v)
 	assert.False(t, m.Exists("k"))
 
 	m.Close()
-	_, err = RunInt(ctx, c, Args(Release, "k", "tok"))
+	_, err = RunInt(ctx, c, Args(Release, "k", "tok", "1"))
 	assert.Error(t, err)
 }
