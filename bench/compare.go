@@ -20,9 +20,9 @@ type figure struct {
 // compare prints a Markdown table: each figure for base and ours, their
 // ratio, and the target when there is one.
 func compare(w io.Writer, results []loadtest.Result, baseName, ourName string) {
-	get := func(impl, prefix string) *loadtest.Result {
+	get := func(impl, id string) *loadtest.Result {
 		for i := range results {
-			if results[i].Impl == impl && strings.HasPrefix(results[i].Scenario, prefix) {
+			if results[i].Impl == impl && results[i].Scenario == id {
 				return &results[i]
 			}
 		}
@@ -67,6 +67,9 @@ func compare(w io.Writer, results []loadtest.Result, baseName, ourName string) {
 		}
 		b := get(baseName, r.Scenario)
 		n := fmt.Sprintf("hot key, %d contenders: ", r.Callers)
+		if strings.HasSuffix(r.Scenario, "-clients") {
+			n = fmt.Sprintf("hot key, %d separate clients: ", r.Callers)
+		}
 		figs = append(figs,
 			figure{n + "acquisitions/s", b.PerSec, r.PerSec, "/s", "≥ 1.2×", func(b, o float64) bool { return o >= 1.2*b }},
 			figure{n + "wait p50", ms(b, 50), ms(&r, 50), "ms", "", nil},

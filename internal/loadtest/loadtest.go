@@ -50,6 +50,7 @@ type Scenario struct {
 	Duration time.Duration // measured run time, after a warm-up
 	TTL      time.Duration
 	Slow     time.Duration // latency added each way in front of the first node
+	Separate bool          // each caller has its own Locker, like separate processes
 }
 
 // Scenarios returns the standard set: lock+unlock on distinct keys by one
@@ -61,6 +62,7 @@ func Scenarios(d time.Duration, callers int, slow time.Duration) []Scenario {
 		{ID: "distinct-1", Title: "lock+unlock, 1 caller", Callers: 1, Duration: d, TTL: 10 * time.Second},
 		{ID: fmt.Sprintf("distinct-%d", callers), Title: fmt.Sprintf("lock+unlock, %d callers, distinct keys", callers), Callers: callers, Duration: d, TTL: 10 * time.Second},
 		{ID: fmt.Sprintf("hotkey-%d", callers), Title: fmt.Sprintf("one hot key, %d contenders holding 1ms (wait)", callers), Callers: callers, HotKey: true, Hold: time.Millisecond, Duration: d, TTL: 10 * time.Second},
+		{ID: fmt.Sprintf("hotkey-%d-clients", callers), Title: fmt.Sprintf("one hot key, %d separate clients holding 1ms (wait)", callers), Callers: callers, HotKey: true, Hold: time.Millisecond, Duration: d, TTL: 10 * time.Second, Separate: true},
 	}
 	if slow > 0 {
 		s = append(s, Scenario{ID: "slow-1", Title: fmt.Sprintf("lock+unlock, 1 caller, one node +%v each way", slow), Callers: 1, Duration: d, TTL: 10 * time.Second, Slow: slow})
@@ -133,17 +135,32 @@ func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string
 		p.SetLatency(sc.Slow, sc.Slow)
 		addrs[0] = p.Addr()
 	}
-	locker, closeFn, err := impl.New(addrs)
-	if err != nil {
-		return Result{}, fmt.Errorf("%s: %w", impl.Name, err)
+	lockers := make([]Locker, 1, sc.Callers)
+	n := 1
+	if sc.Separate {
+		n = sc.Callers
 	}
-	defer closeFn()
+	for i := range n {
+		l, closeFn, err := impl.New(addrs)
+		if err != nil {
+			return Result{}, fmt.Errorf("%s: %w", impl.Name, err)
+		}
+		defer closeFn()
+		if i == 0 {
+			lockers[0] = l
+		} else {
+			lockers = append(lockers, l)
+		}
+	}
+	for len(lockers) < sc.Callers {
+		lockers = append(lockers, lockers[0]) // one Locker shared by the callers
+	}
 	prefix := "bench:" + impl.Name + ":" + sc.ID + ":" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 	warm := r.Warmup
 	if warm == 0 {
 		warm = sc.Duration / 10
 	}
-	run(ctx, locker, sc, prefix+"warm:", warm)
+	run(ctx, lockers, sc, prefix+"warm:", warm)
 
 	var ms0, ms1 runtime.MemStats
 	if r.MeasureAllocs {
@@ -151,7 +168,7 @@ func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string
 		runtime.ReadMemStats(&ms0)
 	}
 	stop := r.progress(impl.Name, sc)
-	res := run(ctx, locker, sc, prefix, sc.Duration)
+	res := run(ctx, lockers, sc, prefix, sc.Duration)
 	stop()
 	if r.MeasureAllocs {
 		runtime.ReadMemStats(&ms1)
@@ -191,8 +208,9 @@ func (r *Runner) progress(name string, sc Scenario) (stop func()) {
 // keyRing is the number of distinct keys each caller cycles through.
 const keyRing = 512
 
-// run drives the callers for d and gathers their samples.
-func run(ctx context.Context, locker Locker, sc Scenario, prefix string, d time.Duration) Result {
+// run drives the callers for d, caller w through lockers[w], and gathers
+// their samples.
+func run(ctx context.Context, lockers []Locker, sc Scenario, prefix string, d time.Duration) Result {
 	type worker struct {
 		samples []time.Duration
 		errs    int
@@ -225,7 +243,7 @@ func run(ctx context.Context, locker Locker, sc Scenario, prefix string, d time.
 			for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 				t0 := time.Now()
 				lctx, lcancel := context.WithDeadline(ctx, deadline.Add(10*time.Second))
-				l, err := locker.Lock(lctx, keys[w][i%len(keys[w])], sc.TTL)
+				l, err := lockers[w].Lock(lctx, keys[w][i%len(keys[w])], sc.TTL)
 				lcancel()
 				if err == nil && sc.HotKey {
 					wk.samples = append(wk.samples, time.Since(t0))
