@@ -80,13 +80,24 @@ type Round struct {
 	left    atomic.Int32 // calls still running; the last one to return cancels their context
 	nctx    context.Context
 	cancel  context.CancelFunc
+
+	ownMu    sync.Mutex      // guards owner, finished and the outcomes' done channels
+	owner    *sync.WaitGroup // see Own
+	finished bool            // every call has returned
 }
 
 // outcome is one node's call and what it returned.
 type outcome struct {
-	err  error         // valid once done is closed
-	done chan struct{} // closed when the call has returned
+	err      error         // valid once returned is set
+	returned atomic.Bool   // the call has returned
+	done     chan struct{} // made by Done on demand (guarded by Round.ownMu); closed when the call returns
 }
+
+// closed is the channel Done returns for a call that has already returned,
+// which saves a channel per call that nobody waits for.
+var closed = make(chan struct{})
+
+func init() { close(closed) }
 
 // Start calls fn(nctx, i) for every i in [0, n) in its own goroutine and
 // returns at once. nctx is derived from ctx and expires after timeout, which
@@ -102,11 +113,11 @@ func Start(ctx context.Context, n int, timeout time.Duration, fn func(ctx contex
 	r.left.Store(int32(n))
 	r.wg.Add(n)
 	for i := range n {
-		r.nodes[i].done = make(chan struct{})
 		go r.run(fn, i)
 	}
 	if n == 0 {
 		r.cancel()
+		r.finished = true
 	}
 	return r
 }
@@ -115,11 +126,43 @@ func Start(ctx context.Context, n int, timeout time.Duration, fn func(ctx contex
 func (r *Round) run(fn func(ctx context.Context, node int) error, i int) {
 	defer r.wg.Done()
 	err := fn(r.nctx, i)
-	r.nodes[i].err = err
-	close(r.nodes[i].done)
+	o := &r.nodes[i]
+	o.err = err
+	r.ownMu.Lock()
+	o.returned.Store(true)
+	if o.done != nil {
+		close(o.done)
+	}
+	r.ownMu.Unlock()
 	r.results <- result{i, err}
 	if r.left.Add(-1) == 0 {
 		r.cancel()
+		r.ownMu.Lock()
+		r.finished = true
+		owner := r.owner
+		r.ownMu.Unlock()
+		if owner != nil {
+			owner.Done()
+		}
+	}
+}
+
+// Own makes wg wait for the round's calls: it adds one to wg, and the last
+// call to return marks it done (at once if all have returned). It saves a
+// goroutine per round that would only call [Round.Wait]. A Round has at most
+// one owner; Own panics if called twice.
+func (r *Round) Own(wg *sync.WaitGroup) {
+	wg.Add(1)
+	r.ownMu.Lock()
+	if r.owner != nil {
+		r.ownMu.Unlock()
+		panic("quorum: Round.Own called twice")
+	}
+	r.owner = wg
+	finished := r.finished
+	r.ownMu.Unlock()
+	if finished {
+		wg.Done()
 	}
 }
 
@@ -179,17 +222,26 @@ func (r *Round) Await(ctx context.Context, need int) (int, error) {
 }
 
 // Done returns a channel that is closed when node i's call has returned.
-func (r *Round) Done(i int) <-chan struct{} { return r.nodes[i].done }
+func (r *Round) Done(i int) <-chan struct{} {
+	r.ownMu.Lock()
+	defer r.ownMu.Unlock()
+	o := &r.nodes[i]
+	if o.returned.Load() {
+		return closed
+	}
+	if o.done == nil {
+		o.done = make(chan struct{})
+	}
+	return o.done
+}
 
 // Result returns what node i's call returned and true, or nil and false if
 // it has not returned yet.
 func (r *Round) Result(i int) (error, bool) {
-	select {
-	case <-r.nodes[i].done:
-		return r.nodes[i].err, true
-	default:
-		return nil, false
+	if o := &r.nodes[i]; o.returned.Load() {
+		return o.err, true
 	}
+	return nil, false
 }
 
 // AllDone reports whether every call of the round has returned.

@@ -3,6 +3,7 @@ package quorum
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -206,4 +207,37 @@ func TestAllDone(t *testing.T) {
 	close(release)
 	r.Wait()
 	assert.True(t, r.AllDone())
+}
+
+func TestOwn(t *testing.T) {
+	leakcheck.Check(t)
+	release := make(chan struct{})
+	r := Start(t.Context(), 2, long, func(_ context.Context, i int) error {
+		if i == 1 {
+			<-release
+		}
+		return nil
+	})
+	var wg sync.WaitGroup
+	r.Own(&wg)
+	waited := make(chan struct{})
+	go func() { wg.Wait(); close(waited) }()
+	<-r.Done(0)
+	select {
+	case <-waited:
+		t.Fatal("the owner stopped waiting before the last call returned")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	<-waited
+	assert.True(t, r.AllDone())
+
+	assert.Panics(t, func() { r.Own(&sync.WaitGroup{}) }, "a second owner")
+
+	// Owning a finished round does not wait.
+	r = Start(t.Context(), 1, long, func(context.Context, int) error { return nil })
+	r.Wait()
+	var wg2 sync.WaitGroup
+	r.Own(&wg2)
+	wg2.Wait()
 }

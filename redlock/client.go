@@ -96,7 +96,7 @@ func (c *Client) Close() error {
 
 // track hands a round's outstanding calls to the Client, which waits for them
 // in Close. Callers hold c.mu for reading and have checked c.closed.
-func (c *Client) track(r *quorum.Round) { c.bg.Go(r.Wait) }
+func (c *Client) track(r *quorum.Round) { r.Own(&c.bg) }
 
 // TryLock makes exactly one attempt to lock key for ttl on a quorum of nodes
 // and returns the held [Lock], or an error.
