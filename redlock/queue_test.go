@@ -117,6 +117,26 @@ func TestQueueWaiterGivesUp(t *testing.T) {
 
 func TestQueueClose(t *testing.T) {
 	leakcheck.Check(t)
+	cl, l, done := holderAndWaiter(t)
+	require.NoError(t, l.Unlock(t.Context()) /* before Close, as documented */)
+	// The waiter got the turn and obtains the lock, or Close stopped it.
+	require.NoError(t, cl.Close())
+	if err := <-done; err != nil {
+		assert.True(t, errors.Is(err, ErrClosed), "%v", err)
+	}
+}
+
+func TestQueueCloseWakesWaiters(t *testing.T) {
+	leakcheck.Check(t)
+	cl, _, done := holderAndWaiter(t)
+	require.NoError(t, cl.Close())
+	assert.ErrorIs(t, <-done, ErrClosed)
+}
+
+// holderAndWaiter returns a Client in which one caller holds "k" and a
+// second waits in the queue; done receives the second Lock's error.
+func holderAndWaiter(t *testing.T) (*Client, *Lock, <-chan error) {
+	t.Helper()
 	c := newCluster(t, 3)
 	cl := c.client(t, nil)
 	l, err := cl.Lock(t.Context(), "k", time.Minute)
@@ -131,31 +151,5 @@ func TestQueueClose(t *testing.T) {
 		defer cl.turns.mu.Unlock()
 		return len(cl.turns.queues["k"].waiting) == 1
 	}, 5*time.Second, time.Millisecond)
-	require.NoError(t, l.Unlock(t.Context()) /* before Close, as documented */)
-	// The waiter got the turn and obtains the lock, or Close stopped it.
-	require.NoError(t, cl.Close())
-	err = <-done
-	if err != nil {
-		assert.True(t, errors.Is(err, ErrClosed), "%v", err)
-	}
-}
-
-func TestQueueCloseWakesWaiters(t *testing.T) {
-	leakcheck.Check(t)
-	c := newCluster(t, 3)
-	cl := c.client(t, nil)
-	_, err := cl.Lock(t.Context(), "k", time.Minute)
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() {
-		_, err := cl.Lock(t.Context(), "k", time.Second)
-		done <- err
-	}()
-	require.Eventually(t, func() bool {
-		cl.turns.mu.Lock()
-		defer cl.turns.mu.Unlock()
-		return len(cl.turns.queues["k"].waiting) == 1
-	}, 5*time.Second, time.Millisecond)
-	require.NoError(t, cl.Close())
-	assert.ErrorIs(t, <-done, ErrClosed)
+	return cl, l, done
 }
