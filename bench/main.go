@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
@@ -44,6 +45,7 @@ func run(ctx context.Context) error {
 	nodes := flag.Int("nodes", 5, "redis-server processes to start")
 	jsonFile := flag.String("json", "results/latest.json", "write the results as JSON here (empty: don't)")
 	svgFile := flag.String("svg", "results/latest.svg", "write the latency plot here (empty: don't)")
+	mdFile := flag.String("md", "results/latest.md", "write the comparison table (Markdown) here (empty: don't)")
 	flag.Parse()
 	if *duration <= 0 || *callers < 1 || *slow < 0 || *nodes < 1 {
 		return errors.New("--duration must be positive, --callers and --nodes at least 1, --slow-node not negative")
@@ -78,7 +80,14 @@ func run(ctx context.Context) error {
 		return err
 	}
 	fmt.Println()
-	compare(os.Stdout, results, impls[0].Name, impls[1].Name)
+	var table strings.Builder
+	compare(&table, results, impls[0].Name, impls[1].Name)
+	fmt.Print(table.String())
+	if *mdFile != "" {
+		if err := os.WriteFile(*mdFile, []byte(table.String()), 0o644); err != nil {
+			return err
+		}
+	}
 	if *jsonFile != "" {
 		cmd := "cd bench && go run . " + fmt.Sprintf("--duration %v --callers %d --slow-node %v", *duration, *callers, *slow)
 		if err := loadtest.WriteJSON(*jsonFile, loadtest.Report{Env: env, Command: cmd, Results: results}); err != nil {

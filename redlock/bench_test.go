@@ -2,7 +2,9 @@ package redlock_test
 
 import (
 	"os"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,4 +62,38 @@ func BenchmarkLockUnlock(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkLockUnlockParallel measures lock+unlock on distinct keys by
+// concurrent callers of one Client (GOMAXPROCS × -cpu callers).
+func BenchmarkLockUnlockParallel(b *testing.B) {
+	nodes := redlock.NewNodes(benchNodes(b)...)
+	c, err := redlock.New(nodes, &redlock.Options{NodeTimeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = c.Close()
+		for _, n := range nodes {
+			_ = n.Close()
+		}
+	})
+	ctx := b.Context()
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.RunParallel(func(pb *testing.PB) {
+		key := "bench:" + strconv.FormatInt(next.Add(1), 10)
+		for pb.Next() {
+			l, err := c.Lock(ctx, key, 10*time.Second)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := l.Unlock(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

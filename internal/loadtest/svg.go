@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"html"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -90,5 +89,5 @@ func WriteSVG(path, title string, results []Result) error {
 		fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle" fill="#555">latency (log scale); y: fraction of operations at or below</text>`+"\n", float64(left)+pw/2, y0+plotH+28)
 	}
 	b.WriteString("</svg>\n")
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	return writeFile(path, []byte(b.String()))
 }
