@@ -86,7 +86,11 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if *svgFile != "" {
-		if err := loadtest.WriteSVG(*svgFile, "redquorum lock latency ("+where+")", results); err != nil {
+		title := fmt.Sprintf("redquorum lock latency, %d nodes", len(addrs))
+		if *nodesFlag == "" {
+			title += " in-process (miniredis)"
+		}
+		if err := loadtest.WriteSVG(*svgFile, title, results); err != nil {
 			return err
 		}
 	}

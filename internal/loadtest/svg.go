@@ -11,9 +11,9 @@ import (
 
 var palette = []string{"#d62728", "#1f77b4", "#2ca02c", "#9467bd"}
 
-// WriteSVG writes a plot with one panel per scenario: the cumulative
-// distribution of each implementation's latency (wait, for a hot key) on a
-// logarithmic time axis.
+// WriteSVG writes a plot with one panel per scenario: each implementation's
+// latency (wait, for a hot key) by percentile, on a logarithmic time axis,
+// with the tail (p90 to p99.9) stretched.
 func WriteSVG(path, title string, results []Result) error {
 	var scenarios []string
 	byScenario := map[string][]Result{}
@@ -59,7 +59,12 @@ func WriteSVG(path, title string, results []Result) error {
 		}
 		pw := float64(width - left - right)
 		xOf := func(ns float64) float64 { return left + (math.Log10(ns)-dlo)/(dhi-dlo)*pw }
-		yOf := func(q float64) float64 { return float64(y0) + (1-q)*plotH }
+		// The y axis stretches the tail: p0 at the bottom, then a tenth of
+		// the height per "nine" (p90, p99) up to p99.9 at the top.
+		yOf := func(q float64) float64 {
+			nines := math.Min(-math.Log10(math.Max(1-q, 1e-3)), 3)
+			return float64(y0) + plotH - nines/3*plotH
+		}
 		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", left, y0-6, html.EscapeString(rs[0].Title))
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.0f" height="%d" fill="none" stroke="#999"/>`+"\n", left, y0, pw, plotH)
 		for d := dlo; d <= dhi; d++ {
@@ -67,7 +72,7 @@ func WriteSVG(path, title string, results []Result) error {
 			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n",
 				x, y0, x, y0+plotH, x, y0+plotH+14, time.Duration(math.Pow(10, d)))
 		}
-		for _, q := range []float64{0, 0.5, 0.9, 0.99, 1} {
+		for _, q := range []float64{0, 0.5, 0.9, 0.99, 0.999} {
 			y := yOf(q)
 			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">p%g</text>`+"\n",
 				left, y, float64(left)+pw, y, left-4, y+4, q*100)
@@ -86,7 +91,7 @@ func WriteSVG(path, title string, results []Result) error {
 			c := palette[slices.Index(impls, r.Impl)%len(palette)]
 			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`+"\n", c, pts.String())
 		}
-		fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle" fill="#555">latency (log scale); y: fraction of operations at or below</text>`+"\n", float64(left)+pw/2, y0+plotH+28)
+		fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle" fill="#555">latency (log scale); y: percentile (the tail stretched)</text>`+"\n", float64(left)+pw/2, y0+plotH+28)
 	}
 	b.WriteString("</svg>\n")
 	return writeFile(path, []byte(b.String()))
