@@ -40,17 +40,7 @@ func benchNodes(b *testing.B) []string {
 // BenchmarkLockUnlock measures one TryLock+Unlock by one caller; run it with
 // -benchmem for the allocations per lock+unlock.
 func BenchmarkLockUnlock(b *testing.B) {
-	nodes := redlock.NewNodes(benchNodes(b)...)
-	c, err := redlock.New(nodes, &redlock.Options{NodeTimeout: time.Second}) // a loaded machine stalls for tens of ms
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = c.Close()
-		for _, n := range nodes {
-			_ = n.Close()
-		}
-	})
+	c := benchClient(b)
 	ctx := b.Context()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -67,17 +57,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 // BenchmarkLockUnlockParallel measures lock+unlock on distinct keys by
 // concurrent callers of one Client (GOMAXPROCS × -cpu callers).
 func BenchmarkLockUnlockParallel(b *testing.B) {
-	nodes := redlock.NewNodes(benchNodes(b)...)
-	c, err := redlock.New(nodes, &redlock.Options{NodeTimeout: time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = c.Close()
-		for _, n := range nodes {
-			_ = n.Close()
-		}
-	})
+	c := benchClient(b)
 	ctx := b.Context()
 	var next atomic.Int64
 	b.ReportAllocs()
@@ -96,4 +76,21 @@ func BenchmarkLockUnlockParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// benchClient returns a Client on the benchmark's nodes, closed with them at
+// the end.
+func benchClient(b *testing.B) *redlock.Client {
+	nodes := redlock.NewNodes(benchNodes(b)...)
+	c, err := redlock.New(nodes, &redlock.Options{NodeTimeout: time.Second}) // a loaded machine stalls for tens of ms
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = c.Close()
+		for _, n := range nodes {
+			_ = n.Close()
+		}
+	})
+	return c
 }

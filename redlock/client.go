@@ -109,7 +109,8 @@ func (c *Client) track(r *quorum.Round) { r.Own(&c.bg) }
 // allowance) give a plain error naming the value.
 //
 // The lock's validity is ttl minus the round's duration minus the drift
-// allowance; ttl is used in whole milliseconds.
+// allowance; ttl is used in whole milliseconds. TryLock does not take part
+// in the local queue of [Client.Lock]: it makes its round at once.
 func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	ttl, err := c.checkArgs(key, ttl)
 	if err != nil {
