@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/internal/hashslot"
 	"github.com/redquorum/redquorum/internal/retry"
 	"github.com/redquorum/redquorum/internal/scripts"
 	"github.com/redquorum/redquorum/quorum"
@@ -25,6 +27,10 @@ type Client struct {
 	nodes []redis.UniversalClient
 	addrs []string // one display name per node
 	cfg   config
+
+	slotted  []bool // per node: a Redis Cluster, whose state key is one per hash slot
+	sharded  bool   // some node is a Cluster or a Ring: a lock's keys must share a hash tag or slot
+	fenceArg string // the acquire script's fence argument
 
 	mu     sync.RWMutex // guards closed; held for reading while background work is added to bg
 	closed bool
@@ -48,7 +54,10 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg}
+	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg, slotted: make([]bool, len(nodes)), fenceArg: "0"}
+	if cfg.fencing {
+		c.fenceArg = "1"
+	}
 	seenAddr := map[string]int{}
 	for i, n := range nodes {
 		if n == nil {
@@ -58,6 +67,12 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 			if nodes[j] == n {
 				return nil, fmt.Errorf("redlock: nodes[%d] is the same client as nodes[%d]", i, j)
 			}
+		}
+		switch n.(type) {
+		case *redis.ClusterClient:
+			c.slotted[i], c.sharded = true, true
+		case *redis.Ring:
+			c.sharded = true
 		}
 		addrs, problems := nodeInfo(n, cfg.nodeTimeout)
 		for _, a := range addrs {
@@ -100,17 +115,32 @@ func (c *Client) track(r *quorum.Round) { c.bg.Go(r.Wait) }
 // whose answer did not come, is sent a token-guarded release, after its
 // answer for nodes still outstanding. The error is an [*Error] that wraps
 // [ErrNotObtained] (and ctx.Err() when ctx ended the attempt); bad arguments
-// (empty key, ttl that is not positive or too small to survive the drift
-// allowance) give a plain error naming the value.
+// (empty key, ttl that is not positive, too small to survive the drift
+// allowance, or above Options.RestartGuard) give a plain error naming the
+// value.
 //
 // The lock's validity is ttl minus the round's duration minus the drift
 // allowance; ttl is used in whole milliseconds.
 func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	ttl, err := c.checkArgs(key, ttl)
+	return c.TryLockMany(ctx, []string{key}, ttl)
+}
+
+// TryLockMany is [Client.TryLock] for a lock over several keys, taken
+// together: each node grants all of them or none, in one script, and the
+// quorum is counted over nodes. [Lock.Unlock] and [Lock.Extend] act on all
+// the keys. Bad input (no keys, an empty key, a key given twice, or, when a
+// node is a Redis Cluster, keys in different hash slots) gives an error
+// naming it.
+//
+// On a node that is a Redis Cluster, a script may only touch keys of one
+// hash slot: give every key of one lock the same hash tag, for example
+// "{order:42}:stock" and "{order:42}:payment".
+func (c *Client) TryLockMany(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
+	ttl, err := c.checkArgs(keys, ttl)
 	if err != nil {
 		return nil, err
 	}
-	l, _, err := c.attempt(ctx, key, ttl)
+	l, _, err := c.attempt(ctx, keys, ttl)
 	return l, err
 }
 
@@ -125,7 +155,13 @@ func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*L
 // concurrent use; concurrent callers of one Client compete like separate
 // clients.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	ttl, err := c.checkArgs(key, ttl)
+	return c.LockMany(ctx, []string{key}, ttl)
+}
+
+// LockMany is [Client.Lock] for several keys taken together, as in
+// [Client.TryLockMany].
+func (c *Client) LockMany(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
+	ttl, err := c.checkArgs(keys, ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +170,7 @@ func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock
 		giveUp = c.cfg.clock.After(c.cfg.maxWait)
 	}
 	for attempt := 0; ; attempt++ {
-		l, hint, err := c.attempt(ctx, key, ttl)
+		l, hint, err := c.attempt(ctx, keys, ttl)
 		if err == nil {
 			return l, nil
 		}
@@ -167,12 +203,40 @@ func joinReason(a, b string) string {
 	return a + "; " + b
 }
 
-// checkArgs validates a key and a ttl and returns the ttl cut to whole
+// reservedKey is the name, after Options.KeyPrefix, of each node's state
+// (see [ErrGuarded]); lock keys must not start with it.
+const reservedKey = "redquorum:node"
+
+// checkArgs validates the keys and a ttl and returns the ttl cut to whole
 // milliseconds, which is what the nodes apply.
-func (c *Client) checkArgs(key string, ttl time.Duration) (time.Duration, error) {
-	if key == "" {
-		return 0, errors.New("redlock: empty key")
+func (c *Client) checkArgs(keys []string, ttl time.Duration) (time.Duration, error) {
+	if len(keys) == 0 {
+		return 0, errors.New("redlock: no keys")
 	}
+	for i, k := range keys {
+		switch {
+		case k == "":
+			if len(keys) == 1 {
+				return 0, errors.New("redlock: empty key")
+			}
+			return 0, fmt.Errorf("redlock: keys[%d] is empty", i)
+		case strings.HasPrefix(k, reservedKey):
+			return 0, fmt.Errorf("redlock: key %q starts with %q, which is reserved for the nodes' state", k, reservedKey)
+		}
+		for j := range i {
+			if keys[j] == k {
+				return 0, fmt.Errorf("redlock: keys[%d] %q is the same as keys[%d]", i, k, j)
+			}
+		}
+		if c.sharded && i > 0 && hashslot.Hashed(c.cfg.prefix+k) != hashslot.Hashed(c.cfg.prefix+keys[0]) {
+			return 0, fmt.Errorf("redlock: keys[%d] %q and keys[0] %q have different hash tags: a node is a Redis Cluster or Ring, so every key of one lock needs the same hash tag, as in {order:42}:a and {order:42}:b", i, k, keys[0])
+		}
+	}
+	return c.checkTTL(ttl)
+}
+
+// checkTTL validates a ttl and returns it cut to whole milliseconds.
+func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 	ms := ttl.Truncate(time.Millisecond)
 	if ttl > 0 && ms == 0 {
 		return 0, fmt.Errorf("redlock: ttl %v is below the nodes' 1ms resolution", ttl)
@@ -180,54 +244,204 @@ func (c *Client) checkArgs(key string, ttl time.Duration) (time.Duration, error)
 	if err := clock.CheckTTL(ms, c.cfg.drift); err != nil {
 		return 0, fmt.Errorf("redlock: %w", err)
 	}
+	if c.cfg.guard > 0 && ms > c.cfg.guard {
+		return 0, fmt.Errorf("redlock: ttl %v exceeds Options.RestartGuard %v: a node that lost its data could grant the lock again while it is held", ttl, c.cfg.guard)
+	}
 	return ms, nil
 }
 
-// attempt makes one lock round. On failure it also returns how long until
-// the current holder's keys have expired on enough nodes for a quorum, or 0
-// when unknown.
-func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, time.Duration, error) {
+// nodeReply is what one node's acquire reported beyond granted or not.
+type nodeReply struct {
+	ttl   int64  // ErrTaken: the holder's remaining TTL in ms; ErrGuarded: ms left in the guard
+	fence int64  // granted with fencing: the node's fence counter, -1 when unknown
+	state string // ErrGuarded: the id of the node's guarded state
+}
+
+// acquire runs the acquire script for l on node i, with the id of a guarded
+// state to establish ("" for none), and records what it reported.
+func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, ttlMS int64) error {
+	v, err := scripts.Acquire.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, ttlMS, c.cfg.guard.Milliseconds(), establish, c.fenceArg).Result()
+	if err != nil {
+		return err
+	}
+	rep := &l.replies[i]
+	switch v := v.(type) {
+	case int64:
+		if v != 0 {
+			rep.ttl = v
+			return ErrTaken
+		}
+		return nil
+	case []any:
+		if len(v) >= 2 {
+			code, _ := v[0].(int64)
+			n, _ := v[1].(int64)
+			switch {
+			case code == 0:
+				rep.fence = n
+				if n < 0 {
+					return errFenceUnknown
+				}
+				return nil
+			case code == -2 && len(v) == 3:
+				rep.ttl = n
+				rep.state, _ = v[2].(string)
+				return ErrGuarded
+			}
+		}
+	}
+	return fmt.Errorf("redlock: unexpected reply %v from the acquire script", v)
+}
+
+// scriptKeys returns the KEYS of l's acquire and fence scripts on node i:
+// the lock keys, then the node's state. The first key routes the script on
+// a Cluster or Ring node; on a Ring, each shard has its own state key.
+func (c *Client) scriptKeys(l *Lock, i int) []string {
+	if !c.slotted[i] {
+		return l.akeys
+	}
+	k := make([]string, 0, 1+len(l.rkeys))
+	k = append(k, l.rkeys...)
+	return append(k, c.cfg.prefix+reservedKey+":{"+hashslot.Tag(hashslot.Slot(l.rkeys[0]))+"}")
+}
+
+// attempt makes one lock round (two with fencing). On failure it also
+// returns how long until the current holder's keys have expired on enough
+// nodes for a quorum, or 0 when unknown.
+func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration) (*Lock, time.Duration, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
 		return nil, 0, ErrClosed
 	}
+	l, hint, err := c.round(ctx, keys, ttl, nil)
+	if ids := c.newDeployment(l, err); ids != nil {
+		// Every node is guarded at once: a new deployment. End the guard on
+		// all of them, each only if it still has the state we saw.
+		l, hint, err = c.round(ctx, keys, ttl, ids)
+	}
+	if err != nil {
+		return nil, hint, err
+	}
+	return l, 0, nil
+}
+
+// newDeployment returns the ids of the nodes' guarded states when a failed
+// round l found every node guarded, or nil. When every node that answered
+// was guarded, it waits for the others' answers (at most the node timeout).
+func (c *Client) newDeployment(l *Lock, err error) []string {
+	if err == nil || l == nil || c.cfg.guard == 0 {
+		return nil
+	}
+	for i := range c.nodes {
+		if res, done := l.acq.Result(i); done && !errors.Is(res, ErrGuarded) {
+			return nil
+		}
+	}
+	ids := make([]string, len(c.nodes))
+	for i := range c.nodes {
+		<-l.acq.Done(i)
+		if res, _ := l.acq.Result(i); !errors.Is(res, ErrGuarded) {
+			return nil
+		}
+		ids[i] = l.replies[i].state
+	}
+	return ids
+}
+
+// round makes one lock round, establishing the guarded states given in
+// establish (one per node) on the way. Callers hold c.mu for reading. On
+// failure it returns the Lock it tried, released, for its replies.
+func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, establish []string) (*Lock, time.Duration, error) {
 	n := len(c.nodes)
 	l := &Lock{
-		c:     c,
-		key:   key,
-		rkey:  c.cfg.prefix + key,
-		token: retry.Token(),
-		held:  make([]int64, n),
+		c:       c,
+		keys:    keys,
+		token:   retry.Token(),
+		replies: make([]nodeReply, n),
 	}
-	keys := []string{l.rkey}
+	l.rkeys = make([]string, len(keys))
+	for i, k := range keys {
+		l.rkeys[i] = c.cfg.prefix + k
+	}
+	l.akeys = append(l.rkeys[:len(keys):len(keys)], c.cfg.prefix+reservedKey)
 	ttlMS := ttl.Milliseconds()
 	start := c.cfg.clock.Now()
 	r := quorum.Start(ctx, n, c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
-		v, err := scripts.Acquire.Run(ctx, c.nodes[i], keys, l.token, ttlMS).Int64()
-		if err != nil {
-			return err
+		var est string
+		if establish != nil {
+			est = establish[i]
 		}
-		if v != 0 {
-			l.held[i] = v
-			return ErrTaken
-		}
-		return nil
+		return c.acquire(ctx, l, i, est, ttlMS)
 	})
 	c.track(r)
 	l.acq = r
 	ok, qerr := r.Await(ctx, c.cfg.quorum)
+	if qerr == nil && c.cfg.fencing {
+		r, ok, qerr = c.fence(ctx, l)
+	}
 	validity := clock.Validity(ttl, c.cfg.clock.Now().Sub(start), c.cfg.drift)
 	if qerr == nil && validity > 0 {
 		l.until = start.Add(validity)
 		return l, 0, nil
 	}
-	e := c.newError("lock", key, ok, r, ErrNotObtained, qerr)
+	e := c.newError("lock", l.name(), ok, r, ErrNotObtained, qerr)
 	if qerr == nil {
 		e.Reason = fmt.Sprintf("the round took too long: validity %v after ttl %v and drift allowance %v", validity, ttl, clock.Drift(ttl, c.cfg.drift))
 	}
 	c.releaseAsync(l)
-	return nil, c.freeIn(l), e
+	return l, c.freeIn(l), e
+}
+
+// fence is the second phase of a fenced lock, after a quorum of nodes with
+// known fence counters granted l: it takes T = 1 + the largest counter
+// those nodes reported and raises the counter to T, guarded by l's token, on
+// every node that granted l. It returns the write-back round and whether a
+// quorum acknowledged it.
+//
+// Why fences increase from one holder of a key to the next, although the
+// nodes are independent: let A hold with fence T_A, acknowledged by the set
+// W_A, a quorum. A later holder B computes T_B from R_B, a quorum of nodes
+// that granted B and whose counters are known. Two quorums share a node x.
+// x wrote T_A while its key held A's token, so before it could grant B (the
+// write is refused once the token is gone). If x kept its data, its counter
+// is ≥ T_A when B reads it, so T_B > T_A. If x lost its data, its counter
+// is unknown from then on: it is left out of R_B (it may grant B, but its
+// counter does not count) until a write-back sets it to a fence computed
+// from a quorum of known counters, which by the same argument exceeds every
+// fence before it. A node learns that it lost its data from its state key
+// (see [ErrGuarded]), which is lost with the data; the restart guard keeps
+// it from granting until the locks it forgot have expired. A brand-new
+// deployment starts every counter at 0, known, which is wrong only if every
+// node lost its data within one RestartGuard (the guard's own limit).
+func (c *Client) fence(ctx context.Context, l *Lock) (*quorum.Round, int, error) {
+	var hi int64
+	granted := make([]bool, len(c.nodes))
+	for i := range c.nodes {
+		res, done := l.acq.Result(i)
+		if !done || (res != nil && !errors.Is(res, errFenceUnknown)) {
+			continue
+		}
+		granted[i] = true
+		hi = max(hi, l.replies[i].fence)
+	}
+	l.fence = uint64(hi) + 1
+	r := quorum.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+		if !granted[i] {
+			return errSkipped
+		}
+		v, err := scripts.Fence.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, hi+1).Int64()
+		if err != nil {
+			return err
+		}
+		if v == 0 {
+			return errNotOurs
+		}
+		return nil
+	})
+	c.track(r)
+	ok, err := r.Await(ctx, c.cfg.quorum)
+	return r, ok, err
 }
 
 // freeIn returns how long until a quorum of nodes could grant the key, from
@@ -240,8 +454,8 @@ func (c *Client) freeIn(l *Lock) time.Duration {
 		case !done:
 		case res == nil:
 			ttls = append(ttls, 0)
-		case errors.Is(res, ErrTaken) && l.held[i] > 0:
-			ttls = append(ttls, l.held[i])
+		case (errors.Is(res, ErrTaken) || errors.Is(res, ErrGuarded)) && l.replies[i].ttl > 0:
+			ttls = append(ttls, l.replies[i].ttl)
 		}
 	}
 	if len(ttls) < c.cfg.quorum {
@@ -274,19 +488,19 @@ func (c *Client) newError(op, key string, ok int, r *quorum.Round, sentinel, cau
 // said the key was taken. It returns the round without waiting for it; the
 // round belongs to the Client.
 func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
-	keys := []string{l.rkey}
+	keys := l.rkeys
 	// The wait for an outstanding acquire is bounded by its own timeout,
 	// hence the round's two node timeouts.
 	r := quorum.Start(context.WithoutCancel(ctx), len(c.nodes), 2*c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
 		<-l.acq.Done(i)
-		if res, _ := l.acq.Result(i); errors.Is(res, ErrTaken) {
+		if res, _ := l.acq.Result(i); refused(res) {
 			return errSkipped
 		}
 		ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
 		defer cancel()
 		v, err := scripts.Release.Run(ctx, c.nodes[i], keys, l.token).Int64()
 		if err != nil {
-			c.cfg.log.Debug("redlock: release failed", "addr", c.addrs[i], "key", l.rkey, "err", err)
+			c.cfg.log.Debug("redlock: release failed", "addr", c.addrs[i], "key", l.name(), "err", err)
 			return err
 		}
 		if v == 0 {
@@ -297,6 +511,10 @@ func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
 	c.track(r)
 	return r
 }
+
+// refused reports whether an acquire's outcome says that the node did not set
+// the keys.
+func refused(err error) bool { return errors.Is(err, ErrTaken) || errors.Is(err, ErrGuarded) }
 
 // releaseAsync releases a lock that was not obtained. Callers hold c.mu for
 // reading.

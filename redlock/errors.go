@@ -18,6 +18,27 @@ var (
 	// owner's token. errors.Is(err, ErrTaken) on a failed lock says that at
 	// least one node refused because the lock was busy.
 	ErrTaken = errors.New("redlock: key held by another owner")
+	// ErrGuarded is the per-node outcome of a node in its restart guard: it
+	// lost its data (a restart without persistence, FLUSHALL, eviction) and
+	// refuses to grant any lock for Options.RestartGuard, since it may have
+	// forgotten locks that are still valid.
+	//
+	// A node keeps a state key without expiry (Options.KeyPrefix +
+	// "redquorum:node"; on a Redis Cluster node, one per hash slot). The
+	// acquire script reads it: when it is missing, the node's data is gone
+	// with it, so the node records "guarded until node TIME + RestartGuard"
+	// and refuses; once that time has passed, it grants again. Since the
+	// state lives in the node's own data, the node cannot lose its locks
+	// without losing its state.
+	//
+	// A brand-new deployment is guarded everywhere at once. A client whose
+	// round finds every one of the N nodes guarded ends the guard on all of
+	// them at once (each only if its state is still the one the client saw,
+	// so that a node that restarts meanwhile stays guarded) and locks
+	// without waiting. This is sound as long as not every node loses its
+	// data within one RestartGuard of the others, which the guard cannot
+	// tell from a new deployment: a lock held then is forgotten everywhere.
+	ErrGuarded = errors.New("redlock: node in its restart guard")
 	// ErrClosed is returned by every operation of a Client after Close.
 	ErrClosed = errors.New("redlock: client closed")
 )
@@ -25,6 +46,11 @@ var (
 // errNotOurs is the per-node outcome of an unlock or extend on a node whose
 // key is gone or holds another token.
 var errNotOurs = errors.New("key missing or held by another token")
+
+// errFenceUnknown is the per-node outcome of a node that granted a fenced
+// lock while its fence counter was unknown (it lost its data): it does not
+// count toward the quorum of the fence.
+var errFenceUnknown = errors.New("granted, but the node's fence counter is unknown since it lost its data")
 
 // errPending is the per-node outcome of a node that had not answered when the
 // outcome was decided without it.
@@ -40,7 +66,7 @@ var errSkipped = errors.New("not sent: the node refused the acquire")
 // error) and, when the caller's context ended the operation, ctx.Err().
 type Error struct {
 	Op     string       // "lock", "unlock" or "extend"
-	Key    string       // the key as given by the caller, without prefix
+	Key    string       // the key as given by the caller, without prefix; the keys joined by ", " for LockMany
 	Quorum int          // nodes needed
 	OK     int          // nodes that did what was asked before the decision
 	Nodes  []NodeResult // one per node, in the order given to New

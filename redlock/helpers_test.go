@@ -21,6 +21,19 @@ type cluster struct {
 	srv   []*miniredis.Miniredis
 	nodes []redis.UniversalClient
 	hooks []*faultHook
+	fresh bool // client does not establish the nodes' state: they start as a new deployment
+}
+
+// establish gives every running node that has no state yet the state of a
+// node in service (out of its restart guard, fence counter 0), as if the
+// deployment had been bootstrapped long ago.
+func (c *cluster) establish(prefix string) {
+	for _, m := range c.srv {
+		if m.Exists(prefix + reservedKey) {
+			continue
+		}
+		m.HSet(prefix+reservedKey, "g", "0", "id", "test", "f", "0")
+	}
 }
 
 func newCluster(t *testing.T, n int) *cluster {
@@ -40,11 +53,16 @@ func newCluster(t *testing.T, n int) *cluster {
 	return c
 }
 
-// client returns a Client on the cluster's nodes, closed at the end of the test.
+// client returns a Client on the cluster's nodes, closed at the end of the
+// test. Unless the cluster is fresh, it first gives every node the state of
+// a node in service (see establish).
 func (c *cluster) client(t *testing.T, opts *Options) *Client {
 	t.Helper()
 	if opts == nil {
 		opts = &Options{}
+	}
+	if !c.fresh {
+		c.establish(opts.KeyPrefix)
 	}
 	if opts.NodeTimeout == 0 {
 		// In-process nodes under the race detector on two cores answer in

@@ -1,7 +1,10 @@
--- extend: set the TTL of KEYS[1] to ARGV[2] ms if it holds token ARGV[1].
--- Returns 1 if extended, 0 if the key is gone or holds another token (then it
--- is left alone: a failed extend never deletes anything).
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- extend: set the TTL of every key of KEYS to ARGV[2] ms if all of them hold
+-- token ARGV[1]. Returns 1 if extended, 0 if a key is gone or holds another
+-- token (then nothing is changed: a failed extend never deletes anything).
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) ~= ARGV[1] then return 0 end
 end
-return 0
+for i = 1, #KEYS do
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+end
+return 1
