@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -122,7 +123,7 @@ func (c *Client) track(r *quorum.Round) { c.bg.Go(r.Wait) }
 // The lock's validity is ttl minus the round's duration minus the drift
 // allowance; ttl is used in whole milliseconds.
 func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	return c.TryLockMany(ctx, []string{key}, ttl)
+	return c.tryLock(ctx, []string{key}, ttl)
 }
 
 // TryLockMany is [Client.TryLock] for a lock over several keys, taken
@@ -136,6 +137,11 @@ func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*L
 // hash slot: give every key of one lock the same hash tag, for example
 // "{order:42}:stock" and "{order:42}:payment".
 func (c *Client) TryLockMany(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
+	return c.tryLock(ctx, slices.Clone(keys), ttl)
+}
+
+// tryLock is TryLockMany on keys that the Lock may keep.
+func (c *Client) tryLock(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
 	ttl, err := c.checkArgs(keys, ttl)
 	if err != nil {
 		return nil, err
@@ -155,12 +161,17 @@ func (c *Client) TryLockMany(ctx context.Context, keys []string, ttl time.Durati
 // concurrent use; concurrent callers of one Client compete like separate
 // clients.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	return c.LockMany(ctx, []string{key}, ttl)
+	return c.lock(ctx, []string{key}, ttl)
 }
 
 // LockMany is [Client.Lock] for several keys taken together, as in
 // [Client.TryLockMany].
 func (c *Client) LockMany(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
+	return c.lock(ctx, slices.Clone(keys), ttl)
+}
+
+// lock is LockMany on keys that the Lock may keep.
+func (c *Client) lock(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
 	ttl, err := c.checkArgs(keys, ttl)
 	if err != nil {
 		return nil, err
@@ -315,7 +326,15 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration) 
 		return nil, 0, ErrClosed
 	}
 	l, hint, err := c.round(ctx, keys, ttl, nil)
-	if ids := c.newDeployment(l, err); ids != nil {
+	ids, waited := c.newDeployment(l, err)
+	if waited {
+		// Report the answers newDeployment waited for.
+		var e *Error
+		if errors.As(err, &e) {
+			c.fillNodes(e, l.acq, nil)
+		}
+	}
+	if ids != nil {
 		// Every node is guarded at once: a new deployment. End the guard on
 		// all of them, each only if it still has the state we saw.
 		l, hint, err = c.round(ctx, keys, ttl, ids)
@@ -328,25 +347,27 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration) 
 
 // newDeployment returns the ids of the nodes' guarded states when a failed
 // round l found every node guarded, or nil. When every node that answered
-// was guarded, it waits for the others' answers (at most the node timeout).
-func (c *Client) newDeployment(l *Lock, err error) []string {
+// was guarded, it waits for the others' answers (at most the node timeout)
+// and reports that it waited.
+func (c *Client) newDeployment(l *Lock, err error) (ids []string, waited bool) {
 	if err == nil || l == nil || c.cfg.guard == 0 {
-		return nil
+		return nil, false
 	}
 	for i := range c.nodes {
 		if res, done := l.acq.Result(i); done && !errors.Is(res, ErrGuarded) {
-			return nil
+			return nil, false
 		}
 	}
-	ids := make([]string, len(c.nodes))
+	ids = make([]string, len(c.nodes))
 	for i := range c.nodes {
 		<-l.acq.Done(i)
 		if res, _ := l.acq.Result(i); !errors.Is(res, ErrGuarded) {
-			return nil
+			ids = nil
+		} else if ids != nil {
+			ids[i] = l.replies[i].state
 		}
-		ids[i] = l.replies[i].state
 	}
-	return ids
+	return ids, true
 }
 
 // round makes one lock round, establishing the guarded states given in
@@ -377,10 +398,11 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	c.track(r)
 	l.acq = r
 	ok, qerr := r.Await(ctx, c.cfg.quorum)
-	if qerr == nil && c.cfg.fencing {
-		r, ok, qerr = c.fence(ctx, l)
-	}
 	validity := clock.Validity(ttl, c.cfg.clock.Now().Sub(start), c.cfg.drift)
+	if qerr == nil && validity > 0 && c.cfg.fencing {
+		r, ok, qerr = c.fence(ctx, l)
+		validity = clock.Validity(ttl, c.cfg.clock.Now().Sub(start), c.cfg.drift)
+	}
 	if qerr == nil && validity > 0 {
 		l.until = start.Add(validity)
 		return l, 0, nil
@@ -468,6 +490,12 @@ func (c *Client) freeIn(l *Lock) time.Duration {
 // newError builds the Error of an operation from its round.
 func (c *Client) newError(op, key string, ok int, r *quorum.Round, sentinel, cause error) *Error {
 	e := &Error{Op: op, Key: key, Quorum: c.cfg.quorum, OK: ok, Nodes: make([]NodeResult, len(c.nodes)), sentinel: sentinel, cause: cause}
+	c.fillNodes(e, r, cause)
+	return e
+}
+
+// fillNodes sets each node's address and outcome in r on e.
+func (c *Client) fillNodes(e *Error, r *quorum.Round, cause error) {
 	for i := range c.nodes {
 		e.Nodes[i].Addr = c.addrs[i]
 		res, done := r.Result(i)
@@ -480,7 +508,6 @@ func (c *Client) newError(op, key string, ok int, r *quorum.Round, sentinel, cau
 			e.Nodes[i].Err = errPending
 		}
 	}
-	return e
 }
 
 // release sends the token-guarded release of l to every node in parallel,

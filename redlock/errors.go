@@ -56,9 +56,9 @@ var errFenceUnknown = errors.New("granted, but the node's fence counter is unkno
 // outcome was decided without it.
 var errPending = errors.New("no answer yet when the outcome was decided")
 
-// errSkipped is the per-node outcome of a release or extend not sent because
-// the node had refused the acquire: its key cannot hold our token.
-var errSkipped = errors.New("not sent: the node refused the acquire")
+// errSkipped is the per-node outcome of a release, extend or fence write-back
+// not sent because the node did not grant the acquire.
+var errSkipped = errors.New("not sent: the node did not grant the acquire")
 
 // Error is the failure of an operation that involved the nodes. It carries
 // each node's outcome; errors.Is finds the sentinel ([ErrNotObtained] or

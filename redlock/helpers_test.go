@@ -75,6 +75,17 @@ func (c *cluster) client(t *testing.T, opts *Options) *Client {
 	return cl
 }
 
+// setTime sets the time of every node (TIME and key expiry) to now.
+func (c *cluster) setTime(now time.Time) {
+	for _, m := range c.srv {
+		m.SetTime(now)
+	}
+}
+
+// restart imitates a restart of node i without persistence: it comes back
+// with no data.
+func (c *cluster) restart(i int) { c.srv[i].FlushAll() }
+
 // holders counts the nodes whose key holds value.
 func (c *cluster) holders(key, value string) int {
 	n := 0
@@ -113,7 +124,15 @@ type faultHook struct {
 	gate   chan struct{} // when non-nil, commands wait until it is closed
 	before func()
 	fail   error
+	only   func(redis.Cmder) bool // when non-nil, before and fail apply only to the commands it selects
 	calls  atomic.Int64
+}
+
+// selectCmds limits before and fail to the commands that match selects.
+func (h *faultHook) selectCmds(match func(redis.Cmder) bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.only = match
 }
 
 func (h *faultHook) block() (release func()) {
@@ -139,8 +158,11 @@ func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.calls.Add(1)
 		h.mu.Lock()
-		gate, before, fail := h.gate, h.before, h.fail
+		gate, before, fail, only := h.gate, h.before, h.fail, h.only
 		h.mu.Unlock()
+		if only != nil && !only(cmd) {
+			before, fail = nil, nil
+		}
 		if gate != nil {
 			<-gate // like a stalled network: the command is not abandoned
 		}

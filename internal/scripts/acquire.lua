@@ -28,9 +28,10 @@ if guard > 0 then
     end
     local id = redis.call('HGET', state, 'id')
     if ARGV[4] ~= '' and ARGV[4] == id then
-      -- Every node was guarded at once: a new deployment. Its counters are
-      -- known (no fence was ever issued by these states).
-      redis.call('HSET', state, 'g', '0', 'f', '0')
+      -- Every node was guarded at once: a new deployment. Its counter is
+      -- known: no fence was issued before (one written meanwhile is kept).
+      redis.call('HSET', state, 'g', '0')
+      redis.call('HSETNX', state, 'f', '0')
     elseif tonumber(g) > now then
       return {-2, tonumber(g) - now, id}
     else
