@@ -418,24 +418,9 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 // fence is the second phase of a fenced lock, after a quorum of nodes with
 // known fence counters granted l: it takes T = 1 + the largest counter
 // those nodes reported and raises the counter to T, guarded by l's token, on
-// every node that granted l. It returns the write-back round and whether a
-// quorum acknowledged it.
-//
-// Why fences increase from one holder of a key to the next, although the
-// nodes are independent: let A hold with fence T_A, acknowledged by the set
-// W_A, a quorum. A later holder B computes T_B from R_B, a quorum of nodes
-// that granted B and whose counters are known. Two quorums share a node x.
-// x wrote T_A while its key held A's token, so before it could grant B (the
-// write is refused once the token is gone). If x kept its data, its counter
-// is ≥ T_A when B reads it, so T_B > T_A. If x lost its data, its counter
-// is unknown from then on: it is left out of R_B (it may grant B, but its
-// counter does not count) until a write-back sets it to a fence computed
-// from a quorum of known counters, which by the same argument exceeds every
-// fence before it. A node learns that it lost its data from its state key
-// (see [ErrGuarded]), which is lost with the data; the restart guard keeps
-// it from granting until the locks it forgot have expired. A brand-new
-// deployment starts every counter at 0, known, which is wrong only if every
-// node lost its data within one RestartGuard (the guard's own limit).
+// every node that had granted l. It returns the write-back round and whether
+// a quorum acknowledged it. Why this makes fences increase is argued at
+// [Lock.Fence].
 func (c *Client) fence(ctx context.Context, l *Lock) (*quorum.Round, int, error) {
 	var hi int64
 	granted := make([]bool, len(c.nodes))

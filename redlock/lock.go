@@ -51,20 +51,40 @@ func (l *Lock) name() string {
 
 // Fence returns the lock's fencing token when Options.Fencing is set, else 0.
 // The fences of successive holders of one key strictly increase (they come
-// from one sequence shared by all keys, so they also increase across keys
-// on the same nodes). Pass it with every write to the protected resource,
-// and make the resource reject a write whose fence is lower than the highest
-// it has seen: a holder that was paused beyond [Lock.Until] is then turned
-// away instead of writing over its successor.
+// from one counter per node shared by all keys, so they also increase across
+// keys). Pass the fence with every write to the protected resource, and make
+// the resource reject a write whose fence is lower than the highest it has
+// seen: a holder that was paused beyond [Lock.Until] is then turned away
+// instead of writing over its successor's work.
 //
 // A fenced lock is obtained in two phases. The acquire script also returns
-// each node's fence counter; once a quorum of nodes whose counter is known
-// has granted the lock, the client takes T = their largest counter + 1 and
-// writes max(counter, T) back, guarded by the lock's token, to every node
-// that granted it. The lock is held only if a quorum acknowledged the write
-// within the validity. The counters have no TTL; a node that loses them
-// reports them unknown until a write-back repairs them (see the
-// fence write-back's argument in the package documentation).
+// each node's fence counter (no TTL); once a quorum of nodes whose counter
+// is known has granted the lock, the client takes T = their largest counter
+// + 1 and writes max(counter, T) back, guarded by the lock's token, to every
+// node that had granted it. The lock is held only if a quorum acknowledged
+// the write-back within the validity.
+//
+// Why fences increase although the nodes are independent (a maximum read
+// from one quorum would not do: two quorums can see different maxima): let
+// A hold with fence T_A, acknowledged by W_A, a quorum. A later holder B
+// computes T_B from R_B, a quorum of nodes that granted B and whose
+// counters are known. Two quorums share a node x. x took A's write-back
+// while its keys held A's token, hence before it granted B (once B holds
+// them, A's write-back is refused). If x kept its data, its counter is ≥ T_A
+// when B reads it, so T_B > T_A. If x lost its data since (a restart
+// without persistence, FLUSHALL), its counter is unknown from then on: it
+// still may grant B, but it is left out of R_B until a write-back sets it to
+// a fence computed from a quorum of known counters, which by the same
+// argument exceeds every fence before it. The node knows it lost the counter
+// because the counter lives in the same key as the state of its restart
+// guard (see [ErrGuarded]); the guard keeps it from granting until the
+// locks it forgot have expired. A new deployment starts every counter at 0,
+// known: this is wrong only if every node lost its data within one
+// RestartGuard, the limit of the guard itself. With
+// Options.UnsafeNoRestartGuard a lost counter reads as 0, and fences can go
+// backwards.
+//
+// Fences count in the nodes' Lua numbers: exact up to 2^53.
 func (l *Lock) Fence() uint64 { return l.fence }
 
 // Token returns the random value that identifies this holder on the nodes.
