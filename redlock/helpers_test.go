@@ -105,6 +105,12 @@ func (c *cluster) waitHolders(t *testing.T, key, value string, n int) {
 		"%d nodes hold %s=%s", n, key, value)
 }
 
+// valueOn returns the value of key on node i, or "".
+func (c *cluster) valueOn(i int, key string) string {
+	v, _ := c.srv[i].Get(key)
+	return v
+}
+
 // keys counts the nodes where key exists.
 func (c *cluster) keys(key string) int {
 	n := 0
