@@ -291,7 +291,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, 
 			case code == 0:
 				rep.fence = n
 				if n < 0 {
-					return errFenceUnknown
+					return ErrFenceUnknown
 				}
 				return nil
 			case code == -2 && len(v) == 3:
@@ -426,7 +426,7 @@ func (c *Client) fence(ctx context.Context, l *Lock) (*quorum.Round, int, error)
 	granted := make([]bool, len(c.nodes))
 	for i := range c.nodes {
 		res, done := l.acq.Result(i)
-		if !done || (res != nil && !errors.Is(res, errFenceUnknown)) {
+		if !done || (res != nil && !errors.Is(res, ErrFenceUnknown)) {
 			continue
 		}
 		granted[i] = true

@@ -39,6 +39,15 @@ var (
 	// data within one RestartGuard of the others, which the guard cannot
 	// tell from a new deployment: a lock held then is forgotten everywhere.
 	ErrGuarded = errors.New("redlock: node in its restart guard")
+	// ErrFenceUnknown is the per-node outcome of a node that granted a
+	// fenced lock while its fence counter was unknown, because the node lost
+	// its data: it does not count toward the quorum of the fence, and the
+	// write-back of the next fenced lock it grants in time repairs it. When a
+	// quorum of nodes have lost their counters (for example all of them, one
+	// after another, with no fenced lock in between), fenced locks fail until
+	// an operator sets the field "f" of the state key (see [ErrGuarded]) on
+	// every node to at least the highest fence any resource has accepted.
+	ErrFenceUnknown = errors.New("redlock: node's fence counter unknown since it lost its data")
 	// ErrClosed is returned by every operation of a Client after Close.
 	ErrClosed = errors.New("redlock: client closed")
 )
@@ -46,11 +55,6 @@ var (
 // errNotOurs is the per-node outcome of an unlock or extend on a node whose
 // key is gone or holds another token.
 var errNotOurs = errors.New("key missing or held by another token")
-
-// errFenceUnknown is the per-node outcome of a node that granted a fenced
-// lock while its fence counter was unknown (it lost its data): it does not
-// count toward the quorum of the fence.
-var errFenceUnknown = errors.New("granted, but the node's fence counter is unknown since it lost its data")
 
 // errPending is the per-node outcome of a node that had not answered when the
 // outcome was decided without it.

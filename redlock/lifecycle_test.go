@@ -337,7 +337,7 @@ func TestFenceLostCounter(t *testing.T) {
 	c.hooks[1].set(nil, errBroken)
 	_, err := safe.TryLock(t.Context(), "k", time.Second)
 	require.ErrorIs(t, err, ErrNotObtained)
-	assert.ErrorIs(t, nodeErrs(t, err)[2], errFenceUnknown)
+	assert.ErrorIs(t, nodeErrs(t, err)[2], ErrFenceUnknown)
 
 	unsafe := c.client(t, &Options{Fencing: true, UnsafeNoRestartGuard: true})
 	c.srv[2].HDel(reservedKey, "f")
