@@ -31,7 +31,9 @@ type Client struct {
 
 	slotted  []bool // per node: a Redis Cluster, whose state key is one per hash slot
 	sharded  bool   // some node is a Cluster or a Ring: a lock's keys must share a hash tag or slot
-	fenceArg string // the acquire script's fence argument
+	// The acquire script's constant arguments, boxed once: an interface
+	// holding a string or a large integer costs an allocation per call.
+	guardArg, fenceArg, noEstablish any
 
 	mu     sync.RWMutex // guards closed; held for reading while background work is added to bg
 	closed bool
@@ -55,7 +57,8 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg, slotted: make([]bool, len(nodes)), fenceArg: "0"}
+	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg, slotted: make([]bool, len(nodes)),
+		guardArg: cfg.guard.Milliseconds(), fenceArg: "0", noEstablish: ""}
 	if cfg.fencing {
 		c.fenceArg = "1"
 	}
@@ -270,8 +273,12 @@ type nodeReply struct {
 
 // acquire runs the acquire script for l on node i, with the id of a guarded
 // state to establish ("" for none), and records what it reported.
-func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, ttlMS int64) error {
-	v, err := scripts.Acquire.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, ttlMS, c.cfg.guard.Milliseconds(), establish, c.fenceArg).Result()
+func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, ttlMS any) error {
+	est := c.noEstablish
+	if establish != "" {
+		est = establish
+	}
+	v, err := scripts.Acquire.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, ttlMS, c.guardArg, est, c.fenceArg).Result()
 	if err != nil {
 		return err
 	}
@@ -386,7 +393,7 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 		l.rkeys[i] = c.cfg.prefix + k
 	}
 	l.akeys = append(l.rkeys[:len(keys):len(keys)], c.cfg.prefix+reservedKey)
-	ttlMS := ttl.Milliseconds()
+	var ttlMS any = ttl.Milliseconds() // boxed once for all nodes
 	start := c.cfg.clock.Now()
 	r := quorum.Start(ctx, n, c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
 		var est string
