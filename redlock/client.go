@@ -29,8 +29,8 @@ type Client struct {
 	addrs []string // one display name per node
 	cfg   config
 
-	slotted  []bool // per node: a Redis Cluster, whose state key is one per hash slot
-	sharded  bool   // some node is a Cluster or a Ring: a lock's keys must share a hash tag or slot
+	slotted []bool // per node: a Redis Cluster, whose state key is one per hash slot
+	sharded bool   // some node is a Cluster or a Ring: a lock's keys must share a hash tag or slot
 	// The acquire script's constant arguments, boxed once: an interface
 	// holding a string or a large integer costs an allocation per call.
 	guardArg, fenceArg, noEstablish any
