@@ -444,14 +444,7 @@ func (c *Client) fence(ctx context.Context, l *Lock) (*quorum.Round, int, error)
 		if !granted[i] {
 			return errSkipped
 		}
-		v, err := scripts.Fence.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, hi+1).Int64()
-		if err != nil {
-			return err
-		}
-		if v == 0 {
-			return errNotOurs
-		}
-		return nil
+		return guarded(scripts.Fence.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, hi+1).Int64())
 	})
 	c.track(r)
 	ok, err := r.Await(ctx, c.cfg.quorum)
@@ -529,6 +522,18 @@ func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
 	})
 	c.track(r)
 	return r
+}
+
+// guarded turns the reply of a token-guarded script into a node's outcome:
+// 1 is success, 0 means that the keys are gone or hold another token.
+func guarded(v int64, err error) error {
+	if err != nil {
+		return err
+	}
+	if v == 0 {
+		return errNotOurs
+	}
+	return nil
 }
 
 // refused reports whether an acquire's outcome says that the node did not set

@@ -159,14 +159,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		if res, done := l.acq.Result(i); done && refused(res) {
 			return errSkipped
 		}
-		v, err := scripts.Extend.Run(ctx, c.nodes[i], keys, l.token, ttlMS).Int64()
-		if err != nil {
-			return err
-		}
-		if v == 0 {
-			return errNotOurs
-		}
-		return nil
+		return guarded(scripts.Extend.Run(ctx, c.nodes[i], keys, l.token, ttlMS).Int64())
 	})
 	c.track(r)
 	ok, qerr := r.Await(ctx, c.cfg.quorum)
