@@ -133,12 +133,12 @@ func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*L
 // together: each node grants all of them or none, in one script, and the
 // quorum is counted over nodes. [Lock.Unlock] and [Lock.Extend] act on all
 // the keys. Bad input (no keys, an empty key, a key given twice, or, when a
-// node is a Redis Cluster, keys in different hash slots) gives an error
-// naming it.
+// node is a Redis Cluster or Ring, keys with different hash tags) gives an
+// error naming it.
 //
 // On a node that is a Redis Cluster, a script may only touch keys of one
-// hash slot: give every key of one lock the same hash tag, for example
-// "{order:42}:stock" and "{order:42}:payment".
+// hash slot (on a Ring, of one shard): give every key of one lock the same
+// hash tag, for example "{order:42}:stock" and "{order:42}:payment".
 func (c *Client) TryLockMany(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
 	return c.tryLock(ctx, slices.Clone(keys), ttl)
 }
@@ -341,7 +341,7 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration) 
 			c.fillNodes(e, l.acq, nil)
 		}
 	}
-	if ids != nil {
+	if ids != nil && ctx.Err() == nil {
 		// Every node is guarded at once: a new deployment. End the guard on
 		// all of them, each only if it still has the state we saw.
 		l, hint, err = c.round(ctx, keys, ttl, ids)
@@ -357,7 +357,7 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration) 
 // was guarded, it waits for the others' answers (at most the node timeout)
 // and reports that it waited.
 func (c *Client) newDeployment(l *Lock, err error) (ids []string, waited bool) {
-	if err == nil || l == nil || c.cfg.guard == 0 {
+	if err == nil || l == nil || c.cfg.guard == 0 || l.acq == nil {
 		return nil, false
 	}
 	for i := range c.nodes {
