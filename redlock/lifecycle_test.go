@@ -178,6 +178,29 @@ func TestNewDeploymentNodeDown(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// TestRestartDuringBootstrap: a node that loses its data between the round
+// that saw every node new and the round that ends their guard stays
+// guarded; the others lock.
+func TestRestartDuringBootstrap(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 5)
+	c.fresh = true
+	cl := c.client(t, nil)
+	c.hooks[2].selectCmds(func(cmd redis.Cmder) bool {
+		a := cmd.Args() // evalsha sha 2 key state token ttl guard establish fence
+		return len(a) == 10 && a[1] == scripts.Acquire.Hash() && a[8] != ""
+	})
+	c.hooks[2].set(func() { c.srv[2].FlushAll() }, nil)
+	l, err := cl.TryLock(t.Context(), "k", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, cl.Close())
+	assert.False(t, c.srv[2].Exists("k"), "the restarted node granted")
+	assert.Equal(t, 4, c.holders("k", l.Token()))
+	g := c.srv[2].HGet(reservedKey, "g")
+	assert.NotEqual(t, "0", g, "the restarted node left its guard")
+	assert.NotEmpty(t, g)
+}
+
 // TestConcurrentBootstrap: clients that start together on a new deployment
 // all get their locks without waiting for the guard.
 func TestConcurrentBootstrap(t *testing.T) {
