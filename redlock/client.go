@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,6 +35,10 @@ type Client struct {
 	// The acquire script's constant arguments, boxed once: an interface
 	// holding a string or a large integer costs an allocation per call.
 	guardArg, fenceArg, noEstablish any
+
+	// inService is set once a node answered an acquire out of its guard:
+	// from then on this Client never takes the nodes for a new deployment.
+	inService atomic.Bool
 
 	mu     sync.RWMutex // guards closed; held for reading while background work is added to bg
 	closed bool
@@ -283,6 +288,11 @@ func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, 
 		return err
 	}
 	rep := &l.replies[i]
+	if !c.inService.Load() {
+		if a, ok := v.([]any); !ok || len(a) != 3 {
+			c.inService.Store(true) // not the guard's reply
+		}
+	}
 	switch v := v.(type) {
 	case int64:
 		if v != 0 {
@@ -352,12 +362,20 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration) 
 	return l, 0, nil
 }
 
+// newDeploymentWindow bounds how far apart in time the nodes' restart
+// guards may have begun for a round to take them for a brand-new deployment
+// (see [ErrGuarded]). Nodes that came up further apart, as in a rolling
+// restart, serve locks only once their guards have run out.
+const newDeploymentWindow = 5 * time.Second
+
 // newDeployment returns the ids of the nodes' guarded states when a failed
-// round l found every node guarded, or nil. When every node that answered
-// was guarded, it waits for the others' answers (at most the node timeout)
-// and reports that it waited.
+// round l found a new deployment: this Client has never seen a node out of
+// its guard, and every node is guarded, its guard begun within
+// newDeploymentWindow. Otherwise it returns nil. When every node that
+// answered was guarded, it waits for the others' answers (at most the node
+// timeout) and reports that it waited.
 func (c *Client) newDeployment(l *Lock, err error) (ids []string, waited bool) {
-	if err == nil || l == nil || c.cfg.guard == 0 || l.acq == nil {
+	if err == nil || l == nil || c.cfg.guard == 0 || l.acq == nil || c.inService.Load() {
 		return nil, false
 	}
 	for i := range c.nodes {
@@ -365,10 +383,11 @@ func (c *Client) newDeployment(l *Lock, err error) (ids []string, waited bool) {
 			return nil, false
 		}
 	}
+	young := (c.cfg.guard - newDeploymentWindow).Milliseconds()
 	ids = make([]string, len(c.nodes))
 	for i := range c.nodes {
 		<-l.acq.Done(i)
-		if res, _ := l.acq.Result(i); !errors.Is(res, ErrGuarded) {
+		if res, _ := l.acq.Result(i); !errors.Is(res, ErrGuarded) || l.replies[i].ttl < young {
 			ids = nil
 		} else if ids != nil {
 			ids[i] = l.replies[i].state

@@ -32,7 +32,7 @@
 // is missing has lost its data, and refuses to grant for
 // Options.RestartGuard (1 minute by default, and at least every TTL) from
 // its first lock request after the loss. A brand-new deployment, where a
-// round finds every node in its guard at once, skips the wait. See
+// round finds every node's guard just begun, skips the wait. See
 // [ErrGuarded].
 //
 // # Fencing
@@ -48,9 +48,10 @@
 // nodes are independent masters (no replication between them, no failover
 // that promotes a replica with a stale copy); a node loses a key before its
 // TTL passes only together with its state key (a restart without
-// persistence, FLUSHALL, FLUSHDB: run lock nodes with maxmemory-policy
-// noeviction, since eviction can drop one key and keep the other), and not
-// every node loses its data within one RestartGuard; every client of a
+// persistence, FLUSHALL, FLUSHDB: lock nodes that set maxmemory use
+// maxmemory-policy noeviction, since eviction can drop one key and keep the
+// other), and not every node loses its data within one TTL (see
+// [ErrGuarded]); every client of a
 // deployment uses the same RestartGuard; clocks on the client and the nodes
 // run at rates that differ by less than DriftFactor; and the holder stops
 // relying on the lock at [Lock.Until], which it cannot do through a process

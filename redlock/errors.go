@@ -31,13 +31,17 @@ var (
 	// state lives in the node's own data, the node cannot lose its locks
 	// without losing its state.
 	//
-	// A brand-new deployment is guarded everywhere at once. A client whose
-	// round finds every one of the N nodes guarded ends the guard on all of
-	// them at once (each only if its state is still the one the client saw,
-	// so that a node that restarts meanwhile stays guarded) and locks
-	// without waiting. This is sound as long as not every node loses its
-	// data within one RestartGuard of the others, which the guard cannot
-	// tell from a new deployment: a lock held then is forgotten everywhere.
+	// A brand-new deployment is guarded everywhere at once. A round that
+	// finds every one of the N nodes guarded, all guards begun within 5
+	// seconds of each other, from a Client that has never seen a node out of
+	// its guard, takes the nodes for a new deployment: it ends the guard on
+	// all of them (each only if its state is still the one the round saw, so
+	// that a node that restarts meanwhile stays guarded) and locks without
+	// waiting. If a node comes up later than that, each node serves locks
+	// once its own guard has run out. What the guard cannot tell
+	// from a new deployment: every node losing its data (a restart without
+	// persistence, FLUSHALL) within one TTL, with no lock request reaching
+	// any of them in between; a lock held then is forgotten everywhere.
 	ErrGuarded = errors.New("redlock: node in its restart guard")
 	// ErrFenceUnknown is the per-node outcome of a node that granted a
 	// fenced lock while its fence counter was unknown, because the node lost

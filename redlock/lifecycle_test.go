@@ -148,12 +148,21 @@ func TestNewDeployment(t *testing.T) {
 }
 
 // TestNewDeploymentNodeDown: with one node down at the first start the
-// client cannot tell a new deployment from lost data; once the node is up,
-// a round finds all five guarded and locks.
+// client cannot tell a new deployment from lost data. If the node comes up
+// within newDeploymentWindow, a round finds all five newly guarded and
+// locks; if later, the nodes serve once their own guards have run out.
 func TestNewDeploymentNodeDown(t *testing.T) {
+	for _, late := range []time.Duration{newDeploymentWindow - time.Second, newDeploymentWindow + time.Second} {
+		t.Run(late.String(), func(t *testing.T) { testNewDeploymentNodeDown(t, late) })
+	}
+}
+
+func testNewDeploymentNodeDown(t *testing.T, late time.Duration) {
 	leakcheck.Check(t)
 	c := newCluster(t, 5)
 	c.fresh = true
+	now := time.Now()
+	c.setTime(now)
 	cl := c.client(t, nil)
 	c.hooks[4].set(nil, errBroken)
 	_, err := cl.TryLock(t.Context(), "k", time.Second)
@@ -174,7 +183,75 @@ func TestNewDeploymentNodeDown(t *testing.T) {
 	}
 
 	c.hooks[4].set(nil, nil)
+	c.setTime(now.Add(late))
 	_, err = cl.TryLock(t.Context(), "k", time.Second)
+	if late < newDeploymentWindow {
+		require.NoError(t, err)
+		return
+	}
+	require.ErrorIs(t, err, ErrGuarded)
+	c.setTime(now.Add(DefaultRestartGuard))
+	_, err = cl.TryLock(t.Context(), "k", time.Second)
+	require.NoError(t, err, "nodes 0-3 are out of their guard")
+}
+
+// TestRollingRestart: the nodes restart one after another, without data,
+// ten seconds apart, while locks are taken; C takes a lock on the three
+// nodes that have not restarted yet, and then those restart too. When the
+// last one restarts every node is guarded, but not a new deployment: B,
+// even from a new Client, must not get C's lock. (With newDeploymentWindow
+// set to an hour, B gets it: checked by hand as the negative control.)
+func TestRollingRestart(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 5)
+	now := time.Now()
+	c.setTime(now)
+	traffic := c.client(t, nil)
+	tick := func(at time.Duration, restart int) {
+		c.setTime(now.Add(at))
+		c.restart(restart)
+		_, _ = traffic.TryLock(t.Context(), "traffic", time.Second) // lock requests keep coming
+	}
+	tick(0, 0)
+	tick(10*time.Second, 1)
+	c.setTime(now.Add(15 * time.Second))
+	holder := c.client(t, nil)
+	lc := lockOn(t, c, holder, "k", 30*time.Second, 2, 3, 4)
+	tick(20*time.Second, 2)
+	tick(30*time.Second, 3)
+	c.setTime(now.Add(40 * time.Second))
+	c.restart(4)
+
+	c.fresh = true        // the test's clients no longer set up the nodes' state
+	b := c.client(t, nil) // a new Client that has never seen the nodes in service
+	_, err := b.TryLock(t.Context(), "k", 30*time.Second)
+	require.ErrorIs(t, err, ErrGuarded)
+	assert.True(t, time.Now().Before(lc.Until()), "C's lock is still valid")
+	for i, e := range nodeErrs(t, err) {
+		if e != errPending {
+			assert.ErrorIs(t, e, ErrGuarded, "node %d", i)
+		}
+	}
+}
+
+// TestNewDeploymentOnlyForNewClients: when every node loses its data at
+// once, a Client that has seen the nodes in service keeps waiting for the
+// guard; only a new Client takes them for a new deployment (the limit the
+// guard documents).
+func TestNewDeploymentOnlyForNewClients(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 5)
+	old := c.client(t, nil)
+	_, err := old.TryLock(t.Context(), "a", time.Second)
+	require.NoError(t, err)
+	for i := range c.srv {
+		c.restart(i)
+	}
+	_, err = old.TryLock(t.Context(), "b", time.Second)
+	require.ErrorIs(t, err, ErrGuarded)
+	require.NoError(t, old.Close()) // its requests have landed
+	c.fresh = true                  // the test's clients no longer set up the nodes' state
+	_, err = c.client(t, nil).TryLock(t.Context(), "b", time.Second)
 	require.NoError(t, err)
 }
 

@@ -79,8 +79,8 @@ func (l *Lock) name() string {
 // because the counter lives in the same key as the state of its restart
 // guard (see [ErrGuarded]); the guard keeps it from granting until the
 // locks it forgot have expired. A new deployment starts every counter at 0,
-// known: this is wrong only if every node lost its data within one
-// RestartGuard, the limit of the guard itself. With
+// known: this is wrong only if every node lost its data at once, the limit
+// of the guard itself (see [ErrGuarded]). With
 // Options.UnsafeNoRestartGuard a lost counter reads as 0, and fences can go
 // backwards.
 //
