@@ -321,7 +321,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, 
 	return fmt.Errorf("redlock: unexpected reply %v from the acquire script", v)
 }
 
-// scriptKeys returns the KEYS of l's acquire and fence scripts on node i:
+// scriptKeys returns the KEYS of l's acquire, extend and fence scripts on node i:
 // the lock keys, then the node's state. The first key routes the script on
 // a Cluster or Ring node; on a Ring, each shard has its own state key.
 func (c *Client) scriptKeys(l *Lock, i int) []string {

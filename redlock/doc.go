@@ -31,7 +31,7 @@
 // Each node therefore keeps a state key without expiry; a node whose state
 // is missing has lost its data, and refuses to grant for
 // Options.RestartGuard (1 minute by default, and at least every TTL) from
-// its first lock request after the loss. A brand-new deployment, where a
+// its first lock or extend request after the loss. A brand-new deployment, where a
 // round finds every node's guard just begun, skips the wait. See
 // [ErrGuarded].
 //

@@ -25,11 +25,11 @@ var (
 	//
 	// A node keeps a state key without expiry (Options.KeyPrefix +
 	// "redquorum:node"; on a Redis Cluster node, one per hash slot). The
-	// acquire script reads it: when it is missing, the node's data is gone
-	// with it, so the node records "guarded until node TIME + RestartGuard"
-	// and refuses; once that time has passed, it grants again. Since the
-	// state lives in the node's own data, the node cannot lose its locks
-	// without losing its state.
+	// acquire script (and a failing extend) reads it: when it is missing, the
+	// node's data is gone with it, so the node records "guarded until node
+	// TIME + RestartGuard" and refuses; once that time has passed, it grants
+	// again. Since the state lives in the node's own data, the node cannot
+	// lose its locks without losing its state.
 	//
 	// A brand-new deployment is guarded everywhere at once. A round that
 	// finds every one of the N nodes guarded, all guards begun within 5
@@ -38,10 +38,12 @@ var (
 	// all of them (each only if its state is still the one the round saw, so
 	// that a node that restarts meanwhile stays guarded) and locks without
 	// waiting. If a node comes up later than that, each node serves locks
-	// once its own guard has run out. What the guard cannot tell
-	// from a new deployment: every node losing its data (a restart without
-	// persistence, FLUSHALL) within one TTL, with no lock request reaching
-	// any of them in between; a lock held then is forgotten everywhere.
+	// once its own guard has run out. What the guard cannot tell from a new
+	// deployment: every node losing its data (a restart without persistence,
+	// FLUSHALL) within one TTL, with no lock or extend request reaching any
+	// of them between the losses (with requests coming, within 5 seconds),
+	// seen by a Client created after the losses; a lock held then is
+	// forgotten everywhere.
 	ErrGuarded = errors.New("redlock: node in its restart guard")
 	// ErrFenceUnknown is the per-node outcome of a node that granted a
 	// fenced lock while its fence counter was unknown, because the node lost

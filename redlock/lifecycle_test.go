@@ -234,6 +234,35 @@ func TestRollingRestart(t *testing.T) {
 	}
 }
 
+// TestExtendStartsGuard: an Extend that finds a node without its state
+// begins that node's guard, as an acquire would, so that a holder that only
+// extends marks the moment a node lost its data.
+func TestExtendStartsGuard(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 5)
+	now := time.Now()
+	c.setTime(now)
+	cl := c.client(t, nil)
+	l, err := cl.TryLock(t.Context(), "k", 10*time.Second)
+	require.NoError(t, err)
+	c.waitHolders(t, "k", l.Token(), 5) // the round returned at its quorum
+	c.restart(0)
+	require.NoError(t, l.Extend(t.Context(), 10*time.Second))
+	require.NoError(t, cl.Close()) // node 0's answer has come
+	assert.Equal(t, strconv.FormatInt(now.Add(DefaultRestartGuard).UnixMilli(), 10), c.srv[0].HGet(reservedKey, "g"))
+	assert.False(t, c.srv[0].Exists("k"), "a failed extend sets nothing")
+	assert.Equal(t, "0", c.srv[1].HGet(reservedKey, "g"), "a node in service is left alone")
+
+	unsafe := c.client(t, &Options{UnsafeNoRestartGuard: true})
+	l, err = unsafe.TryLock(t.Context(), "j", 10*time.Second)
+	require.NoError(t, err)
+	c.waitHolders(t, "j", l.Token(), 5)
+	c.restart(1)
+	require.NoError(t, l.Extend(t.Context(), 10*time.Second))
+	require.NoError(t, unsafe.Close())
+	assert.False(t, c.srv[1].Exists(reservedKey), "without the guard Extend leaves the state alone")
+}
+
 // TestNewDeploymentOnlyForNewClients: when every node loses its data at
 // once, a Client that has seen the nodes in service keeps waiting for the
 // guard; only a new Client takes them for a new deployment (the limit the

@@ -153,13 +153,12 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		}
 		return &Error{Op: "extend", Key: l.name(), Quorum: c.cfg.quorum, Reason: reason, sentinel: ErrNotHeld}
 	}
-	keys := l.rkeys
-	ttlMS := ttl.Milliseconds()
+	var ttlMS any = ttl.Milliseconds() // boxed once for all nodes
 	r := quorum.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
 		if res, done := l.acq.Result(i); done && refused(res) {
 			return errSkipped
 		}
-		return guarded(scripts.Extend.Run(ctx, c.nodes[i], keys, l.token, ttlMS).Int64())
+		return guarded(scripts.Extend.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, ttlMS, c.guardArg).Int64())
 	})
 	c.track(r)
 	ok, qerr := r.Await(ctx, c.cfg.quorum)
