@@ -366,7 +366,7 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration) 
 // guards may have begun for a round to take them for a brand-new deployment
 // (see [ErrGuarded]). Nodes that came up further apart, as in a rolling
 // restart, serve locks only once their guards have run out.
-const newDeploymentWindow = 5 * time.Second
+var newDeploymentWindow = 5 * time.Second // a variable for the tests' negative control
 
 // newDeployment returns the ids of the nodes' guarded states when a failed
 // round l found a new deployment: this Client has never seen a node out of

@@ -199,9 +199,18 @@ func testNewDeploymentNodeDown(t *testing.T, late time.Duration) {
 // ten seconds apart, while locks are taken; C takes a lock on the three
 // nodes that have not restarted yet, and then those restart too. When the
 // last one restarts every node is guarded, but not a new deployment: B,
-// even from a new Client, must not get C's lock. (With newDeploymentWindow
-// set to an hour, B gets it: checked by hand as the negative control.)
+// even from a new Client, must not get C's lock. The negative control sets
+// newDeploymentWindow to an hour, and B gets it.
 func TestRollingRestart(t *testing.T) {
+	t.Run("window 5s", func(t *testing.T) { testRollingRestart(t, false) })
+	t.Run("window 1h", func(t *testing.T) {
+		defer func(w time.Duration) { newDeploymentWindow = w }(newDeploymentWindow)
+		newDeploymentWindow = time.Hour
+		testRollingRestart(t, true)
+	})
+}
+
+func testRollingRestart(t *testing.T, violate bool) {
 	leakcheck.Check(t)
 	c := newCluster(t, 5)
 	now := time.Now()
@@ -224,9 +233,14 @@ func TestRollingRestart(t *testing.T) {
 
 	c.fresh = true        // the test's clients no longer set up the nodes' state
 	b := c.client(t, nil) // a new Client that has never seen the nodes in service
-	_, err := b.TryLock(t.Context(), "k", 30*time.Second)
-	require.ErrorIs(t, err, ErrGuarded)
+	lb, err := b.TryLock(t.Context(), "k", 30*time.Second)
 	assert.True(t, time.Now().Before(lc.Until()), "C's lock is still valid")
+	if violate {
+		require.NoError(t, err, "negative control: B gets the lock C holds")
+		assert.True(t, time.Now().Before(lb.Until()))
+		return
+	}
+	require.ErrorIs(t, err, ErrGuarded)
 	for i, e := range nodeErrs(t, err) {
 		if e != errPending {
 			assert.ErrorIs(t, e, ErrGuarded, "node %d", i)
