@@ -57,9 +57,7 @@ func TestDoExtendsWhileFnRuns(t *testing.T) {
 	leakcheck.Check(t)
 	h := startDo(t)
 	ctx := <-h.fnCtx
-	token := ""
-	h.c.waitHolders(t, "job", h.c.valueOn(0, "job"), 5)
-	token = h.c.valueOn(0, "job")
+	token := h.c.waitAll(t, "job")
 	// Five extension periods: far beyond the TTL; every one must succeed.
 	for i := range 5 {
 		calls := h.c.hooks[0].calls.Load()
@@ -78,7 +76,7 @@ func TestDoExtensionFails(t *testing.T) {
 	leakcheck.Check(t)
 	h := startDo(t)
 	ctx := <-h.fnCtx
-	h.c.waitHolders(t, "job", h.c.valueOn(0, "job"), 5)
+	h.c.waitAll(t, "job")
 	for i := range 3 {
 		require.NoError(t, h.c.srv[i].Set("job", "thief"))
 	}
@@ -103,7 +101,7 @@ func TestDoValidityRunsOutDuringExtension(t *testing.T) {
 	leakcheck.Check(t)
 	h := startDo(t)
 	ctx := <-h.fnCtx
-	h.c.waitHolders(t, "job", h.c.valueOn(0, "job"), 5)
+	h.c.waitAll(t, "job")
 	var releases []func()
 	for _, hk := range h.c.hooks {
 		releases = append(releases, hk.block())

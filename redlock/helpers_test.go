@@ -105,9 +105,14 @@ func (c *cluster) waitHolders(t *testing.T, key, value string, n int) {
 		"%d nodes hold %s=%s", n, key, value)
 }
 
-// valueOn returns the value of key on node i, or "".
-func (c *cluster) valueOn(i int, key string) string {
-	v, _ := c.srv[i].Get(key)
+// waitAll waits until every node holds one value at key and returns it.
+func (c *cluster) waitAll(t *testing.T, key string) string {
+	t.Helper()
+	var v string
+	require.Eventually(t, func() bool {
+		v, _ = c.srv[0].Get(key)
+		return v != "" && c.holders(key, v) == len(c.srv)
+	}, 5*time.Second, time.Millisecond, "every node holds one value at %s", key)
 	return v
 }
 
