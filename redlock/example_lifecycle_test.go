@@ -64,7 +64,7 @@ func ExampleLock_Fence() {
 	ctx := context.Background()
 	var acct account
 
-	a, _ := client.Lock(ctx, "account:7", 100*time.Millisecond)
+	a, _ := client.Lock(ctx, "account:7", 300*time.Millisecond)
 	fmt.Println("A holds fence", a.Fence())
 	balance := 100 // A reads the balance, then stalls (GC, swap, a paused VM) past its validity.
 	time.Sleep(time.Until(a.Until()) + 50*time.Millisecond)
