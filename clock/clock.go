@@ -76,6 +76,21 @@ func (f *Fake) Advance(d time.Duration) {
 	f.waiters = kept
 }
 
+// WaitingFor reports whether an After is pending that fires exactly when the
+// clock has moved forward by d from now. Tests use it to wait until the code
+// under test sleeps for a particular delay.
+func (f *Fake) WaitingFor(d time.Duration) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at := f.now.Add(d)
+	for _, w := range f.waiters {
+		if w.at.Equal(at) {
+			return true
+		}
+	}
+	return false
+}
+
 // Waiters reports how many After channels have not fired yet. Tests use it to
 // wait until the code under test is blocked on the clock.
 func (f *Fake) Waiters() int {

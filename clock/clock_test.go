@@ -69,6 +69,8 @@ func TestFake(t *testing.T) {
 	a := f.After(10 * time.Millisecond)
 	b := f.After(20 * time.Millisecond)
 	assert.Equal(t, 2, f.Waiters())
+	assert.True(t, f.WaitingFor(20*time.Millisecond))
+	assert.False(t, f.WaitingFor(15*time.Millisecond))
 	f.Advance(9 * time.Millisecond)
 	select {
 	case <-a:

@@ -31,7 +31,7 @@ type Error struct {
 	Need  int               // the quorum
 	Total int               // nodes in the round
 	Nodes *multierror.Error // per-node failures, in the order they were learned
-	Ctx   error             // the caller's ctx.Err() if it ended the wait, else nil
+	Ctx   error             // the caller's ctx.Err() if ctx was done at the decision, else nil
 }
 
 func (e *Error) Error() string {
@@ -184,12 +184,14 @@ func (r *Round) Await(ctx context.Context, need int) (int, error) {
 		// already buffered.
 		expired = r.nctx.Done()
 	)
-	fail := func(ctxErr error) (int, error) {
-		return ok, &Error{OK: ok, Need: need, Total: r.n, Nodes: errs, Ctx: ctxErr}
+	fail := func() (int, error) {
+		// A context that ended while the nodes failed is usually why they
+		// failed (go-redis reports a deadline as an i/o timeout): name it.
+		return ok, &Error{OK: ok, Need: need, Total: r.n, Nodes: errs, Ctx: ctx.Err()}
 	}
 	for ok < need {
 		if r.n-failed < need {
-			return fail(nil)
+			return fail()
 		}
 		select {
 		case res := <-r.results:
@@ -202,7 +204,7 @@ func (r *Round) Await(ctx context.Context, need int) (int, error) {
 			errs = multierror.Append(errs, &NodeError{Node: res.node, Err: res.err})
 		case <-expired:
 			if ctx.Err() != nil {
-				return fail(ctx.Err())
+				return fail()
 			}
 			if r.left.Load() == 0 && !errors.Is(r.nctx.Err(), context.DeadlineExceeded) {
 				expired = nil // every call returned: read the buffered results
@@ -213,9 +215,9 @@ func (r *Round) Await(ctx context.Context, need int) (int, error) {
 					errs = multierror.Append(errs, &NodeError{Node: i, Err: ErrTimeout})
 				}
 			}
-			return fail(nil)
+			return fail()
 		case <-ctx.Done():
-			return fail(ctx.Err())
+			return fail()
 		}
 	}
 	return ok, nil

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/internal/hashslot"
 	"github.com/redquorum/redquorum/internal/retry"
 	"github.com/redquorum/redquorum/internal/scripts"
 	"github.com/redquorum/redquorum/quorum"
@@ -20,11 +24,21 @@ import (
 // concurrent use. Its requests to the nodes that outlive the call that
 // started them (the answer of a slow node after the quorum was decided, the
 // release that must follow it) belong to the Client: [Client.Close] waits for
-// them. Callers of [Client.Lock] on one key take turns locally (queue.go).
+// them.
 type Client struct {
 	nodes []redis.UniversalClient
 	addrs []string // one display name per node
 	cfg   config
+
+	slotted []bool // per node: a Redis Cluster, whose state key is one per hash slot
+	sharded bool   // some node is a Cluster or a Ring: a lock's keys must share a hash tag or slot
+	// The acquire script's constant arguments, boxed once: an interface
+	// holding a string or a large integer costs an allocation per call.
+	guardArg, fenceArg, noEstablish any
+
+	// inService is set once a node answered an acquire out of its guard:
+	// from then on this Client never takes the nodes for a new deployment.
+	inService atomic.Bool
 
 	mu     sync.RWMutex // guards closed; held for reading while background work is added to bg
 	closed bool
@@ -51,7 +65,11 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg, turns: newTurns()}
+	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg, slotted: make([]bool, len(nodes)),
+		guardArg: cfg.guard.Milliseconds(), fenceArg: "0", noEstablish: "", turns: newTurns()}
+	if cfg.fencing {
+		c.fenceArg = "1"
+	}
 	seenAddr := map[string]int{}
 	for i, n := range nodes {
 		if n == nil {
@@ -61,6 +79,12 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 			if nodes[j] == n {
 				return nil, fmt.Errorf("redlock: nodes[%d] is the same client as nodes[%d]", i, j)
 			}
+		}
+		switch n.(type) {
+		case *redis.ClusterClient:
+			c.slotted[i], c.sharded = true, true
+		case *redis.Ring:
+			c.sharded = true
 		}
 		addrs, problems := nodeInfo(n, cfg.nodeTimeout)
 		for _, a := range addrs {
@@ -105,18 +129,38 @@ func (c *Client) track(r *quorum.Round) { r.Own(&c.bg) }
 // whose answer did not come, is sent a token-guarded release, after its
 // answer for nodes still outstanding. The error is an [*Error] that wraps
 // [ErrNotObtained] (and ctx.Err() when ctx ended the attempt); bad arguments
-// (empty key, ttl that is not positive or too small to survive the drift
-// allowance) give a plain error naming the value.
+// (empty key, ttl that is not positive, too small to survive the drift
+// allowance, or above Options.RestartGuard) give a plain error naming the
+// value.
 //
 // The lock's validity is ttl minus the round's duration minus the drift
 // allowance; ttl is used in whole milliseconds. TryLock does not take part
 // in the local queue of [Client.Lock]: it makes its round at once.
 func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	ttl, err := c.checkArgs(key, ttl)
+	return c.tryLock(ctx, []string{key}, ttl)
+}
+
+// TryLockMany is [Client.TryLock] for a lock over several keys, taken
+// together: each node grants all of them or none, in one script, and the
+// quorum is counted over nodes. [Lock.Unlock] and [Lock.Extend] act on all
+// the keys. Bad input (no keys, an empty key, a key given twice, or, when a
+// node is a Redis Cluster or Ring, keys with different hash tags) gives an
+// error naming it.
+//
+// On a node that is a Redis Cluster, a script may only touch keys of one
+// hash slot (on a Ring, of one shard): give every key of one lock the same
+// hash tag, for example "{order:42}:stock" and "{order:42}:payment".
+func (c *Client) TryLockMany(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
+	return c.tryLock(ctx, slices.Clone(keys), ttl)
+}
+
+// tryLock is TryLockMany on keys that the Lock may keep.
+func (c *Client) tryLock(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
+	ttl, err := c.checkArgs(keys, ttl)
 	if err != nil {
 		return nil, err
 	}
-	l, _, err := c.attempt(ctx, key, ttl)
+	l, _, err := c.attempt(ctx, keys, ttl)
 	return l, err
 }
 
@@ -128,12 +172,21 @@ func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*L
 //
 // On failure it returns the [*Error] of the last round; errors.Is finds
 // [ErrNotObtained], and ctx.Err() when ctx ended the wait. Lock is safe for
-// concurrent use. Concurrent callers of one Client on one key take turns:
-// one at a time runs rounds and, once it holds the lock, keeps its turn until
-// it unlocks or the lock's validity ends, while the others wait in this
-// process in arrival order.
+// concurrent use; concurrent callers of one Client compete like separate
+// clients.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	ttl, err := c.checkArgs(key, ttl)
+	return c.lock(ctx, []string{key}, ttl)
+}
+
+// LockMany is [Client.Lock] for several keys taken together, as in
+// [Client.TryLockMany].
+func (c *Client) LockMany(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
+	return c.lock(ctx, slices.Clone(keys), ttl)
+}
+
+// lock is LockMany on keys that the Lock may keep.
+func (c *Client) lock(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
+	ttl, err := c.checkArgs(keys, ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -149,9 +202,10 @@ func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock
 		return giveUp
 	}
 	// Local queue (queue.go): wait for this key's turn in this Client.
-	turn, err := c.turns.wait(ctx, key, giveUpCh, c)
+	name := strings.Join(keys, ", ")
+	turn, err := c.turns.wait(ctx, strings.Join(keys, "\x00"), giveUpCh, c)
 	if err != nil {
-		return nil, c.queueError(key, err)
+		return nil, c.queueError(name, err)
 	}
 	obtained := false
 	defer func() {
@@ -161,7 +215,7 @@ func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock
 	}()
 	for attempt := 0; ; attempt++ {
 		roundStart := c.cfg.clock.Now()
-		l, hint, err := c.attempt(ctx, key, ttl)
+		l, hint, err := c.attempt(ctx, keys, ttl)
 		if err == nil {
 			obtained = true
 			c.turns.held(turn, l) // keeps the turn until Unlock or Until
@@ -169,9 +223,6 @@ func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock
 		}
 		var e *Error
 		if !errors.As(err, &e) || ctx.Err() != nil {
-			if e != nil && !errors.Is(err, ctx.Err()) {
-				e.cause = errors.Join(e.cause, ctx.Err()) // ended during a round decided by the nodes
-			}
 			return nil, err // closed, or the context ended during the round
 		}
 		wait := retry.Delay(attempt, c.cfg.minRetry, c.cfg.maxRet)
@@ -182,7 +233,7 @@ func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock
 		}
 		select {
 		case <-c.cfg.clock.After(wait):
-		case <-c.wakeOn(l0key(c, key)): // wake.go: a node announced the key's release
+		case <-c.wakeOn(c.cfg.prefix + keys[0]): // wake.go: a node announced the key's release
 			wakeJitter(c, c.cfg.clock.Now().Sub(roundStart))
 		case <-ctx.Done():
 			e.cause = errors.Join(e.cause, ctx.Err())
@@ -201,12 +252,40 @@ func joinReason(a, b string) string {
 	return a + "; " + b
 }
 
-// checkArgs validates a key and a ttl and returns the ttl cut to whole
+// reservedKey is the name, after Options.KeyPrefix, of each node's state
+// (see [ErrGuarded]); lock keys must not start with it.
+const reservedKey = "redquorum:node"
+
+// checkArgs validates the keys and a ttl and returns the ttl cut to whole
 // milliseconds, which is what the nodes apply.
-func (c *Client) checkArgs(key string, ttl time.Duration) (time.Duration, error) {
-	if key == "" {
-		return 0, errors.New("redlock: empty key")
+func (c *Client) checkArgs(keys []string, ttl time.Duration) (time.Duration, error) {
+	if len(keys) == 0 {
+		return 0, errors.New("redlock: no keys")
 	}
+	for i, k := range keys {
+		switch {
+		case k == "":
+			if len(keys) == 1 {
+				return 0, errors.New("redlock: empty key")
+			}
+			return 0, fmt.Errorf("redlock: keys[%d] is empty", i)
+		case strings.HasPrefix(k, reservedKey):
+			return 0, fmt.Errorf("redlock: key %q starts with %q, which is reserved for the nodes' state", k, reservedKey)
+		}
+		for j := range i {
+			if keys[j] == k {
+				return 0, fmt.Errorf("redlock: keys[%d] %q is the same as keys[%d]", i, k, j)
+			}
+		}
+		if c.sharded && i > 0 && hashslot.Hashed(c.cfg.prefix+k) != hashslot.Hashed(c.cfg.prefix+keys[0]) {
+			return 0, fmt.Errorf("redlock: keys[%d] %q and keys[0] %q have different hash tags: a node is a Redis Cluster or Ring, so every key of one lock needs the same hash tag, as in {order:42}:a and {order:42}:b", i, k, keys[0])
+		}
+	}
+	return c.checkTTL(ttl)
+}
+
+// checkTTL validates a ttl and returns it cut to whole milliseconds.
+func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 	ms := ttl.Truncate(time.Millisecond)
 	if ttl > 0 && ms == 0 {
 		return 0, fmt.Errorf("redlock: ttl %v is below the nodes' 1ms resolution", ttl)
@@ -214,53 +293,211 @@ func (c *Client) checkArgs(key string, ttl time.Duration) (time.Duration, error)
 	if err := clock.CheckTTL(ms, c.cfg.drift); err != nil {
 		return 0, fmt.Errorf("redlock: %w", err)
 	}
+	if c.cfg.guard > 0 && ms > c.cfg.guard {
+		return 0, fmt.Errorf("redlock: ttl %v exceeds Options.RestartGuard %v: a node that lost its data could grant the lock again while it is held", ttl, c.cfg.guard)
+	}
 	return ms, nil
 }
 
-// attempt makes one lock round. On failure it also returns how long until
-// the current holder's keys have expired on enough nodes for a quorum, or 0
-// when unknown.
-func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, time.Duration, error) {
+// nodeReply is what one node's acquire reported beyond granted or not.
+type nodeReply struct {
+	ttl   int64  // ErrTaken: the holder's remaining TTL in ms; ErrGuarded: ms left in the guard
+	fence int64  // granted with fencing: the node's fence counter, -1 when unknown
+	state string // ErrGuarded: the id of the node's guarded state
+}
+
+// acquire runs the acquire script for l on node i, with the id of a guarded
+// state to establish ("" for none), and records what it reported.
+func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, ttlMS any) error {
+	est := c.noEstablish
+	if establish != "" {
+		est = establish
+	}
+	v, err := scripts.Acquire.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, ttlMS, c.guardArg, est, c.fenceArg).Result()
+	if err != nil {
+		return err
+	}
+	rep := &l.replies[i]
+	if !c.inService.Load() {
+		if a, ok := v.([]any); !ok || len(a) != 3 {
+			c.inService.Store(true) // not the guard's reply
+		}
+	}
+	switch v := v.(type) {
+	case int64:
+		if v != 0 {
+			rep.ttl = v
+			return ErrTaken
+		}
+		return nil
+	case []any:
+		if len(v) >= 2 {
+			code, _ := v[0].(int64)
+			n, _ := v[1].(int64)
+			switch {
+			case code == 0:
+				rep.fence = n
+				if n < 0 {
+					return ErrFenceUnknown
+				}
+				return nil
+			case code == -2 && len(v) == 3:
+				rep.ttl = n
+				rep.state, _ = v[2].(string)
+				return ErrGuarded
+			}
+		}
+	}
+	return fmt.Errorf("redlock: unexpected reply %v from the acquire script", v)
+}
+
+// scriptKeys returns the KEYS of l's acquire, extend and fence scripts on node i:
+// the lock keys, then the node's state. The first key routes the script on
+// a Cluster or Ring node; on a Ring, each shard has its own state key.
+func (c *Client) scriptKeys(l *Lock, i int) []string {
+	if !c.slotted[i] {
+		return l.akeys
+	}
+	k := make([]string, 0, 1+len(l.rkeys))
+	k = append(k, l.rkeys...)
+	return append(k, c.cfg.prefix+reservedKey+":{"+hashslot.Tag(hashslot.Slot(l.rkeys[0]))+"}")
+}
+
+// attempt makes one lock round (two with fencing). On failure it also
+// returns how long until the current holder's keys have expired on enough
+// nodes for a quorum, or 0 when unknown.
+func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration) (*Lock, time.Duration, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
 		return nil, 0, ErrClosed
 	}
+	l, hint, err := c.round(ctx, keys, ttl, nil)
+	ids, waited := c.newDeployment(l, err)
+	if waited {
+		// Report the answers newDeployment waited for.
+		var e *Error
+		if errors.As(err, &e) {
+			c.fillNodes(e, l.acq, nil)
+		}
+	}
+	if ids != nil && ctx.Err() == nil {
+		// Every node is guarded at once: a new deployment. End the guard on
+		// all of them, each only if it still has the state we saw.
+		l, hint, err = c.round(ctx, keys, ttl, ids)
+	}
+	if err != nil {
+		return nil, hint, err
+	}
+	return l, 0, nil
+}
+
+// newDeploymentWindow bounds how far apart in time the nodes' restart
+// guards may have begun for a round to take them for a brand-new deployment
+// (see [ErrGuarded]). Nodes that came up further apart, as in a rolling
+// restart, serve locks only once their guards have run out.
+var newDeploymentWindow = 5 * time.Second // a variable for the tests' negative control
+
+// newDeployment returns the ids of the nodes' guarded states when a failed
+// round l found a new deployment: this Client has never seen a node out of
+// its guard, and every node is guarded, its guard begun within
+// newDeploymentWindow. Otherwise it returns nil. When every node that
+// answered was guarded, it waits for the others' answers (at most the node
+// timeout) and reports that it waited.
+func (c *Client) newDeployment(l *Lock, err error) (ids []string, waited bool) {
+	if err == nil || l == nil || c.cfg.guard == 0 || l.acq == nil || c.inService.Load() {
+		return nil, false
+	}
+	for i := range c.nodes {
+		if res, done := l.acq.Result(i); done && !errors.Is(res, ErrGuarded) {
+			return nil, false
+		}
+	}
+	young := (c.cfg.guard - newDeploymentWindow).Milliseconds()
+	ids = make([]string, len(c.nodes))
+	for i := range c.nodes {
+		<-l.acq.Done(i)
+		if res, _ := l.acq.Result(i); !errors.Is(res, ErrGuarded) || l.replies[i].ttl < young {
+			ids = nil
+		} else if ids != nil {
+			ids[i] = l.replies[i].state
+		}
+	}
+	return ids, true
+}
+
+// round makes one lock round, establishing the guarded states given in
+// establish (one per node) on the way. Callers hold c.mu for reading. On
+// failure it returns the Lock it tried, released, for its replies.
+func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, establish []string) (*Lock, time.Duration, error) {
 	n := len(c.nodes)
 	l := &Lock{
-		c:     c,
-		key:   key,
-		rkey:  c.cfg.prefix + key,
-		token: retry.Token(),
-		held:  make([]int64, n),
+		c:       c,
+		keys:    keys,
+		token:   retry.Token(),
+		replies: make([]nodeReply, n),
 	}
-	args := scripts.Args(scripts.Acquire, l.rkey, l.token, ttl.Milliseconds()) // by SHA, built once per round
+	l.rkeys = make([]string, len(keys))
+	for i, k := range keys {
+		l.rkeys[i] = c.cfg.prefix + k
+	}
+	l.akeys = append(l.rkeys[:len(keys):len(keys)], c.cfg.prefix+reservedKey)
+	var ttlMS any = ttl.Milliseconds() // boxed once for all nodes
 	start := c.cfg.clock.Now()
 	r := quorum.Start(ctx, n, c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
-		v, err := scripts.RunInt(ctx, c.nodes[i], args)
-		if err != nil {
-			return err
+		var est string
+		if establish != nil {
+			est = establish[i]
 		}
-		if v != 0 {
-			l.held[i] = v
-			return ErrTaken
-		}
-		return nil
+		return c.acquire(ctx, l, i, est, ttlMS)
 	})
 	c.track(r)
 	l.acq = r
 	ok, qerr := r.Await(ctx, c.cfg.quorum)
 	validity := clock.Validity(ttl, c.cfg.clock.Now().Sub(start), c.cfg.drift)
+	if qerr == nil && validity > 0 && c.cfg.fencing {
+		r, ok, qerr = c.fence(ctx, l)
+		validity = clock.Validity(ttl, c.cfg.clock.Now().Sub(start), c.cfg.drift)
+	}
 	if qerr == nil && validity > 0 {
 		l.until = start.Add(validity)
 		return l, 0, nil
 	}
-	e := c.newError("lock", key, ok, r, ErrNotObtained, qerr)
+	e := c.newError("lock", l.name(), ok, r, ErrNotObtained, qerr)
 	if qerr == nil {
 		e.Reason = fmt.Sprintf("the round took too long: validity %v after ttl %v and drift allowance %v", validity, ttl, clock.Drift(ttl, c.cfg.drift))
 	}
 	c.releaseAsync(l)
-	return nil, c.freeIn(l), e
+	return l, c.freeIn(l), e
+}
+
+// fence is the second phase of a fenced lock, after a quorum of nodes with
+// known fence counters granted l: it takes T = 1 + the largest counter
+// those nodes reported and raises the counter to T, guarded by l's token, on
+// every node that had granted l. It returns the write-back round and whether
+// a quorum acknowledged it. Why this makes fences increase is argued at
+// [Lock.Fence].
+func (c *Client) fence(ctx context.Context, l *Lock) (*quorum.Round, int, error) {
+	var hi int64
+	granted := make([]bool, len(c.nodes))
+	for i := range c.nodes {
+		res, done := l.acq.Result(i)
+		if !done || (res != nil && !errors.Is(res, ErrFenceUnknown)) {
+			continue
+		}
+		granted[i] = true
+		hi = max(hi, l.replies[i].fence)
+	}
+	l.fence = uint64(hi) + 1
+	r := quorum.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+		if !granted[i] {
+			return errSkipped
+		}
+		return guarded(scripts.Fence.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, hi+1).Int64())
+	})
+	c.track(r)
+	ok, err := r.Await(ctx, c.cfg.quorum)
+	return r, ok, err
 }
 
 // freeIn returns how long until a quorum of nodes could grant the key, from
@@ -273,8 +510,8 @@ func (c *Client) freeIn(l *Lock) time.Duration {
 		case !done:
 		case res == nil:
 			ttls = append(ttls, 0)
-		case errors.Is(res, ErrTaken) && l.held[i] > 0:
-			ttls = append(ttls, l.held[i])
+		case (errors.Is(res, ErrTaken) || errors.Is(res, ErrGuarded)) && l.replies[i].ttl > 0:
+			ttls = append(ttls, l.replies[i].ttl)
 		}
 	}
 	if len(ttls) < c.cfg.quorum {
@@ -287,6 +524,12 @@ func (c *Client) freeIn(l *Lock) time.Duration {
 // newError builds the Error of an operation from its round.
 func (c *Client) newError(op, key string, ok int, r *quorum.Round, sentinel, cause error) *Error {
 	e := &Error{Op: op, Key: key, Quorum: c.cfg.quorum, OK: ok, Nodes: make([]NodeResult, len(c.nodes)), sentinel: sentinel, cause: cause}
+	c.fillNodes(e, r, cause)
+	return e
+}
+
+// fillNodes sets each node's address and outcome in r on e.
+func (c *Client) fillNodes(e *Error, r *quorum.Round, cause error) {
 	for i := range c.nodes {
 		e.Nodes[i].Addr = c.addrs[i]
 		res, done := r.Result(i)
@@ -299,7 +542,6 @@ func (c *Client) newError(op, key string, ok int, r *quorum.Round, sentinel, cau
 			e.Nodes[i].Err = errPending
 		}
 	}
-	return e
 }
 
 // release sends the token-guarded release of l to every node in parallel,
@@ -313,7 +555,7 @@ func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
 	if l.released {
 		announce = "1"
 	}
-	args := scripts.Args(scripts.Release, l.rkey, l.token, announce)
+	args := scripts.Args(scripts.Release, l.rkeys, l.token, announce) // by SHA, built once per round
 	// The wait for an outstanding acquire is bounded by its own timeout,
 	// hence the round's two node timeouts, and a release sent after such a
 	// wait by its own. When every acquire has answered (the usual Unlock)
@@ -332,12 +574,12 @@ func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
 			ctx, cancel = context.WithTimeout(ctx, c.cfg.nodeTimeout)
 			defer cancel()
 		}
-		if res, _ := l.acq.Result(i); errors.Is(res, ErrTaken) {
+		if res, _ := l.acq.Result(i); refused(res) {
 			return errSkipped
 		}
 		v, err := scripts.RunInt(ctx, c.nodes[i], args)
 		if err != nil {
-			c.cfg.log.Debug("redlock: release failed", "addr", c.addrs[i], "key", l.rkey, "err", err)
+			c.cfg.log.Debug("redlock: release failed", "addr", c.addrs[i], "key", l.name(), "err", err)
 			return err
 		}
 		if v == 0 {
@@ -348,6 +590,22 @@ func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
 	c.track(r)
 	return r
 }
+
+// guarded turns the reply of a token-guarded script into a node's outcome:
+// 1 is success, 0 means that the keys are gone or hold another token.
+func guarded(v int64, err error) error {
+	if err != nil {
+		return err
+	}
+	if v == 0 {
+		return errNotOurs
+	}
+	return nil
+}
+
+// refused reports whether an acquire's outcome says that the node did not set
+// the keys.
+func refused(err error) bool { return errors.Is(err, ErrTaken) || errors.Is(err, ErrGuarded) }
 
 // releaseAsync releases a lock that was not obtained. Callers hold c.mu for
 // reading.

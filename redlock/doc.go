@@ -20,13 +20,39 @@
 // landed), each after its answer or timeout. Unlock and Extend run scripts that
 // act only if the key still holds the token.
 //
+// [Client.LockMany] and [Client.TryLockMany] lock several keys together:
+// each node grants all of them or none in one script, and the quorum is
+// counted over nodes.
+//
+// # Restart guard
+//
+// A node that restarts without persistence forgets the locks it granted, so
+// a second client could win a quorum while the first still holds the lock.
+// Each node therefore keeps a state key without expiry; a node whose state
+// is missing has lost its data, and refuses to grant for
+// Options.RestartGuard (1 minute by default, and at least every TTL) from
+// its first lock or extend request after the loss. A brand-new deployment, where a
+// round finds every node's guard just begun, skips the wait. See
+// [ErrGuarded].
+//
+// # Fencing
+//
+// With Options.Fencing every lock carries [Lock.Fence], a number that
+// strictly increases from one holder of a key to the next, for resources
+// that must turn away a holder paused beyond its validity. It costs a
+// second round trip when locking.
+//
 // # Assumptions
 //
 // Two clients never hold one lock within its validity provided that: the
 // nodes are independent masters (no replication between them, no failover
-// that promotes a replica with a stale copy); a node does not forget a key
-// before its TTL passes (it runs with persistence, or stays out after a
-// restart for at least the longest TTL); clocks on the client and the nodes
+// that promotes a replica with a stale copy); a node loses a key before its
+// TTL passes only together with its state key (a restart without
+// persistence, FLUSHALL, FLUSHDB: lock nodes that set maxmemory use
+// maxmemory-policy noeviction, since eviction can drop one key and keep the
+// other), and not every node loses its data within one TTL (see
+// [ErrGuarded]); every client of a
+// deployment uses the same RestartGuard; clocks on the client and the nodes
 // run at rates that differ by less than DriftFactor; and the holder stops
 // relying on the lock at [Lock.Until], which it cannot do through a process
 // pause it does not notice, so a resource that must never see two writers

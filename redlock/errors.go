@@ -18,6 +18,42 @@ var (
 	// owner's token. errors.Is(err, ErrTaken) on a failed lock says that at
 	// least one node refused because the lock was busy.
 	ErrTaken = errors.New("redlock: key held by another owner")
+	// ErrGuarded is the per-node outcome of a node in its restart guard: it
+	// lost its data (a restart without persistence, FLUSHALL, eviction) and
+	// refuses to grant any lock for Options.RestartGuard, since it may have
+	// forgotten locks that are still valid.
+	//
+	// A node keeps a state key without expiry (Options.KeyPrefix +
+	// "redquorum:node"; on a Redis Cluster node, one per hash slot). The
+	// acquire script (and a failing extend) reads it: when it is missing, the
+	// node's data is gone with it, so the node records "guarded until node
+	// TIME + RestartGuard" and refuses; once that time has passed, it grants
+	// again. Since the state lives in the node's own data, the node cannot
+	// lose its locks without losing its state.
+	//
+	// A brand-new deployment is guarded everywhere at once. A round that
+	// finds every one of the N nodes guarded, all guards begun within 5
+	// seconds of each other, from a Client that has never seen a node out of
+	// its guard, takes the nodes for a new deployment: it ends the guard on
+	// all of them (each only if its state is still the one the round saw, so
+	// that a node that restarts meanwhile stays guarded) and locks without
+	// waiting. If a node comes up later than that, each node serves locks
+	// once its own guard has run out. What the guard cannot tell from a new
+	// deployment: every node losing its data (a restart without persistence,
+	// FLUSHALL) within one TTL, with no lock or extend request reaching any
+	// of them between the losses (with requests coming, within 5 seconds),
+	// seen by a Client created after the losses; a lock held then is
+	// forgotten everywhere.
+	ErrGuarded = errors.New("redlock: node in its restart guard")
+	// ErrFenceUnknown is the per-node outcome of a node that granted a
+	// fenced lock while its fence counter was unknown, because the node lost
+	// its data: it does not count toward the quorum of the fence, and the
+	// write-back of the next fenced lock it grants in time repairs it. When a
+	// quorum of nodes have lost their counters (for example all of them, one
+	// after another, with no fenced lock in between), fenced locks fail until
+	// an operator sets the field "f" of the state key (see [ErrGuarded]) on
+	// every node to at least the highest fence any resource has accepted.
+	ErrFenceUnknown = errors.New("redlock: node's fence counter unknown since it lost its data")
 	// ErrClosed is returned by every operation of a Client after Close.
 	ErrClosed = errors.New("redlock: client closed")
 )
@@ -30,9 +66,9 @@ var errNotOurs = errors.New("key missing or held by another token")
 // outcome was decided without it.
 var errPending = errors.New("no answer yet when the outcome was decided")
 
-// errSkipped is the per-node outcome of a release or extend not sent because
-// the node had refused the acquire: its key cannot hold our token.
-var errSkipped = errors.New("not sent: the node refused the acquire")
+// errSkipped is the per-node outcome of a release, extend or fence write-back
+// not sent because the node did not grant the acquire.
+var errSkipped = errors.New("not sent: the node did not grant the acquire")
 
 // Error is the failure of an operation that involved the nodes. It carries
 // each node's outcome; errors.Is finds the sentinel ([ErrNotObtained] or
@@ -40,7 +76,7 @@ var errSkipped = errors.New("not sent: the node refused the acquire")
 // error) and, when the caller's context ended the operation, ctx.Err().
 type Error struct {
 	Op     string       // "lock", "unlock" or "extend"
-	Key    string       // the key as given by the caller, without prefix
+	Key    string       // the key as given by the caller, without prefix; the keys joined by ", " for LockMany
 	Quorum int          // nodes needed
 	OK     int          // nodes that did what was asked before the decision
 	Nodes  []NodeResult // one per node, in the order given to New

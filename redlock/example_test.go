@@ -14,16 +14,23 @@ import (
 // startNodes starts n in-process Redis-protocol servers for the examples; in
 // production these are independent Redis masters.
 func startNodes(n int) (addrs []string, stop func()) {
-	var srv []*miniredis.Miniredis
+	_, addrs, stop = startServers(n)
+	return addrs, stop
+}
+
+// startServers is startNodes that also returns the servers, whose keys
+// expire in real time.
+func startServers(n int) (srv []*miniredis.Miniredis, addrs []string, stop func()) {
 	for range n {
 		m := miniredis.NewMiniRedis()
 		if err := m.Start(); err != nil {
 			panic(err)
 		}
+		m.ClockTTL(true)
 		srv = append(srv, m)
 		addrs = append(addrs, m.Addr())
 	}
-	return addrs, func() {
+	return srv, addrs, func() {
 		for _, m := range srv {
 			m.Close()
 		}

@@ -21,6 +21,19 @@ type cluster struct {
 	srv   []*miniredis.Miniredis
 	nodes []redis.UniversalClient
 	hooks []*faultHook
+	fresh bool // client does not establish the nodes' state: they start as a new deployment
+}
+
+// establish gives every running node that has no state yet the state of a
+// node in service (out of its restart guard, fence counter 0), as if the
+// deployment had been bootstrapped long ago.
+func (c *cluster) establish(prefix string) {
+	for _, m := range c.srv {
+		if m.Exists(prefix + reservedKey) {
+			continue
+		}
+		m.HSet(prefix+reservedKey, "g", "0", "id", "test", "f", "0")
+	}
 }
 
 func newCluster(t *testing.T, n int) *cluster {
@@ -40,11 +53,16 @@ func newCluster(t *testing.T, n int) *cluster {
 	return c
 }
 
-// client returns a Client on the cluster's nodes, closed at the end of the test.
+// client returns a Client on the cluster's nodes, closed at the end of the
+// test. Unless the cluster is fresh, it first gives every node the state of
+// a node in service (see establish).
 func (c *cluster) client(t *testing.T, opts *Options) *Client {
 	t.Helper()
 	if opts == nil {
 		opts = &Options{}
+	}
+	if !c.fresh {
+		c.establish(opts.KeyPrefix)
 	}
 	if opts.NodeTimeout == 0 {
 		// In-process nodes under the race detector on two cores answer in
@@ -56,6 +74,17 @@ func (c *cluster) client(t *testing.T, opts *Options) *Client {
 	t.Cleanup(func() { _ = cl.Close() })
 	return cl
 }
+
+// setTime sets the time of every node (TIME and key expiry) to now.
+func (c *cluster) setTime(now time.Time) {
+	for _, m := range c.srv {
+		m.SetTime(now)
+	}
+}
+
+// restart imitates a restart of node i without persistence: it comes back
+// with no data.
+func (c *cluster) restart(i int) { c.srv[i].FlushAll() }
 
 // holders counts the nodes whose key holds value.
 func (c *cluster) holders(key, value string) int {
@@ -74,6 +103,17 @@ func (c *cluster) waitHolders(t *testing.T, key, value string, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool { return c.holders(key, value) == n }, 5*time.Second, time.Millisecond,
 		"%d nodes hold %s=%s", n, key, value)
+}
+
+// waitAll waits until every node holds one value at key and returns it.
+func (c *cluster) waitAll(t *testing.T, key string) string {
+	t.Helper()
+	var v string
+	require.Eventually(t, func() bool {
+		v, _ = c.srv[0].Get(key)
+		return v != "" && c.holders(key, v) == len(c.srv)
+	}, 5*time.Second, time.Millisecond, "every node holds one value at %s", key)
+	return v
 }
 
 // keys counts the nodes where key exists.
@@ -95,7 +135,15 @@ type faultHook struct {
 	gate   chan struct{} // when non-nil, commands wait until it is closed
 	before func()
 	fail   error
+	only   func(redis.Cmder) bool // when non-nil, before and fail apply only to the commands it selects
 	calls  atomic.Int64
+}
+
+// selectCmds limits before and fail to the commands that match selects.
+func (h *faultHook) selectCmds(match func(redis.Cmder) bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.only = match
 }
 
 func (h *faultHook) block() (release func()) {
@@ -121,8 +169,11 @@ func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.calls.Add(1)
 		h.mu.Lock()
-		gate, before, fail := h.gate, h.before, h.fail
+		gate, before, fail, only := h.gate, h.before, h.fail, h.only
 		h.mu.Unlock()
+		if only != nil && !only(cmd) {
+			before, fail = nil, nil
+		}
 		if gate != nil {
 			<-gate // like a stalled network: the command is not abandoned
 		}

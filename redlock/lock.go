@@ -2,8 +2,9 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,21 +19,74 @@ import (
 // A Lock is only as good as its validity: trust it until [Lock.Until], not
 // after, and keep the work under it shorter than that (or [Lock.Extend] it).
 type Lock struct {
-	c     *Client
-	key   string  // as given by the caller
-	rkey  string  // with the prefix, as stored on the nodes
-	token string  // 128 random bits
-	held  []int64 // per node: the holder's TTL in ms reported by a refusing acquire
-	acq   *quorum.Round
-	turn  *turn // the local queue's turn this lock keeps (queue.go); nil for TryLock
+	c       *Client
+	keys    []string    // as given by the caller
+	rkeys   []string    // with the prefix, as stored on the nodes
+	akeys   []string    // rkeys and the node's state key: KEYS of the acquire script on a plain node
+	token   string      // 128 random bits
+	replies []nodeReply // per node, what its acquire reported
+	acq     *quorum.Round
+	fence   uint64
+	turn    *turn // the local queue's turn this lock keeps (queue.go); nil for TryLock
 
 	mu       sync.Mutex
 	until    time.Time
 	released bool
 }
 
-// Key returns the key as passed to Lock, without Options.KeyPrefix.
-func (l *Lock) Key() string { return l.key }
+// Key returns the key as passed to Lock, without Options.KeyPrefix; for a
+// lock from LockMany, the first key.
+func (l *Lock) Key() string { return l.keys[0] }
+
+// Keys returns the keys of the lock, as passed to Lock or LockMany.
+func (l *Lock) Keys() []string { return slices.Clone(l.keys) }
+
+// name is how errors and logs name the lock: its key, or its keys joined
+// by ", ".
+func (l *Lock) name() string {
+	if len(l.keys) == 1 {
+		return l.keys[0]
+	}
+	return strings.Join(l.keys, ", ")
+}
+
+// Fence returns the lock's fencing token when Options.Fencing is set, else 0.
+// The fences of successive holders of one key strictly increase (they come
+// from one counter per node shared by all keys, so they also increase across
+// keys). Pass the fence with every write to the protected resource, and make
+// the resource reject a write whose fence is lower than the highest it has
+// seen: a holder that was paused beyond [Lock.Until] is then turned away
+// instead of writing over its successor's work.
+//
+// A fenced lock is obtained in two phases. The acquire script also returns
+// each node's fence counter (no TTL); once a quorum of nodes whose counter
+// is known has granted the lock, the client takes T = their largest counter
+// + 1 and writes max(counter, T) back, guarded by the lock's token, to every
+// node that had granted it. The lock is held only if a quorum acknowledged
+// the write-back within the validity.
+//
+// Why fences increase although the nodes are independent (a maximum read
+// from one quorum would not do: two quorums can see different maxima): let
+// A hold with fence T_A, acknowledged by W_A, a quorum. A later holder B
+// computes T_B from R_B, a quorum of nodes that granted B and whose
+// counters are known. Two quorums share a node x. x took A's write-back
+// while its keys held A's token, hence before it granted B (once B holds
+// them, A's write-back is refused). If x kept its data, its counter is ≥ T_A
+// when B reads it, so T_B > T_A. If x lost its data since (a restart
+// without persistence, FLUSHALL), its counter is unknown from then on: it
+// still may grant B, but it is left out of R_B until a write-back sets it to
+// a fence computed from a quorum of known counters, which by the same
+// argument exceeds every fence before it. The node knows it lost the counter
+// because the counter lives in the same key as the state of its restart
+// guard (see [ErrGuarded]); the guard keeps it from granting until the
+// locks it forgot have expired. A new deployment starts every counter at 0,
+// known: this is wrong only if every node lost its data at once, the limit
+// of the guard itself (see [ErrGuarded]). With
+// Options.UnsafeNoRestartGuard a lost counter reads as 0, and fences can go
+// backwards.
+//
+// Fences count in the nodes' Lua numbers: exact up to 2^53.
+func (l *Lock) Fence() uint64 { return l.fence }
 
 // Token returns the random value that identifies this holder on the nodes.
 func (l *Lock) Token() string { return l.token }
@@ -55,7 +109,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.released {
-		return &Error{Op: "unlock", Key: l.key, Quorum: l.c.cfg.quorum, Reason: "already unlocked", sentinel: ErrNotHeld}
+		return &Error{Op: "unlock", Key: l.name(), Quorum: l.c.cfg.quorum, Reason: "already unlocked", sentinel: ErrNotHeld}
 	}
 	c := l.c
 	c.mu.RLock()
@@ -68,7 +122,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	ok, err := r.Await(ctx, c.cfg.quorum)
 	c.turns.leave(l.turn) // queue.go: the next local caller may start its rounds
 	if err != nil {
-		return c.newError("unlock", l.key, ok, r, ErrNotHeld, err)
+		return c.newError("unlock", l.name(), ok, r, ErrNotHeld, err)
 	}
 	return nil
 }
@@ -84,7 +138,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := l.c
-	ttl, err := c.checkArgs(l.key, ttl)
+	ttl, err := c.checkTTL(ttl)
 	if err != nil {
 		return err
 	}
@@ -99,27 +153,20 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		if l.released {
 			reason = "already unlocked"
 		}
-		return &Error{Op: "extend", Key: l.key, Quorum: c.cfg.quorum, Reason: reason, sentinel: ErrNotHeld}
+		return &Error{Op: "extend", Key: l.name(), Quorum: c.cfg.quorum, Reason: reason, sentinel: ErrNotHeld}
 	}
-	args := scripts.Args(scripts.Extend, l.rkey, l.token, ttl.Milliseconds())
+	var ttlMS any = ttl.Milliseconds() // boxed once for all nodes
 	r := quorum.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
-		if res, done := l.acq.Result(i); done && errors.Is(res, ErrTaken) {
+		if res, done := l.acq.Result(i); done && refused(res) {
 			return errSkipped
 		}
-		v, err := scripts.RunInt(ctx, c.nodes[i], args)
-		if err != nil {
-			return err
-		}
-		if v == 0 {
-			return errNotOurs
-		}
-		return nil
+		return guarded(scripts.Extend.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, ttlMS, c.guardArg).Int64())
 	})
 	c.track(r)
 	ok, qerr := r.Await(ctx, c.cfg.quorum)
 	validity := clock.Validity(ttl, c.cfg.clock.Now().Sub(start), c.cfg.drift)
 	if qerr != nil || validity <= 0 {
-		e := c.newError("extend", l.key, ok, r, ErrNotHeld, qerr)
+		e := c.newError("extend", l.name(), ok, r, ErrNotHeld, qerr)
 		if qerr == nil {
 			e.Reason = fmt.Sprintf("the round took too long: validity %v", validity)
 		}

@@ -19,6 +19,7 @@ const (
 	DefaultMinRetryDelay = 5 * time.Millisecond
 	DefaultMaxRetryDelay = 200 * time.Millisecond
 	DefaultMaxWait       = 30 * time.Second
+	DefaultRestartGuard  = time.Minute
 )
 
 // Options configures a [Client]. The zero value of every field means the
@@ -63,6 +64,28 @@ type Options struct {
 	// [clock.Real], Go's monotonic clock.
 	Clock clock.Clock
 
+	// RestartGuard is how long a node that lost its data (a restart without
+	// persistence, FLUSHALL, eviction) refuses to grant locks, so that the
+	// locks it forgot have expired before it grants them again. Zero means
+	// DefaultRestartGuard (1 minute). Every TTL passed to Lock, TryLock,
+	// LockMany or Extend must be at most RestartGuard, and every Client of
+	// one deployment must use the same value. See [ErrGuarded] for how a
+	// node detects the loss and how a brand-new deployment skips the wait.
+	RestartGuard time.Duration
+
+	// UnsafeNoRestartGuard turns the restart guard off: a node that restarts
+	// without persistence grants locks at once, and a second client can win
+	// a quorum while the first still holds the lock. Only for nodes whose
+	// data survives any restart (appendonly yes, appendfsync always, no
+	// eviction) or for tests. With it, fences can go backwards after a node
+	// loses its data.
+	UnsafeNoRestartGuard bool
+
+	// Fencing makes every lock carry a fencing token, [Lock.Fence], that
+	// strictly increases from one holder of a key to the next. Obtaining a
+	// lock then takes a second round trip to the nodes (see [Lock.Fence]).
+	Fencing bool
+
 	// Logger receives warnings about node clients configured against the
 	// algorithm's needs and about failures of background releases. Nil means
 	// slog.Default().
@@ -79,6 +102,8 @@ type config struct {
 	prefix           string
 	clock            clock.Clock
 	log              *slog.Logger
+	guard            time.Duration // 0: off
+	fencing          bool
 }
 
 func (o *Options) config(n int) (config, error) {
@@ -95,6 +120,8 @@ func (o *Options) config(n int) (config, error) {
 		prefix:      o.KeyPrefix,
 		clock:       o.Clock,
 		log:         o.Logger,
+		guard:       o.RestartGuard,
+		fencing:     o.Fencing,
 	}
 	if c.quorum == 0 {
 		c.quorum = n/2 + 1
@@ -117,6 +144,7 @@ func (o *Options) config(n int) (config, error) {
 		{"MinRetryDelay", &c.minRetry, DefaultMinRetryDelay},
 		{"MaxRetryDelay", &c.maxRet, DefaultMaxRetryDelay},
 		{"MaxWait", &c.maxWait, DefaultMaxWait},
+		{"RestartGuard", &c.guard, DefaultRestartGuard},
 	} {
 		if *d.v < 0 {
 			return c, fmt.Errorf("redlock: Options.%s %v is negative", d.name, *d.v)
@@ -124,6 +152,14 @@ func (o *Options) config(n int) (config, error) {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
+	}
+	if o.UnsafeNoRestartGuard {
+		if o.RestartGuard != 0 {
+			return c, fmt.Errorf("redlock: Options.RestartGuard %v is set together with UnsafeNoRestartGuard", o.RestartGuard)
+		}
+		c.guard = 0
+	} else if c.guard.Truncate(time.Millisecond) != c.guard {
+		return c, fmt.Errorf("redlock: Options.RestartGuard %v is not a whole number of milliseconds", o.RestartGuard)
 	}
 	if c.minRetry > c.maxRet {
 		return c, fmt.Errorf("redlock: Options.MinRetryDelay %v is above MaxRetryDelay %v", c.minRetry, c.maxRet)

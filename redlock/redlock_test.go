@@ -164,26 +164,35 @@ func TestRoundTimeoutWithStalledNodes(t *testing.T) {
 	assert.Equal(t, 0, c.keys("k"))
 }
 
+// acquireArgs are the acquire script's ARGV after the token and ttl for a
+// node out of its guard, without fencing.
+var acquireArgs = []any{DefaultRestartGuard.Milliseconds(), "", "0"}
+
+func runAcquire(ctx context.Context, n redis.UniversalClient, key, token string, ttlMS int64) *redis.Cmd {
+	return scripts.Acquire.Run(ctx, n, []string{key, reservedKey}, append([]any{token, ttlMS}, acquireArgs...)...)
+}
+
 func TestIdempotentAcquire(t *testing.T) {
 	c := newCluster(t, 1)
+	c.establish("")
 	ctx := t.Context()
 	n := c.nodes[0]
-	v, err := scripts.Acquire.Run(ctx, n, []string{"k"}, "tok", 1000).Int64()
+	v, err := runAcquire(ctx, n, "k", "tok", 1000).Int64()
 	require.NoError(t, err)
 	assert.Equal(t, int64(0), v)
 	c.srv[0].FastForward(600 * time.Millisecond)
 	// A retried acquire with the same token is granted and resets the TTL.
-	v, err = scripts.Acquire.Run(ctx, n, []string{"k"}, "tok", 1000).Int64()
+	v, err = runAcquire(ctx, n, "k", "tok", 1000).Int64()
 	require.NoError(t, err)
 	assert.Equal(t, int64(0), v)
 	assert.Greater(t, c.srv[0].TTL("k"), 900*time.Millisecond)
 	// Another token is told the holder's remaining TTL.
-	v, err = scripts.Acquire.Run(ctx, n, []string{"k"}, "other", 1000).Int64()
+	v, err = runAcquire(ctx, n, "k", "other", 1000).Int64()
 	require.NoError(t, err)
 	assert.InDelta(t, 1000, v, 100)
 	// A key without expiry is reported as -1.
 	require.NoError(t, c.srv[0].Set("forever", "x"))
-	v, err = scripts.Acquire.Run(ctx, n, []string{"forever"}, "tok", 1000).Int64()
+	v, err = runAcquire(ctx, n, "forever", "tok", 1000).Int64()
 	require.NoError(t, err)
 	assert.Equal(t, int64(-1), v)
 }

@@ -101,9 +101,6 @@ func (w *waker) close() {
 	w.wg.Wait()
 }
 
-// l0key is key as stored on the nodes.
-func l0key(c *Client, key string) string { return c.cfg.prefix + key }
-
 // wakeJitter waits a random moment of up to one round's duration (and at
 // most MinRetryDelay) after a wake, so that clients in separate processes
 // woken by the same message do not all send their rounds at once and split

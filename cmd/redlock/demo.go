@@ -155,8 +155,12 @@ func demo(ctx context.Context, args []string, out io.Writer) error {
 	}
 	left := 0
 	for _, n := range nodeSets[0] {
-		keys, _ := n.Keys(ctx, "redquorum-demo:*").Result()
-		left += len(keys)
+		keys, _ := n.Keys(ctx, prefix+"*").Result()
+		for _, k := range keys {
+			if !strings.HasPrefix(k, prefix+"redquorum:") { // not the node's own state (restart guard)
+				left++
+			}
+		}
 	}
 	fmt.Fprintf(out, "   Lock keys left on the nodes that are up: %d.\n", left)
 	switch {

@@ -1,14 +1,62 @@
--- acquire: take KEYS[1] for token ARGV[1] for ARGV[2] milliseconds.
--- Returns 0 when the key now holds our token (newly set, or already ours: a
--- lost reply or a client-level retry, in which case the TTL is reset), the
--- holder's remaining TTL in ms (≥ 1) when another token holds it, or -1 when
--- another value holds it without expiry.
-local v = redis.call('GET', KEYS[1])
-if v == false or v == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 0
+-- acquire: take every key of KEYS[1..n-1] for token ARGV[1] for ARGV[2] ms,
+-- all or none. KEYS[n], the last, is the node's state, a hash without expiry:
+-- g = the node time in ms until which the node is in its restart guard (0: established),
+-- id = the token of the round that created the state, f = the fence counter
+-- (absent: unknown, after the node lost its data).
+-- ARGV[3] is the restart guard in ms (0: off), ARGV[4] the id of a guarded
+-- state to establish at once ('' for none: only a client that saw every node
+-- guarded sends it), ARGV[5] is '1' when the caller wants the fence counter.
+-- Returns
+--   0 when every key now holds our token (newly set, or already ours: a lost
+--     reply or a retry, in which case the TTL is reset), or {0, f} when ARGV[5]
+--     is '1', f = -1 when the counter is unknown;
+--   the largest remaining TTL in ms (≥ 1) of the keys that another token holds,
+--     or -1 when one of them has no expiry;
+--   {-2, ms left in the guard, id} when the node is in its restart guard.
+local state = KEYS[#KEYS]
+local guard = tonumber(ARGV[3])
+if guard > 0 then
+  local g = redis.call('HGET', state, 'g')
+  if g ~= '0' then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if not g then
+      -- No state: the node is new or lost its data (restart without
+      -- persistence, flush, eviction). It may have granted locks it forgot.
+      redis.call('HSET', state, 'g', string.format('%.0f', now + guard), 'id', ARGV[1])
+      return {-2, guard, ARGV[1]}
+    end
+    local id = redis.call('HGET', state, 'id')
+    if ARGV[4] ~= '' and ARGV[4] == id then
+      -- Every node was guarded at once: a new deployment. Its counter is
+      -- known: no fence was issued before (one written meanwhile is kept).
+      redis.call('HSET', state, 'g', '0')
+      redis.call('HSETNX', state, 'f', '0')
+    elseif tonumber(g) > now then
+      return {-2, tonumber(g) - now, id}
+    else
+      redis.call('HSET', state, 'g', '0')
+    end
+  end
 end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl == -1 then return -1 end
-if ttl < 1 then return 1 end
-return ttl
+local wait = 0
+for i = 1, #KEYS - 1 do
+  local v = redis.call('GET', KEYS[i])
+  if v ~= false and v ~= ARGV[1] then
+    local ttl = redis.call('PTTL', KEYS[i])
+    if ttl == -1 then return -1 end
+    if ttl < 1 then ttl = 1 end
+    if ttl > wait then wait = ttl end
+  end
+end
+if wait > 0 then return wait end
+for i = 1, #KEYS - 1 do
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+end
+if ARGV[5] == '1' then
+  local f = redis.call('HGET', state, 'f')
+  if f then return {0, tonumber(f)} end
+  if guard > 0 then return {0, -1} end
+  return {0, 0}
+end
+return 0

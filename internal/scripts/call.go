@@ -8,20 +8,23 @@ import (
 )
 
 // sources maps each script to its Lua source, for the EVAL fallback.
-var sources = map[*redis.Script]string{Acquire: acquireSrc, Release: releaseSrc, Extend: extendSrc}
+var sources = map[*redis.Script]string{Acquire: acquireSrc, Release: releaseSrc, Extend: extendSrc, Fence: fenceSrc}
 
 // Processor is the part of a go-redis client that [RunInt] needs.
 type Processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
-// Args returns the EVALSHA arguments that run s on key with argv. A round
+// Args returns the EVALSHA arguments that run s on keys with argv. A round
 // builds them once and shares them, read-only, between its calls to the
 // nodes, which saves the per-node copies and boxing that [redis.Script.Run]
 // makes.
-func Args(s *redis.Script, key string, argv ...any) []any {
-	args := make([]any, 0, 4+len(argv))
-	args = append(args, "evalsha", s.Hash(), 1, key)
+func Args(s *redis.Script, keys []string, argv ...any) []any {
+	args := make([]any, 0, 3+len(keys)+len(argv))
+	args = append(args, "evalsha", s.Hash(), len(keys))
+	for _, k := range keys {
+		args = append(args, k)
+	}
 	return append(args, argv...)
 }
 

@@ -1,7 +1,21 @@
--- extend: set the TTL of KEYS[1] to ARGV[2] ms if it holds token ARGV[1].
--- Returns 1 if extended, 0 if the key is gone or holds another token (then it
--- is left alone: a failed extend never deletes anything).
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- extend: set the TTL of every key of KEYS[1..n-1] to ARGV[2] ms if all of
+-- them hold token ARGV[1]. Returns 1 if extended, 0 if a key is gone or
+-- holds another token (then no key is changed: a failed extend never deletes
+-- anything). KEYS[n], the last, is the node's state (see acquire.lua): when
+-- the restart guard is on (ARGV[3] > 0 ms) and the state is missing, the
+-- node has lost its data, and its guard begins now, as on an acquire.
+for i = 1, #KEYS - 1 do
+  if redis.call('GET', KEYS[i]) ~= ARGV[1] then
+    local guard = tonumber(ARGV[3])
+    if guard > 0 and redis.call('EXISTS', KEYS[#KEYS]) == 0 then
+      local t = redis.call('TIME')
+      local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      redis.call('HSET', KEYS[#KEYS], 'g', string.format('%.0f', now + guard), 'id', ARGV[1])
+    end
+    return 0
+  end
 end
-return 0
+for i = 1, #KEYS - 1 do
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+end
+return 1

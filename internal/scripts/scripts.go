@@ -16,6 +16,8 @@ var (
 	releaseSrc string
 	//go:embed extend.lua
 	extendSrc string
+	//go:embed fence.lua
+	fenceSrc string
 )
 
 // The scripts, run with EVALSHA and a fallback to EVAL on NOSCRIPT.
@@ -23,4 +25,5 @@ var (
 	Acquire = redis.NewScript(acquireSrc)
 	Release = redis.NewScript(releaseSrc)
 	Extend  = redis.NewScript(extendSrc)
+	Fence   = redis.NewScript(fenceSrc)
 )

@@ -1,0 +1,66 @@
+// Package hashslot computes Redis Cluster hash slots, so that the lock client
+// can keep every key one script touches in one slot.
+package hashslot
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Count is the number of hash slots of a Redis Cluster.
+const Count = 16384
+
+// Slot returns the hash slot of key as Redis Cluster computes it: CRC16
+// (XMODEM) of the key's hash tag, the part between the first '{' and the
+// next '}' when that part is not empty, or else of the whole key, modulo
+// [Count].
+func Slot(key string) int { return int(crc16(Hashed(key)) % Count) }
+
+// Hashed returns the part of key that Redis Cluster (and go-redis's Ring)
+// hashes: the hash tag when there is a non-empty one, else the whole key.
+func Hashed(key string) string {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			return key[s+1 : s+1+e]
+		}
+	}
+	return key
+}
+
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+var (
+	tagsOnce sync.Once
+	tags     []string
+)
+
+// Tag returns a short string whose own slot is slot, the same for every
+// call: a key that contains "{" + Tag(Slot(k)) + "}" lives in the slot of k.
+func Tag(slot int) string {
+	tagsOnce.Do(func() {
+		tags = make([]string, Count)
+		left := Count
+		for i := 0; left > 0; i++ {
+			s := strconv.Itoa(i)
+			if sl := Slot(s); tags[sl] == "" {
+				tags[sl] = s
+				left--
+			}
+		}
+	})
+	return tags[slot]
+}

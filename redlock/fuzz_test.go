@@ -1,0 +1,36 @@
+package redlock
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// FuzzTryLock feeds arbitrary keys and TTLs to TryLock: it must never panic,
+// must either refuse the input with an error or return a lock, and must leave
+// no lock key on any node once the lock is released.
+func FuzzTryLock(f *testing.F) {
+	f.Add("stock", int64(time.Second))
+	f.Add("", int64(time.Second))
+	f.Add("k", int64(0))
+	f.Add("k", int64(-1))
+	f.Add("k", int64(time.Millisecond))
+	f.Add("k", int64(3*time.Millisecond))
+	f.Add("\x00\xff{tag}", int64(500*time.Microsecond))
+	f.Add("k", int64(1<<62))
+	f.Fuzz(func(t *testing.T, key string, ttl int64) {
+		c := newCluster(t, 3)
+		cl := c.client(t, &Options{KeyPrefix: "p:"})
+		l, err := cl.TryLock(t.Context(), key, time.Duration(ttl))
+		if err == nil {
+			require.Equal(t, key, l.Key())
+			require.NoError(t, l.Unlock(t.Context()))
+		}
+		require.NoError(t, cl.Close())
+		for i, m := range c.srv {
+			// Only the node's state (see ErrGuarded) stays.
+			require.Equal(t, []string{"p:" + reservedKey}, m.Keys(), "node %d keeps a key after key=%q ttl=%v (err=%v)", i, key, time.Duration(ttl), err)
+		}
+	})
+}
