@@ -37,9 +37,9 @@ func benchNodes(b *testing.B) []string {
 	return addrs
 }
 
-// BenchmarkLockUnlock measures one TryLock+Unlock by one caller; run it with
+// BenchmarkLockUnlockNative measures one TryLock+Unlock by one caller; run it with
 // -benchmem for the allocations per lock+unlock.
-func BenchmarkLockUnlock(b *testing.B) {
+func BenchmarkLockUnlockNative(b *testing.B) {
 	c := benchClient(b)
 	ctx := b.Context()
 	b.ReportAllocs()
@@ -54,9 +54,9 @@ func BenchmarkLockUnlock(b *testing.B) {
 	}
 }
 
-// BenchmarkLockUnlockParallel measures lock+unlock on distinct keys by
+// BenchmarkLockUnlockNativeParallel measures lock+unlock on distinct keys by
 // concurrent callers of one Client (GOMAXPROCS × -cpu callers).
-func BenchmarkLockUnlockParallel(b *testing.B) {
+func BenchmarkLockUnlockNativeParallel(b *testing.B) {
 	c := benchClient(b)
 	ctx := b.Context()
 	var next atomic.Int64

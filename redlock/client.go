@@ -313,7 +313,13 @@ func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, 
 	if establish != "" {
 		est = establish
 	}
-	v, err := scripts.Acquire.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, ttlMS, c.guardArg, est, c.fenceArg).Result()
+	var v any
+	var err error
+	if l.acqArgs != nil && establish == "" && !c.slotted[i] {
+		v, err = scripts.Run(ctx, c.nodes[i], l.acqArgs) // the round's shared arguments
+	} else {
+		v, err = scripts.Acquire.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, ttlMS, c.guardArg, est, c.fenceArg).Result()
+	}
 	if err != nil {
 		return err
 	}
@@ -443,6 +449,11 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	}
 	l.akeys = append(l.rkeys[:len(keys):len(keys)], c.cfg.prefix+reservedKey)
 	var ttlMS any = ttl.Milliseconds() // boxed once for all nodes
+	if establish == nil {
+		// By SHA, with the arguments built once for the nodes that are not
+		// a Cluster (see Client.acquire).
+		l.acqArgs = scripts.Args(scripts.Acquire, l.akeys, l.token, ttlMS, c.guardArg, c.noEstablish, c.fenceArg)
+	}
 	start := c.cfg.clock.Now()
 	r := quorum.Start(ctx, n, c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
 		var est string

@@ -28,6 +28,7 @@ type Lock struct {
 	acq     *quorum.Round
 	fence   uint64
 	turn    *turn // the local queue's turn this lock keeps (queue.go); nil for TryLock
+	acqArgs []any // the acquire's EVALSHA arguments shared by the round's plain nodes
 
 	mu       sync.Mutex
 	until    time.Time

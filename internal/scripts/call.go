@@ -32,19 +32,32 @@ func Args(s *redis.Script, keys []string, argv ...any) []any {
 // integer reply. When the node does not have the script (NOSCRIPT: a
 // restart, SCRIPT FLUSH) it sends the source with EVAL, which also loads it.
 func RunInt(ctx context.Context, node Processor, args []any) (int64, error) {
-	cmd := redis.NewIntCmd(ctx, args...)
+	return run(ctx, node, args, redis.NewIntCmd)
+}
+
+// Run is [RunInt] for a reply of any type, as [redis.Cmd.Result] gives it.
+func Run(ctx context.Context, node Processor, args []any) (any, error) {
+	return run(ctx, node, args, redis.NewCmd)
+}
+
+func run[C interface {
+	redis.Cmder
+	Result() (V, error)
+}, V any](ctx context.Context, node Processor, args []any, newCmd func(context.Context, ...any) C) (V, error) {
+	cmd := newCmd(ctx, args...)
 	err := node.Process(ctx, cmd)
 	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		eval := make([]any, len(args))
 		copy(eval, args)
 		eval[0], eval[1] = "eval", sourceOf(args[1].(string))
-		cmd = redis.NewIntCmd(ctx, eval...)
+		cmd = newCmd(ctx, eval...)
 		err = node.Process(ctx, cmd)
 	}
 	if err != nil {
-		return 0, err
+		var zero V
+		return zero, err
 	}
-	return cmd.Val(), nil
+	return cmd.Result()
 }
 
 func sourceOf(sha string) string {
