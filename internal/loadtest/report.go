@@ -58,10 +58,14 @@ func NodeClients(addrs []string) []*redis.Client {
 	return cs
 }
 
-// Ms formats a duration in milliseconds with three significant decimals.
+// Ms formats a duration in milliseconds with three significant digits, or
+// in seconds from one second on.
 func Ms(d time.Duration) string {
-	if d == 0 {
+	switch {
+	case d == 0:
 		return "-"
+	case d >= time.Second:
+		return fmt.Sprintf("%.3gs", d.Seconds())
 	}
 	return fmt.Sprintf("%.3gms", float64(d)/float64(time.Millisecond))
 }
