@@ -29,8 +29,10 @@ up: image
 down:
 	$(COMPOSE) down
 
-## bench: side-by-side benchmark with redsync (nested module bench/).
-bench: image
+## bench: side-by-side benchmark with redsync (nested module bench/) on five
+## native redis-server processes it starts itself; results in bench/results/.
+bench:
+	./scripts/ensure-redis-server.sh
 	cd bench && $(GO) run . $(BENCHFLAGS)
 
 vet:

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-multierror"
-	"golang.org/x/sync/errgroup"
 )
 
 // ErrTimeout is the per-node error of a node that had not answered when the
@@ -73,15 +73,31 @@ type result struct {
 // Its methods are safe for concurrent use, except that [Round.Await] may be
 // called only once.
 type Round struct {
-	g       errgroup.Group
+	wg      sync.WaitGroup
 	n       int
-	timeout time.Duration
-	errs    []error         // errs[i] is valid once done[i] is closed
-	done    []chan struct{} // closed when node i's call has returned
-	results chan result     // buffered to n: senders never block
-	left    atomic.Int32    // calls still running; the last one to return cancels their context
+	nodes   []outcome    // one per node
+	results chan result  // buffered to n: senders never block
+	left    atomic.Int32 // calls still running; the last one to return cancels their context
+	nctx    context.Context
 	cancel  context.CancelFunc
+
+	ownMu    sync.Mutex      // guards owner, finished and the outcomes' done channels
+	owner    *sync.WaitGroup // see Own
+	finished bool            // every call has returned
 }
+
+// outcome is one node's call and what it returned.
+type outcome struct {
+	err      error         // valid once returned is set
+	returned atomic.Bool   // the call has returned
+	done     chan struct{} // made by Done on demand (guarded by Round.ownMu); closed when the call returns
+}
+
+// closed is the channel Done returns for a call that has already returned,
+// which saves a channel per call that nobody waits for.
+var closed = make(chan struct{})
+
+func init() { close(closed) }
 
 // Start calls fn(nctx, i) for every i in [0, n) in its own goroutine and
 // returns at once. nctx is derived from ctx and expires after timeout, which
@@ -90,31 +106,64 @@ type Round struct {
 func Start(ctx context.Context, n int, timeout time.Duration, fn func(ctx context.Context, node int) error) *Round {
 	r := &Round{
 		n:       n,
-		timeout: timeout,
-		errs:    make([]error, n),
-		done:    make([]chan struct{}, n),
+		nodes:   make([]outcome, n),
 		results: make(chan result, n),
 	}
-	nctx, cancel := context.WithTimeout(ctx, timeout)
-	r.cancel = cancel
+	r.nctx, r.cancel = context.WithTimeout(ctx, timeout)
 	r.left.Store(int32(n))
+	r.wg.Add(n)
 	for i := range n {
-		r.done[i] = make(chan struct{})
-		r.g.Go(func() error {
-			err := fn(nctx, i)
-			r.errs[i] = err
-			close(r.done[i])
-			r.results <- result{i, err}
-			if r.left.Add(-1) == 0 {
-				r.cancel()
-			}
-			return nil
-		})
+		go r.run(fn, i)
 	}
 	if n == 0 {
 		r.cancel()
+		r.finished = true
 	}
 	return r
+}
+
+// run makes node i's call and records its outcome.
+func (r *Round) run(fn func(ctx context.Context, node int) error, i int) {
+	defer r.wg.Done()
+	err := fn(r.nctx, i)
+	o := &r.nodes[i]
+	o.err = err
+	r.ownMu.Lock()
+	o.returned.Store(true)
+	if o.done != nil {
+		close(o.done)
+	}
+	r.ownMu.Unlock()
+	r.results <- result{i, err}
+	if r.left.Add(-1) == 0 {
+		r.cancel()
+		r.ownMu.Lock()
+		r.finished = true
+		owner := r.owner
+		r.ownMu.Unlock()
+		if owner != nil {
+			owner.Done()
+		}
+	}
+}
+
+// Own makes wg wait for the round's calls: it adds one to wg, and the last
+// call to return marks it done (at once if all have returned). It saves a
+// goroutine per round that would only call [Round.Wait]. A Round has at most
+// one owner; Own panics if called twice.
+func (r *Round) Own(wg *sync.WaitGroup) {
+	wg.Add(1)
+	r.ownMu.Lock()
+	if r.owner != nil {
+		r.ownMu.Unlock()
+		panic("quorum: Round.Own called twice")
+	}
+	r.owner = wg
+	finished := r.finished
+	r.ownMu.Unlock()
+	if finished {
+		wg.Done()
+	}
 }
 
 // Await blocks until need nodes have succeeded (it returns nil), until so
@@ -130,9 +179,11 @@ func (r *Round) Await(ctx context.Context, need int) (int, error) {
 		ok, failed int
 		errs       *multierror.Error
 		seen       = make([]bool, r.n)
-		timer      = time.NewTimer(r.timeout)
+		// The calls' context expires at the round's timeout; it is also
+		// cancelled once every call has returned, and then every result is
+		// already buffered.
+		expired = r.nctx.Done()
 	)
-	defer timer.Stop()
 	fail := func() (int, error) {
 		// A context that ended while the nodes failed is usually why they
 		// failed (go-redis reports a deadline as an i/o timeout): name it.
@@ -151,7 +202,14 @@ func (r *Round) Await(ctx context.Context, need int) (int, error) {
 			}
 			failed++
 			errs = multierror.Append(errs, &NodeError{Node: res.node, Err: res.err})
-		case <-timer.C:
+		case <-expired:
+			if ctx.Err() != nil {
+				return fail()
+			}
+			if r.left.Load() == 0 && !errors.Is(r.nctx.Err(), context.DeadlineExceeded) {
+				expired = nil // every call returned: read the buffered results
+				continue
+			}
 			for i, s := range seen {
 				if !s {
 					errs = multierror.Append(errs, &NodeError{Node: i, Err: ErrTimeout})
@@ -166,21 +224,33 @@ func (r *Round) Await(ctx context.Context, need int) (int, error) {
 }
 
 // Done returns a channel that is closed when node i's call has returned.
-func (r *Round) Done(i int) <-chan struct{} { return r.done[i] }
+func (r *Round) Done(i int) <-chan struct{} {
+	r.ownMu.Lock()
+	defer r.ownMu.Unlock()
+	o := &r.nodes[i]
+	if o.returned.Load() {
+		return closed
+	}
+	if o.done == nil {
+		o.done = make(chan struct{})
+	}
+	return o.done
+}
 
 // Result returns what node i's call returned and true, or nil and false if
 // it has not returned yet.
 func (r *Round) Result(i int) (error, bool) {
-	select {
-	case <-r.done[i]:
-		return r.errs[i], true
-	default:
-		return nil, false
+	if o := &r.nodes[i]; o.returned.Load() {
+		return o.err, true
 	}
+	return nil, false
 }
 
+// AllDone reports whether every call of the round has returned.
+func (r *Round) AllDone() bool { return r.left.Load() == 0 }
+
 // Wait blocks until every call of the round has returned.
-func (r *Round) Wait() { _ = r.g.Wait() }
+func (r *Round) Wait() { r.wg.Wait() }
 
 // Run is Start followed by Await: it returns when the outcome is decided, and
 // the Round for the calls that may still be outstanding.

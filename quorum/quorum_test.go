@@ -3,6 +3,7 @@ package quorum
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,4 +167,62 @@ func BenchmarkRound(b *testing.B) {
 		}
 		r.Wait()
 	}
+}
+
+// TestAwaitAfterAllReturned awaits a round whose calls have all returned
+// (their context is then cancelled): Await counts the buffered results and
+// does not mistake the cancellation for a timeout.
+func TestAwaitAfterAllReturned(t *testing.T) {
+	leakcheck.Check(t)
+	for _, tc := range []struct {
+		errs []error
+		ok   bool
+	}{{[]error{nil, nil, errNo}, true}, {[]error{errNo, nil, errNo}, false}} {
+		r := Start(t.Context(), 3, long, func(_ context.Context, i int) error { return tc.errs[i] })
+		require.Eventually(t, r.AllDone, 5*time.Second, time.Millisecond)
+		ok, err := r.Await(t.Context(), 2)
+		if tc.ok {
+			require.NoError(t, err)
+			assert.Equal(t, 2, ok)
+		} else {
+			require.Error(t, err)
+			assert.NotErrorIs(t, err, ErrTimeout, "the calls answered: no timeout")
+			assert.ErrorIs(t, err, errNo)
+		}
+		r.Wait()
+	}
+}
+
+func TestOwn(t *testing.T) {
+	leakcheck.Check(t)
+	release := make(chan struct{})
+	r := Start(t.Context(), 2, long, func(_ context.Context, i int) error {
+		if i == 1 {
+			<-release
+		}
+		return nil
+	})
+	var wg sync.WaitGroup
+	r.Own(&wg)
+	waited := make(chan struct{})
+	go func() { wg.Wait(); close(waited) }()
+	<-r.Done(0)
+	assert.False(t, r.AllDone())
+	select {
+	case <-waited:
+		t.Fatal("the owner stopped waiting before the last call returned")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	<-waited
+	assert.True(t, r.AllDone())
+
+	assert.Panics(t, func() { r.Own(&sync.WaitGroup{}) }, "a second owner")
+
+	// Owning a finished round does not wait.
+	r = Start(t.Context(), 1, long, func(context.Context, int) error { return nil })
+	r.Wait()
+	var wg2 sync.WaitGroup
+	r.Own(&wg2)
+	wg2.Wait()
 }

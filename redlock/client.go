@@ -43,6 +43,9 @@ type Client struct {
 	mu     sync.RWMutex // guards closed; held for reading while background work is added to bg
 	closed bool
 	bg     sync.WaitGroup
+
+	turns *turns // local queue per key (queue.go)
+	wake  waker  // pub/sub listeners that end retry waits early (wake.go)
 }
 
 // New returns a Client that locks on the given nodes: independent Redis
@@ -63,7 +66,7 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg, slotted: make([]bool, len(nodes)),
-		guardArg: cfg.guard.Milliseconds(), fenceArg: "0", noEstablish: ""}
+		guardArg: cfg.guard.Milliseconds(), fenceArg: "0", noEstablish: "", turns: newTurns()}
 	if cfg.fencing {
 		c.fenceArg = "1"
 	}
@@ -109,13 +112,15 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
+	c.turns.close() // queue.go: waiters return ErrClosed
+	c.wake.close()  // wake.go: stops and waits for the pub/sub listeners
 	c.bg.Wait()
 	return nil
 }
 
 // track hands a round's outstanding calls to the Client, which waits for them
 // in Close. Callers hold c.mu for reading and have checked c.closed.
-func (c *Client) track(r *quorum.Round) { c.bg.Go(r.Wait) }
+func (c *Client) track(r *quorum.Round) { r.Own(&c.bg) }
 
 // TryLock makes exactly one attempt to lock key for ttl on a quorum of nodes
 // and returns the held [Lock], or an error.
@@ -129,7 +134,8 @@ func (c *Client) track(r *quorum.Round) { c.bg.Go(r.Wait) }
 // value.
 //
 // The lock's validity is ttl minus the round's duration minus the drift
-// allowance; ttl is used in whole milliseconds.
+// allowance; ttl is used in whole milliseconds. TryLock does not take part
+// in the local queue of [Client.Lock]: it makes its round at once.
 func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	return c.tryLock(ctx, []string{key}, ttl)
 }
@@ -184,13 +190,35 @@ func (c *Client) lock(ctx context.Context, keys []string, ttl time.Duration) (*L
 	if err != nil {
 		return nil, err
 	}
+	// giveUp fires after MaxWait when ctx has no deadline. Its timer is
+	// made only when Lock has to wait (an allocation saved per call).
 	var giveUp <-chan time.Time
-	if _, ok := ctx.Deadline(); !ok {
-		giveUp = c.cfg.clock.After(c.cfg.maxWait)
+	_, hasDeadline := ctx.Deadline()
+	giveUpAt := c.cfg.clock.Now().Add(c.cfg.maxWait)
+	giveUpCh := func() <-chan time.Time {
+		if giveUp == nil && !hasDeadline {
+			giveUp = c.cfg.clock.After(giveUpAt.Sub(c.cfg.clock.Now()))
+		}
+		return giveUp
 	}
+	// Local queue (queue.go): wait for this key's turn in this Client.
+	name := strings.Join(keys, ", ")
+	turn, err := c.turns.wait(ctx, strings.Join(keys, "\x00"), giveUpCh, c)
+	if err != nil {
+		return nil, c.queueError(name, err)
+	}
+	obtained := false
+	defer func() {
+		if !obtained {
+			c.turns.leave(turn)
+		}
+	}()
 	for attempt := 0; ; attempt++ {
+		roundStart := c.cfg.clock.Now()
 		l, hint, err := c.attempt(ctx, keys, ttl)
 		if err == nil {
+			obtained = true
+			c.turns.held(turn, l) // keeps the turn until Unlock or Until
 			return l, nil
 		}
 		var e *Error
@@ -205,10 +233,12 @@ func (c *Client) lock(ctx context.Context, keys []string, ttl time.Duration) (*L
 		}
 		select {
 		case <-c.cfg.clock.After(wait):
+		case <-c.wakeOn(c.cfg.prefix + keys[0]): // wake.go: a node announced the key's release
+			wakeJitter(c, c.cfg.clock.Now().Sub(roundStart))
 		case <-ctx.Done():
 			e.cause = errors.Join(e.cause, ctx.Err())
 			return nil, e
-		case <-giveUp:
+		case <-giveUpCh():
 			e.Reason = joinReason(e.Reason, fmt.Sprintf("gave up after Options.MaxWait %v", c.cfg.maxWait))
 			return nil, e
 		}
@@ -283,7 +313,13 @@ func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, 
 	if establish != "" {
 		est = establish
 	}
-	v, err := scripts.Acquire.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, ttlMS, c.guardArg, est, c.fenceArg).Result()
+	var v any
+	var err error
+	if l.acqArgs != nil && establish == "" && !c.slotted[i] {
+		v, err = scripts.Run(ctx, c.nodes[i], l.acqArgs) // the round's shared arguments
+	} else {
+		v, err = scripts.Acquire.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, ttlMS, c.guardArg, est, c.fenceArg).Result()
+	}
 	if err != nil {
 		return err
 	}
@@ -413,6 +449,11 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	}
 	l.akeys = append(l.rkeys[:len(keys):len(keys)], c.cfg.prefix+reservedKey)
 	var ttlMS any = ttl.Milliseconds() // boxed once for all nodes
+	if establish == nil {
+		// By SHA, with the arguments built once for the nodes that are not
+		// a Cluster (see Client.acquire).
+		l.acqArgs = scripts.Args(scripts.Acquire, l.akeys, l.token, ttlMS, c.guardArg, c.noEstablish, c.fenceArg)
+	}
 	start := c.cfg.clock.Now()
 	r := quorum.Start(ctx, n, c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
 		var est string
@@ -519,17 +560,35 @@ func (c *Client) fillNodes(e *Error, r *quorum.Round, cause error) {
 // said the key was taken. It returns the round without waiting for it; the
 // round belongs to the Client.
 func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
-	keys := l.rkeys
+	// Unlock (l.released), not the clean-up of a failed round, announces
+	// the release to waiting clients (wake.go).
+	announce := "0"
+	if l.released {
+		announce = "1"
+	}
+	args := scripts.Args(scripts.Release, l.rkeys, l.token, announce) // by SHA, built once per round
 	// The wait for an outstanding acquire is bounded by its own timeout,
-	// hence the round's two node timeouts.
-	r := quorum.Start(context.WithoutCancel(ctx), len(c.nodes), 2*c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
-		<-l.acq.Done(i)
+	// hence the round's two node timeouts, and a release sent after such a
+	// wait by its own. When every acquire has answered (the usual Unlock)
+	// there is nothing to wait for and the round's timeout is the node
+	// timeout.
+	timeout := c.cfg.nodeTimeout
+	if !l.acq.AllDone() {
+		timeout *= 2
+	}
+	r := quorum.Start(context.WithoutCancel(ctx), len(c.nodes), timeout, func(ctx context.Context, i int) error {
+		select {
+		case <-l.acq.Done(i):
+		default:
+			<-l.acq.Done(i)
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, c.cfg.nodeTimeout)
+			defer cancel()
+		}
 		if res, _ := l.acq.Result(i); refused(res) {
 			return errSkipped
 		}
-		ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
-		defer cancel()
-		v, err := scripts.Release.Run(ctx, c.nodes[i], keys, l.token).Int64()
+		v, err := scripts.RunInt(ctx, c.nodes[i], args)
 		if err != nil {
 			c.cfg.log.Debug("redlock: release failed", "addr", c.addrs[i], "key", l.name(), "err", err)
 			return err

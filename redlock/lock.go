@@ -27,6 +27,8 @@ type Lock struct {
 	replies []nodeReply // per node, what its acquire reported
 	acq     *quorum.Round
 	fence   uint64
+	turn    *turn // the local queue's turn this lock keeps (queue.go); nil for TryLock
+	acqArgs []any // the acquire's EVALSHA arguments shared by the round's plain nodes
 
 	mu       sync.Mutex
 	until    time.Time
@@ -119,6 +121,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.released = true
 	r := c.release(ctx, l)
 	ok, err := r.Await(ctx, c.cfg.quorum)
+	c.turns.leave(l.turn) // queue.go: the next local caller may start its rounds
 	if err != nil {
 		return c.newError("unlock", l.name(), ok, r, ErrNotHeld, err)
 	}

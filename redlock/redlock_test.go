@@ -273,6 +273,7 @@ func TestExtendAfterValidityRanOut(t *testing.T) {
 	cl := c.client(t, &Options{Clock: fc})
 	l, err := cl.TryLock(t.Context(), "k", time.Second)
 	require.NoError(t, err)
+	c.waitHolders(t, "k", l.Token(), 3) // the round's late requests have landed
 	fc.Advance(time.Second)
 	before := c.hooks[0].calls.Load()
 	err = l.Extend(t.Context(), time.Second)

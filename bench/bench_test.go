@@ -1,0 +1,41 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redquorum/redquorum/internal/loadtest"
+	"github.com/redquorum/redquorum/internal/redisproc"
+)
+
+// BenchmarkLockUnlock measures one lock+unlock by one caller through each
+// library on the same five redis-server processes:
+//
+//	cd bench && go test -run - -bench . -benchmem
+func BenchmarkLockUnlock(b *testing.B) {
+	srv, err := redisproc.Start(b.Context(), 5)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(srv.Stop)
+	for _, impl := range []loadtest.Impl{redsyncImpl(), loadtest.Redquorum(nil)} {
+		b.Run(impl.Name, func(b *testing.B) {
+			l, closeFn, err := impl.New(srv.Addrs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(closeFn)
+			ctx := b.Context()
+			b.ReportAllocs()
+			for b.Loop() {
+				u, err := l.Lock(ctx, "bench", 10*time.Second)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := u.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,142 @@
+// Command bench runs the redlock benchmark scenarios through redsync
+// (github.com/go-redsync/redsync/v4, the most used Go Redlock) and through
+// redquorum, on the same five native redis-server processes, in one run, and
+// prints each figure with the ratio and the project's target.
+//
+// It is a module of its own so that the library never depends on redsync.
+// It starts and stops the servers itself; redis-server must be on PATH
+// (scripts/ensure-redis-server.sh installs Debian's).
+//
+//	cd bench && go run . [--duration 5s] [--callers 8] [--slow-node 20ms] [--json FILE] [--svg FILE]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+
+	"github.com/redquorum/redquorum/internal/loadtest"
+	"github.com/redquorum/redquorum/internal/redisproc"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	duration := flag.Duration("duration", 5*time.Second, "measured time per scenario and implementation")
+	callers := flag.Int("callers", 8, "concurrent callers in the multi-caller and hot-key scenarios")
+	slow := flag.Duration("slow-node", 20*time.Millisecond, "latency added each way in front of one node in the slow-node scenario (0: skip it)")
+	nodes := flag.Int("nodes", 5, "redis-server processes to start")
+	jsonFile := flag.String("json", "results/latest.json", "write the results as JSON here (empty: don't)")
+	svgFile := flag.String("svg", "results/latest.svg", "write the latency plot here (empty: don't)")
+	mdFile := flag.String("md", "results/latest.md", "write the comparison table (Markdown) here (empty: don't)")
+	flag.Parse()
+	if *duration <= 0 || *callers < 1 || *slow < 0 || *nodes < 1 {
+		return errors.New("--duration must be positive, --callers and --nodes at least 1, --slow-node not negative")
+	}
+
+	srv, err := redisproc.Start(ctx, *nodes)
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	env := loadtest.Environment()
+	env["redis-server"] = srv.Version
+	fmt.Printf("%d redis-server %s on 127.0.0.1, %v per scenario; %s, %s cpus, %s\n\n", *nodes, srv.Version, *duration, env["cpu"], env["cpus"], env["go"])
+
+	impls := []loadtest.Impl{redsyncImpl(), loadtest.Redquorum(nil)}
+	runner := &loadtest.Runner{Progress: os.Stderr, MeasureAllocs: true}
+	var results []loadtest.Result
+	for _, sc := range loadtest.Scenarios(*duration, *callers, *slow) {
+		for _, impl := range impls {
+			r, err := runner.Run(ctx, impl, sc, srv.Addrs)
+			if err != nil {
+				return err
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			results = append(results, r)
+		}
+	}
+	fmt.Println()
+	if err := loadtest.WriteTable(os.Stdout, results); err != nil {
+		return err
+	}
+	fmt.Println()
+	var table strings.Builder
+	compare(&table, results, impls[0].Name, impls[1].Name)
+	fmt.Print(table.String())
+	if *mdFile != "" {
+		if err := os.WriteFile(*mdFile, []byte(table.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	if *jsonFile != "" {
+		cmd := "cd bench && go run . " + fmt.Sprintf("--duration %v --callers %d --slow-node %v", *duration, *callers, *slow)
+		if err := loadtest.WriteJSON(*jsonFile, loadtest.Report{Env: env, Command: cmd, Results: results}); err != nil {
+			return err
+		}
+	}
+	if *svgFile != "" {
+		title := fmt.Sprintf("redsync vs redquorum, %d local redis-server, %s cpus", *nodes, env["cpus"])
+		if err := loadtest.WriteSVG(*svgFile, title, results); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// redsyncImpl is redsync with its defaults (as its README shows them) on
+// plain go-redis clients; only the expiry follows the scenario.
+func redsyncImpl() loadtest.Impl {
+	return loadtest.Impl{Name: "redsync", New: func(addrs []string) (loadtest.Locker, func(), error) {
+		clients := loadtest.NodeClients(addrs)
+		pools := make([]redsyncredis.Pool, len(clients))
+		for i, c := range clients {
+			pools[i] = goredis.NewPool(c)
+		}
+		closeAll := func() {
+			for _, c := range clients {
+				_ = c.Close()
+			}
+		}
+		return redsyncLocker{redsync.New(pools...)}, closeAll, nil
+	}}
+}
+
+type redsyncLocker struct{ rs *redsync.Redsync }
+
+func (r redsyncLocker) Lock(ctx context.Context, key string, ttl time.Duration) (loadtest.Unlocker, error) {
+	m := r.rs.NewMutex(key, redsync.WithExpiry(ttl))
+	if err := m.LockContext(ctx); err != nil {
+		return nil, err
+	}
+	return redsyncUnlocker{m}, nil
+}
+
+type redsyncUnlocker struct{ m *redsync.Mutex }
+
+func (u redsyncUnlocker) Unlock(ctx context.Context) error {
+	ok, err := u.m.UnlockContext(ctx)
+	if err == nil && !ok {
+		err = errors.New("redsync: unlock returned false")
+	}
+	return err
+}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/internal/leakcheck"
+	"github.com/redquorum/redquorum/internal/loadtest"
+	"github.com/redquorum/redquorum/redlock"
+)
+
+// runCLI runs one command line in-process and returns its exit status and
+// output.
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(t.Context(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestDemo(t *testing.T) {
+	leakcheck.Check(t)
+	code, out, errOut := runCLI(t, "demo", "--stock", "4", "--buyers", "12", "--servers", "3")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	assert.Contains(t, out, "1) Without a lock")
+	assert.Contains(t, out, "goes down. 4 nodes remain, 3 are needed")
+	assert.Contains(t, out, "4 items sold from a stock of 4: exactly right. 8 buyers were told it is sold out.")
+	assert.Contains(t, out, "Lock keys left on the nodes that are up: 0.")
+	assert.Empty(t, errOut)
+}
+
+func TestDemoOnGivenNodes(t *testing.T) {
+	leakcheck.Check(t)
+	addrs := startNodes(t, 3)
+	code, out, errOut := runCLI(t, "demo", "--nodes", strings.Join(addrs, ","), "--stock", "2", "--buyers", "4", "--servers", "2")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	assert.Contains(t, out, "Using 3 Redis masters")
+	assert.Contains(t, out, "node 2 of 3 goes down. 2 nodes remain, 2 are needed")
+	assert.Contains(t, out, "exactly right")
+	assert.Contains(t, out, "node "+addrs[1]+" through a local proxy")
+}
+
+func TestBench(t *testing.T) {
+	leakcheck.Check(t)
+	dir := t.TempDir()
+	jsonFile, svgFile := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.svg")
+	code, out, errOut := runCLI(t, "bench", "--duration", "300ms", "--callers", "2", "--slow-node", "5ms",
+		"--json", jsonFile, "--svg", svgFile)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	for _, row := range []string{"lock+unlock, 1 caller", "lock+unlock, 2 callers, distinct keys", "one hot key, 2 contenders", "one hot key, 2 separate clients", "one node +5ms each way"} {
+		assert.Contains(t, out, row)
+	}
+	assert.Contains(t, errOut, "done", "progress goes to stderr")
+
+	var rep loadtest.Report
+	b, err := os.ReadFile(jsonFile)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.Len(t, rep.Results, 5)
+	for _, r := range rep.Results {
+		assert.Positive(t, r.Ops, r.Title)
+		assert.Positive(t, r.Latency.P50, r.Title)
+		assert.LessOrEqual(t, r.Latency.P50, r.Latency.P99, r.Title)
+	}
+	assert.Len(t, rep.Results[2].Shares, 2)
+	svg, err := os.ReadFile(svgFile)
+	require.NoError(t, err)
+	assert.True(t, bytes.HasPrefix(svg, []byte("<svg")))
+	assert.Equal(t, 5, bytes.Count(svg, []byte("<polyline")), "one curve per scenario")
+}
+
+func TestInspect(t *testing.T) {
+	leakcheck.Check(t)
+	addrs := startNodes(t, 5)
+	nodes := redlock.NewNodes(addrs...)
+	t.Cleanup(func() { closeNodes(nodes) })
+	c, err := redlock.New(nodes, &redlock.Options{KeyPrefix: "p:", NodeTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+
+	code, out, _ := runCLI(t, "inspect", "k", "--nodes", strings.Join(addrs, ","), "--prefix", "p:")
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, `free: no node holds "p:k"`)
+
+	l, err := c.Lock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, out, _ = runCLI(t, "inspect", "k", "--nodes", strings.Join(addrs, ","), "--prefix", "p:")
+		return strings.Contains(out, "held: 5 of 5 nodes agree on holder "+l.Token()[:8]+"…")
+	}, 5*time.Second, 10*time.Millisecond, out)
+	assert.Contains(t, out, "node")
+	assert.Regexp(t, `(?m)^127\.0\.0\.1:\d+\s+`+l.Token()[:8]+`…\s+(59|60)\.\d+s\s+-$`, out)
+	require.NoError(t, l.Unlock(t.Context()))
+}
+
+func TestInspectNoQuorum(t *testing.T) {
+	leakcheck.Check(t)
+	srvs := make([]*miniredis.Miniredis, 3)
+	var addrs []string
+	for i := range srvs {
+		srvs[i] = miniredis.RunT(t)
+		addrs = append(addrs, srvs[i].Addr())
+	}
+	require.NoError(t, srvs[0].Set("k", "aaaaaaaaaaaaaaaaaaaaaa"))
+	srvs[0].SetTTL("k", time.Second)
+	require.NoError(t, srvs[1].Set("k", "bbbbbbbbbbbbbbbbbbbbbb"))
+	srvs[1].SetTTL("k", time.Second)
+	code, out, _ := runCLI(t, "inspect", "--nodes", strings.Join(addrs, ","), "k")
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "no quorum: at most 1 of 3 nodes agree on one holder, 2 needed")
+	assert.Contains(t, out, "aaaaaaaa…")
+	assert.Contains(t, out, "(free)")
+}
+
+func TestErrors(t *testing.T) {
+	leakcheck.Check(t)
+	down := miniredis.RunT(t)
+	downAddr := down.Addr()
+	down.Close()
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{nil, 2, "usage:"},
+		{[]string{"fly"}, 2, `unknown command "fly"`},
+		{[]string{"bench", "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"bench", "--duration", "soon"}, 2, `invalid value "soon" for flag -duration`},
+		{[]string{"bench", "--duration", "0s"}, 2, "--duration 0s: must be positive"},
+		{[]string{"bench", "--callers", "0"}, 2, "--callers 0: must be at least 1"},
+		{[]string{"bench", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"demo", "--stock", "0"}, 2, "--stock 0: must be at least 1"},
+		{[]string{"demo", "--nodes", "localhost"}, 2, `--nodes: "localhost" is not host:port`},
+		{[]string{"demo", "--nodes", "a:1,a:1"}, 2, "a:1 is listed twice"},
+		{[]string{"inspect", "--nodes", "a:1"}, 2, "want exactly one KEY, got 0"},
+		{[]string{"inspect", "k"}, 2, "--nodes is required"},
+		{[]string{"inspect", "k", "--nodes", downAddr}, 1, "node " + downAddr + " unreachable"},
+		{[]string{"bench", "--nodes", downAddr}, 1, "node " + downAddr + " unreachable"},
+		{[]string{"demo", "--nodes", downAddr}, 1, "node " + downAddr + " unreachable"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, out, errOut := runCLI(t, tc.args...)
+			assert.Equal(t, tc.code, code)
+			assert.Contains(t, errOut, tc.msg)
+			if tc.args != nil {
+				assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+				assert.Empty(t, out)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"help"}, {"bench", "-h"}, {"demo", "--help"}, {"inspect", "-h"}} {
+		code, out, errOut := runCLI(t, args...)
+		assert.Equal(t, 0, code, args)
+		assert.Contains(t, out, "usage", args)
+		assert.Empty(t, errOut, args)
+	}
+}
+
+// startNodes starts n in-process nodes for the test.
+func startNodes(t *testing.T, n int) []string {
+	t.Helper()
+	var addrs []string
+	for range n {
+		m := miniredis.RunT(t)
+		m.ClockTTL(true)
+		addrs = append(addrs, m.Addr())
+	}
+	return addrs
+}

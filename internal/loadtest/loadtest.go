@@ -1,0 +1,299 @@
+// Package loadtest runs the lock benchmarks of the redlock command and of the
+// side-by-side comparison in bench/: the same scenarios through any lock
+// implementation ([Locker]), measuring lock+unlock latency percentiles,
+// throughput, hot-key contention (waits and each contender's share) and
+// allocations, and reports them as a table, JSON or an SVG plot.
+//
+// It is a tool package: unlike the library's other internal packages it
+// depends on redlock, whose [Redquorum] adapter it provides.
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redquorum/redquorum/internal/faultproxy"
+)
+
+// Locker is a lock implementation under test. Lock blocks until it holds
+// key for ttl or ctx ends.
+type Locker interface {
+	Lock(ctx context.Context, key string, ttl time.Duration) (Unlocker, error)
+}
+
+// Unlocker releases one held lock.
+type Unlocker interface {
+	Unlock(ctx context.Context) error
+}
+
+// Impl is a named way to build a Locker on a list of node addresses. close
+// releases what New built (connection pools, clients).
+type Impl struct {
+	Name string
+	New  func(addrs []string) (l Locker, close func(), err error)
+}
+
+// Scenario is one measurement.
+type Scenario struct {
+	ID       string        // short name, for JSON and file names
+	Title    string        // what a reader sees
+	Callers  int           // concurrent goroutines
+	HotKey   bool          // all callers lock one key and hold it for Hold
+	Hold     time.Duration // time a hot-key holder keeps the lock
+	Duration time.Duration // measured run time, after a warm-up
+	TTL      time.Duration
+	Slow     time.Duration // latency added each way in front of the first node
+	Separate bool          // each caller has its own Locker, like separate processes
+}
+
+// Scenarios returns the standard set: lock+unlock on distinct keys by one
+// caller and by callers concurrent callers, one hot key with callers
+// contenders holding it 1 ms, and, when slow > 0, one caller with the first
+// node slow by that much each way.
+func Scenarios(d time.Duration, callers int, slow time.Duration) []Scenario {
+	s := []Scenario{
+		{ID: "distinct-1", Title: "lock+unlock, 1 caller", Callers: 1, Duration: d, TTL: 10 * time.Second},
+		{ID: fmt.Sprintf("distinct-%d", callers), Title: fmt.Sprintf("lock+unlock, %d callers, distinct keys", callers), Callers: callers, Duration: d, TTL: 10 * time.Second},
+		{ID: fmt.Sprintf("hotkey-%d", callers), Title: fmt.Sprintf("one hot key, %d contenders holding 1ms (wait)", callers), Callers: callers, HotKey: true, Hold: time.Millisecond, Duration: d, TTL: 10 * time.Second},
+		{ID: fmt.Sprintf("hotkey-%d-clients", callers), Title: fmt.Sprintf("one hot key, %d separate clients holding 1ms (wait)", callers), Callers: callers, HotKey: true, Hold: time.Millisecond, Duration: d, TTL: 10 * time.Second, Separate: true},
+	}
+	if slow > 0 {
+		s = append(s, Scenario{ID: "slow-1", Title: fmt.Sprintf("lock+unlock, 1 caller, one node +%v each way", slow), Callers: 1, Duration: d, TTL: 10 * time.Second, Slow: slow})
+	}
+	return s
+}
+
+// Dist is a latency distribution, in nanoseconds.
+type Dist struct {
+	P50  time.Duration `json:"p50_ns"`
+	P90  time.Duration `json:"p90_ns"`
+	P99  time.Duration `json:"p99_ns"`
+	P999 time.Duration `json:"p999_ns"`
+	Max  time.Duration `json:"max_ns"`
+}
+
+// Result is one implementation's outcome in one scenario.
+type Result struct {
+	Impl     string  `json:"impl"`
+	Scenario string  `json:"scenario"`
+	Title    string  `json:"title"`
+	Callers  int     `json:"callers"`
+	Ops      int     `json:"ops"`
+	Errors   int     `json:"errors"`
+	Seconds  float64 `json:"seconds"`
+	PerSec   float64 `json:"ops_per_sec"`
+	// Latency is lock+unlock for distinct keys, the time spent in Lock for
+	// a hot key.
+	Latency     Dist    `json:"latency"`
+	AllocsPerOp float64 `json:"allocs_per_op,omitempty"`
+	BytesPerOp  float64 `json:"bytes_per_op,omitempty"`
+	Shares      []int   `json:"shares,omitempty"` // hot key: acquisitions per contender
+	FirstError  string  `json:"first_error,omitempty"`
+
+	samples []time.Duration // sorted
+}
+
+// ShareRatio returns the smallest contender's share divided by the largest's
+// (1 is perfectly fair), or 0 when there are no shares.
+func (r *Result) ShareRatio() float64 {
+	if len(r.Shares) == 0 || slices.Max(r.Shares) == 0 {
+		return 0
+	}
+	return float64(slices.Min(r.Shares)) / float64(slices.Max(r.Shares))
+}
+
+// Runner runs scenarios. Its zero value runs silently without measuring
+// allocations.
+type Runner struct {
+	// Progress, when not nil, receives a line per second of each run.
+	Progress io.Writer
+	// MeasureAllocs counts the process's allocations during the measured
+	// phase, per operation. Leave it off when the nodes run in-process.
+	MeasureAllocs bool
+	// Warmup is run before measuring; zero means a tenth of the duration.
+	Warmup time.Duration
+}
+
+// Run measures impl in sc on the nodes at addrs. It returns an error only
+// when the implementation or the slow-node proxy cannot be set up; lock
+// failures are counted in the Result.
+func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string) (Result, error) {
+	addrs = slices.Clone(addrs)
+	if sc.Slow > 0 {
+		p, err := faultproxy.NewProxy(addrs[0])
+		if err != nil {
+			return Result{}, err
+		}
+		defer p.Close()
+		p.SetLatency(sc.Slow, sc.Slow)
+		addrs[0] = p.Addr()
+	}
+	lockers := make([]Locker, 1, sc.Callers)
+	n := 1
+	if sc.Separate {
+		n = sc.Callers
+	}
+	for i := range n {
+		l, closeFn, err := impl.New(addrs)
+		if err != nil {
+			return Result{}, fmt.Errorf("%s: %w", impl.Name, err)
+		}
+		defer closeFn()
+		if i == 0 {
+			lockers[0] = l
+		} else {
+			lockers = append(lockers, l)
+		}
+	}
+	for len(lockers) < sc.Callers {
+		lockers = append(lockers, lockers[0]) // one Locker shared by the callers
+	}
+	prefix := "bench:" + impl.Name + ":" + sc.ID + ":" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	warm := r.Warmup
+	if warm == 0 {
+		warm = sc.Duration / 10
+	}
+	run(ctx, lockers, sc, prefix+"warm:", warm)
+
+	var ms0, ms1 runtime.MemStats
+	if r.MeasureAllocs {
+		runtime.GC()
+		runtime.ReadMemStats(&ms0)
+	}
+	stop := r.progress(impl.Name, sc)
+	res := run(ctx, lockers, sc, prefix, sc.Duration)
+	stop()
+	if r.MeasureAllocs {
+		runtime.ReadMemStats(&ms1)
+		if res.Ops > 0 {
+			res.AllocsPerOp = float64(ms1.Mallocs-ms0.Mallocs) / float64(res.Ops)
+			res.BytesPerOp = float64(ms1.TotalAlloc-ms0.TotalAlloc) / float64(res.Ops)
+		}
+	}
+	res.Impl, res.Scenario, res.Title, res.Callers = impl.Name, sc.ID, sc.Title, sc.Callers
+	return res, nil
+}
+
+// progress prints a line per second until the returned function is called.
+func (r *Runner) progress(name string, sc Scenario) (stop func()) {
+	if r.Progress == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		start := time.Now()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			fmt.Fprintf(r.Progress, "\r  %-10s %-55s %3.0f/%.0fs", name, sc.Title, time.Since(start).Seconds(), sc.Duration.Seconds())
+			select {
+			case <-done:
+				fmt.Fprintf(r.Progress, "\r  %-10s %-55s done\n", name, sc.Title)
+				return
+			case <-t.C:
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// keyRing is the number of distinct keys each caller cycles through.
+const keyRing = 512
+
+// run drives the callers for d, caller w through lockers[w], and gathers
+// their samples.
+func run(ctx context.Context, lockers []Locker, sc Scenario, prefix string, d time.Duration) Result {
+	type worker struct {
+		samples []time.Duration
+		errs    int
+		first   error
+	}
+	workers := make([]worker, sc.Callers)
+	keys := make([][]string, sc.Callers)
+	for w := range keys {
+		n := keyRing
+		if sc.HotKey {
+			n = 1
+		}
+		keys[w] = make([]string, n)
+		for i := range n {
+			keys[w][i] = prefix + strconv.Itoa(w) + ":" + strconv.Itoa(i)
+			if sc.HotKey {
+				keys[w][i] = prefix + "hot"
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wk := &workers[w]
+		wk.samples = make([]time.Duration, 0, 4096)
+		wg.Go(func() {
+			for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+				t0 := time.Now()
+				lctx, lcancel := context.WithDeadline(ctx, deadline.Add(10*time.Second))
+				l, err := lockers[w].Lock(lctx, keys[w][i%len(keys[w])], sc.TTL)
+				lcancel()
+				if err == nil && sc.HotKey {
+					wk.samples = append(wk.samples, time.Since(t0))
+					time.Sleep(sc.Hold)
+				}
+				if err == nil {
+					err = l.Unlock(ctx)
+					if err == nil && !sc.HotKey {
+						wk.samples = append(wk.samples, time.Since(t0))
+					}
+				}
+				if err != nil && !errors.Is(err, context.Canceled) {
+					wk.errs++
+					if wk.first == nil {
+						wk.first = err
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	res := Result{Seconds: elapsed.Seconds()}
+	for _, wk := range workers {
+		res.samples = append(res.samples, wk.samples...)
+		res.Errors += wk.errs
+		if wk.first != nil && res.FirstError == "" {
+			res.FirstError = wk.first.Error()
+		}
+		if sc.HotKey {
+			res.Shares = append(res.Shares, len(wk.samples))
+		}
+	}
+	slices.Sort(res.samples)
+	res.Ops = len(res.samples)
+	res.PerSec = float64(res.Ops) / elapsed.Seconds()
+	res.Latency = dist(res.samples)
+	return res
+}
+
+// dist returns the percentiles of sorted samples.
+func dist(s []time.Duration) Dist {
+	if len(s) == 0 {
+		return Dist{}
+	}
+	return Dist{P50: quantile(s, 0.5), P90: quantile(s, 0.9), P99: quantile(s, 0.99), P999: quantile(s, 0.999), Max: s[len(s)-1]}
+}
+
+// quantile returns the q-quantile of sorted samples (nearest rank).
+func quantile(s []time.Duration, q float64) time.Duration {
+	i := int(q*float64(len(s))+0.5) - 1
+	return s[max(0, min(i, len(s)-1))]
+}

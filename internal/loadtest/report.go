@@ -1,0 +1,157 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redquorum/redquorum/redlock"
+)
+
+// Redquorum returns the Impl of this library, with opts (nil for defaults)
+// on node clients built by [redlock.NewNodes].
+func Redquorum(opts *redlock.Options) Impl {
+	return Impl{Name: "redquorum", New: func(addrs []string) (Locker, func(), error) {
+		nodes := redlock.NewNodes(addrs...)
+		closeNodes := func() {
+			for _, n := range nodes {
+				_ = n.Close()
+			}
+		}
+		c, err := redlock.New(nodes, opts)
+		if err != nil {
+			closeNodes()
+			return nil, nil, err
+		}
+		return redquorumLocker{c}, func() { _ = c.Close(); closeNodes() }, nil
+	}}
+}
+
+type redquorumLocker struct{ c *redlock.Client }
+
+func (r redquorumLocker) Lock(ctx context.Context, key string, ttl time.Duration) (Unlocker, error) {
+	l, err := r.c.Lock(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// NodeClients returns plain go-redis clients for addrs, as most users of
+// other libraries build them.
+func NodeClients(addrs []string) []*redis.Client {
+	cs := make([]*redis.Client, len(addrs))
+	for i, a := range addrs {
+		cs[i] = redis.NewClient(&redis.Options{Addr: a})
+	}
+	return cs
+}
+
+// Ms formats a duration in milliseconds with three significant digits, or
+// in seconds from one second on.
+func Ms(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "-"
+	case d >= time.Second:
+		return fmt.Sprintf("%.3gs", d.Seconds())
+	}
+	return fmt.Sprintf("%.3gms", float64(d)/float64(time.Millisecond))
+}
+
+// WriteTable prints one row per result.
+func WriteTable(w io.Writer, results []Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "impl\tscenario\tops/s\tp50\tp90\tp99\tp99.9\tallocs/op\terrors\tnote")
+	for _, r := range results {
+		allocs := "-"
+		if r.AllocsPerOp > 0 {
+			allocs = fmt.Sprintf("%.0f", r.AllocsPerOp)
+		}
+		note := ""
+		if len(r.Shares) > 0 {
+			note = fmt.Sprintf("shares %v, min/max %.2f", r.Shares, r.ShareRatio())
+		}
+		if r.FirstError != "" {
+			note = strings.TrimSpace(note + " first error: " + shorten(r.FirstError, 80))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Impl, r.Title, r.PerSec,
+			Ms(r.Latency.P50), Ms(r.Latency.P90), Ms(r.Latency.P99), Ms(r.Latency.P999), allocs, r.Errors, note)
+	}
+	return tw.Flush()
+}
+
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// Report is what --json writes.
+type Report struct {
+	Env     map[string]string `json:"env"`
+	Command string            `json:"command"`
+	Results []Result          `json:"results"`
+}
+
+// WriteJSON writes rep to path, indented.
+func WriteJSON(path string, rep Report) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFile(path, append(b, '\n'))
+}
+
+// writeFile writes b to path, creating its directory if need be.
+func writeFile(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// Environment describes the machine and the software versions.
+func Environment() map[string]string {
+	env := map[string]string{
+		"go":   runtime.Version(),
+		"os":   runtime.GOOS + "/" + runtime.GOARCH,
+		"cpus": strconv.Itoa(runtime.NumCPU()),
+		"cpu":  cpuModel(),
+		"date": time.Now().UTC().Format(time.RFC3339),
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			switch d.Path {
+			case "github.com/redis/go-redis/v9", "github.com/go-redsync/redsync/v4":
+				env[d.Path] = d.Version
+			}
+		}
+	}
+	return env
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}

@@ -1,0 +1,98 @@
+package loadtest
+
+import (
+	"fmt"
+	"html"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+var palette = []string{"#d62728", "#1f77b4", "#2ca02c", "#9467bd"}
+
+// WriteSVG writes a plot with one panel per scenario: each implementation's
+// latency (wait, for a hot key) by percentile, on a logarithmic time axis,
+// with the tail (p90 to p99.9) stretched.
+func WriteSVG(path, title string, results []Result) error {
+	var scenarios []string
+	byScenario := map[string][]Result{}
+	var impls []string
+	for _, r := range results {
+		if _, ok := byScenario[r.Scenario]; !ok {
+			scenarios = append(scenarios, r.Scenario)
+		}
+		byScenario[r.Scenario] = append(byScenario[r.Scenario], r)
+		if !slices.Contains(impls, r.Impl) {
+			impls = append(impls, r.Impl)
+		}
+	}
+	const (
+		width, left, right = 760, 60, 20
+		panelH, plotH, top = 210, 150, 50
+	)
+	height := top + panelH*len(scenarios) + 10
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", width, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="%d" y="20" font-size="14" font-weight="bold">%s</text>`+"\n", left, html.EscapeString(title))
+	for i, name := range impls {
+		x := left + i*140
+		fmt.Fprintf(&b, `<line x1="%d" y1="34" x2="%d" y2="34" stroke="%s" stroke-width="2"/><text x="%d" y="38">%s</text>`+"\n", x, x+20, palette[i%len(palette)], x+25, html.EscapeString(name))
+	}
+	for si, id := range scenarios {
+		rs := byScenario[id]
+		y0 := top + si*panelH + 20 // top of the plot area
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, r := range rs {
+			if len(r.samples) > 0 {
+				lo = math.Min(lo, float64(r.samples[0]))
+				hi = math.Max(hi, float64(r.samples[len(r.samples)-1]))
+			}
+		}
+		if math.IsInf(lo, 0) {
+			continue
+		}
+		// Decades of time that cover the samples.
+		dlo, dhi := math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
+		if dhi <= dlo {
+			dhi = dlo + 1
+		}
+		pw := float64(width - left - right)
+		xOf := func(ns float64) float64 { return left + (math.Log10(ns)-dlo)/(dhi-dlo)*pw }
+		// The y axis stretches the tail: p0 at the bottom, then a tenth of
+		// the height per "nine" (p90, p99) up to p99.9 at the top.
+		yOf := func(q float64) float64 {
+			nines := math.Min(-math.Log10(math.Max(1-q, 1e-3)), 3)
+			return float64(y0) + plotH - nines/3*plotH
+		}
+		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", left, y0-6, html.EscapeString(rs[0].Title))
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.0f" height="%d" fill="none" stroke="#999"/>`+"\n", left, y0, pw, plotH)
+		for d := dlo; d <= dhi; d++ {
+			x := xOf(math.Pow(10, d))
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n",
+				x, y0, x, y0+plotH, x, y0+plotH+14, time.Duration(math.Pow(10, d)))
+		}
+		for _, q := range []float64{0, 0.5, 0.9, 0.99, 0.999} {
+			y := yOf(q)
+			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">p%g</text>`+"\n",
+				left, y, float64(left)+pw, y, left-4, y+4, q*100)
+		}
+		for _, r := range rs {
+			if len(r.samples) == 0 {
+				continue
+			}
+			var pts strings.Builder
+			n := len(r.samples)
+			step := max(1, n/400)
+			for k := 0; k < n; k += step {
+				fmt.Fprintf(&pts, "%.1f,%.1f ", xOf(float64(max(r.samples[k], 1))), yOf(float64(k+1)/float64(n)))
+			}
+			fmt.Fprintf(&pts, "%.1f,%.1f", xOf(float64(max(r.samples[n-1], 1))), yOf(1))
+			c := palette[slices.Index(impls, r.Impl)%len(palette)]
+			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`+"\n", c, pts.String())
+		}
+		fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle" fill="#555">latency (log scale); y: percentile (the tail stretched)</text>`+"\n", float64(left)+pw/2, y0+plotH+28)
+	}
+	b.WriteString("</svg>\n")
+	return writeFile(path, []byte(b.String()))
+}

@@ -1,0 +1,142 @@
+// Package redisproc starts native redis-server processes on 127.0.0.1 for
+// benchmarks: independent masters without persistence, stopped and removed
+// by [Servers.Stop].
+package redisproc
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Servers are native redis-server processes started by [Start].
+type Servers struct {
+	Addrs   []string // host:port of each server
+	Version string   // such as "7.0.15"
+
+	cmds []*exec.Cmd
+	dir  string
+}
+
+// Start starts n redis-server processes on free ports of 127.0.0.1,
+// without persistence, and waits until each accepts connections. On failure
+// it stops those it started.
+func Start(ctx context.Context, n int) (*Servers, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New("redisproc: redis-server not found on PATH: run scripts/ensure-redis-server.sh (make bench does)")
+	}
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s --version: %w", bin, err)
+	}
+	s := &Servers{Version: versionOf(string(out))}
+	if s.dir, err = os.MkdirTemp("", "redquorum-bench-"); err != nil {
+		return nil, err
+	}
+	for i := range n {
+		port, err := freePort()
+		if err != nil {
+			s.Stop()
+			return nil, err
+		}
+		dir := fmt.Sprintf("%s/%d", s.dir, i)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			s.Stop()
+			return nil, err
+		}
+		cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
+			"--dir", dir, "--protected-mode", "no", "--maxmemory-policy", "noeviction", "--loglevel", "warning")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // no orphans if the bench dies
+		if err := cmd.Start(); err != nil {
+			s.Stop()
+			return nil, fmt.Errorf("redisproc: starting redis-server: %w", err)
+		}
+		s.cmds = append(s.cmds, cmd)
+		s.Addrs = append(s.Addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	}
+	for _, a := range s.Addrs {
+		if err := waitPing(ctx, a); err != nil {
+			s.Stop()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Stop terminates the servers, waits for them and removes their directory.
+// Calling it again does nothing.
+func (s *Servers) Stop() {
+	for _, c := range s.cmds {
+		_ = c.Process.Signal(syscall.SIGTERM)
+	}
+	for _, c := range s.cmds {
+		_ = c.Wait()
+	}
+	s.cmds = nil
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
+	}
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitPing waits up to 5 s for a PONG from addr.
+func waitPing(ctx context.Context, addr string) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := ping(addr)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("redisproc: redis-server on %s did not start: %v", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("unexpected reply %q", line)
+	}
+	return nil
+}
+
+// versionOf extracts "7.0.15" from redis-server --version.
+func versionOf(s string) string {
+	for _, f := range strings.Fields(s) {
+		if v, ok := strings.CutPrefix(f, "v="); ok {
+			return v
+		}
+	}
+	return strings.TrimSpace(s)
+}

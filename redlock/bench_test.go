@@ -1,0 +1,96 @@
+package redlock_test
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/redquorum/redquorum/internal/redisproc"
+	"github.com/redquorum/redquorum/redlock"
+)
+
+// benchNodes returns the nodes of a benchmark: REDQUORUM_BENCH_NODES
+// (host:port,...) when set, else five redis-server processes when
+// redis-server is on PATH, else five in-process nodes (whose own allocations
+// then count in the benchmark's).
+func benchNodes(b *testing.B) []string {
+	if s := os.Getenv("REDQUORUM_BENCH_NODES"); s != "" {
+		return strings.Split(s, ",")
+	}
+	srv, err := redisproc.Start(b.Context(), 5)
+	if err == nil {
+		b.Cleanup(srv.Stop)
+		return srv.Addrs
+	}
+	b.Logf("%v: using in-process nodes, whose allocations count too", err)
+	var addrs []string
+	for range 5 {
+		m := miniredis.RunT(b)
+		m.ClockTTL(true)
+		addrs = append(addrs, m.Addr())
+	}
+	return addrs
+}
+
+// BenchmarkLockUnlockNative measures one TryLock+Unlock by one caller; run it with
+// -benchmem for the allocations per lock+unlock.
+func BenchmarkLockUnlockNative(b *testing.B) {
+	c := benchClient(b)
+	ctx := b.Context()
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := c.Lock(ctx, "bench", 10*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLockUnlockNativeParallel measures lock+unlock on distinct keys by
+// concurrent callers of one Client (GOMAXPROCS × -cpu callers).
+func BenchmarkLockUnlockNativeParallel(b *testing.B) {
+	c := benchClient(b)
+	ctx := b.Context()
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.RunParallel(func(pb *testing.PB) {
+		key := "bench:" + strconv.FormatInt(next.Add(1), 10)
+		for pb.Next() {
+			l, err := c.Lock(ctx, key, 10*time.Second)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := l.Unlock(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// benchClient returns a Client on the benchmark's nodes, closed with them at
+// the end.
+func benchClient(b *testing.B) *redlock.Client {
+	nodes := redlock.NewNodes(benchNodes(b)...)
+	c, err := redlock.New(nodes, &redlock.Options{NodeTimeout: time.Second}) // a loaded machine stalls for tens of ms
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = c.Close()
+		for _, n := range nodes {
+			_ = n.Close()
+		}
+	})
+	return c
+}
