@@ -45,20 +45,20 @@ func inspect(ctx context.Context, args []string, out io.Writer) error {
 	votes := map[string]int{}
 	var failed error
 	for i, n := range nodes {
-		holder, ttl, err := read(ctx, n, key)
+		holder, ttl, fence, err := read(ctx, n, key, *prefix+stateKey)
 		switch {
 		case err != nil:
 			fmt.Fprintf(tw, "%s\terror: %s\t-\t-\n", addrs[i], oneLine(err.Error()))
 			failed = errors.Join(failed, fmt.Errorf("%s: %w", addrs[i], err))
 		case holder == "":
-			fmt.Fprintf(tw, "%s\t(free)\t-\t-\n", addrs[i])
+			fmt.Fprintf(tw, "%s\t(free)\t-\t%s\n", addrs[i], fence)
 		default:
 			votes[holder]++
 			shown := ttl.String()
 			if ttl < 0 {
 				shown = "none (not a lock)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\n", addrs[i], short(holder), shown)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", addrs[i], short(holder), shown, fence)
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -84,29 +84,40 @@ func inspect(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-// read returns the value of key on one node and its remaining TTL; holder is
+// stateKey is the node state hash of the restart guard and the fence counter
+// (field f), after the key prefix; see redlock.ErrGuarded and Lock.Fence.
+const stateKey = "redquorum:node"
+
+// read returns the value of key on one node, its remaining TTL and the node's
+// fence counter ("-" when the node has no counter yet or lost it); holder is
 // "" when the key does not exist.
-func read(ctx context.Context, n redis.UniversalClient, key string) (holder string, ttl time.Duration, err error) {
+func read(ctx context.Context, n redis.UniversalClient, key, state string) (holder string, ttl time.Duration, fence string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	var get *redis.StringCmd
 	var pttl *redis.DurationCmd
+	var f *redis.StringCmd
 	_, err = n.Pipelined(ctx, func(p redis.Pipeliner) error {
 		get = p.Get(ctx, key)
 		pttl = p.PTTL(ctx, key)
+		f = p.HGet(ctx, state, "f")
 		return nil
 	})
-	if errors.Is(err, redis.Nil) {
-		return "", 0, nil
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", 0, "", err
 	}
-	if err != nil {
-		return "", 0, err
+	fence = f.Val()
+	if fence == "" {
+		fence = "-"
+	}
+	if errors.Is(get.Err(), redis.Nil) {
+		return "", 0, fence, nil
 	}
 	ttl = pttl.Val()
 	if ttl < 0 {
-		return get.Val(), -1, nil // no expiry
+		return get.Val(), -1, fence, nil // no expiry
 	}
-	return get.Val(), ttl.Truncate(time.Millisecond), nil
+	return get.Val(), ttl.Truncate(time.Millisecond), fence, nil
 }
 
 // short shortens a token for display.
