@@ -52,8 +52,8 @@ const (
 	// ClientPartition cuts the node off from one contender process only, so
 	// that processes see different sets of nodes.
 	ClientPartition FaultKind = "client-partition"
-	// Latency delays the node's traffic by 5 to 65 ms each way: around the
-	// default NodeTimeout, so the node is sometimes in time and sometimes not.
+	// Latency delays the node's traffic each way by 1 ms to 3/4 of the
+	// client's NodeTimeout: the node is sometimes in time and sometimes not.
 	Latency FaultKind = "latency"
 )
 
@@ -65,8 +65,8 @@ type Options struct {
 	Nodes   int           // lock nodes (5); one more node holds the shared resource and is never faulted
 	Procs   int           // contender OS processes, this test's one included (2)
 	Workers int           // contender goroutines per process (4)
-	Keys    int           // lock keys the contenders compete for (3)
-	TTL     time.Duration // lock TTL (1s)
+	Keys    int           // lock keys the contenders compete for (6)
+	TTL     time.Duration // lock TTL (600ms)
 	Hold    time.Duration // longest sleep between reading and writing the stock (1ms)
 
 	// Target is how many successful acquisitions, over all processes, end
@@ -78,7 +78,7 @@ type Options struct {
 	// Faults are the kinds the schedule picks from, at random; none when
 	// empty. At most MaxFaulty nodes ((Nodes-1)/2, a minority) are faulted
 	// at once; a fault lasts 100 ms to 1 s, and a new one is considered
-	// every FaultGap (50 ms) on average.
+	// every FaultGap (150 ms) on average.
 	Faults    []FaultKind
 	MaxFaulty int
 	FaultGap  time.Duration
@@ -90,6 +90,10 @@ type Options struct {
 
 	// Client is the redlock configuration of every contender. Only fields
 	// that survive JSON (not Clock or Logger) reach the other processes.
+	// NodeTimeout defaults to 200ms here, not redlock's 50ms: each request
+	// crosses two in-process proxies and Docker's port forwarding on a
+	// loaded two-core machine, and the suite is about safety under faults,
+	// not about a round's speed.
 	Client redlock.Options
 	// MinorityQuorum sets [testhook.AllowMinorityQuorum] in every process,
 	// so that Client.Quorum may be unsafe (negative controls).
@@ -117,13 +121,14 @@ func (o *Options) defaults() {
 	def(&o.Nodes, 5)
 	def(&o.Procs, 2)
 	def(&o.Workers, 4)
-	def(&o.Keys, 3)
+	def(&o.Keys, 6)
 	def(&o.Target, 10000)
 	def(&o.MaxFaulty, (o.Nodes-1)/2)
-	defD(&o.TTL, time.Second)
+	defD(&o.TTL, 600*time.Millisecond)
+	defD(&o.Client.NodeTimeout, 200*time.Millisecond)
 	defD(&o.Hold, time.Millisecond)
 	defD(&o.MaxDuration, 3*time.Minute)
-	defD(&o.FaultGap, 50*time.Millisecond)
+	defD(&o.FaultGap, 150*time.Millisecond)
 	defD(&o.KillDowntime, o.TTL+500*time.Millisecond)
 	o.KillDowntime = max(o.KillDowntime, 0)
 	if o.Stock == 0 {
@@ -148,6 +153,8 @@ type Result struct {
 	MinStock   int64 // lowest stock any holder read
 	Leftover   []string
 	Resource   int // reads and writes of the resource that failed (timeouts near Until)
+
+	LockWait, Held time.Duration // summed over contenders: time in Lock, and from Lock to the end of Unlock
 }
 
 // String is the summary line of the run: totals, faults and violations.
@@ -156,8 +163,9 @@ func (r *Result) String() string {
 	for _, k := range AllFaults {
 		kinds = append(kinds, fmt.Sprintf("%s=%d", k, r.Faults[k]))
 	}
-	return fmt.Sprintf("%d acquisitions, %d failed attempts in %v; faults: %s; violations: overlaps=%d oversold=%d porcupine=%s; leftover keys=%d; min stock=%d; resource errors=%d",
-		r.Acquisitions, r.Failures, r.Duration.Round(time.Millisecond), strings.Join(kinds, " "),
+	return fmt.Sprintf("%d acquisitions, %d failed attempts in %v (%.0f/s; contenders spent %v in Lock, %v holding); faults: %s; violations: overlaps=%d oversold=%d porcupine=%s; leftover keys=%d; min stock=%d; resource errors=%d",
+		r.Acquisitions, r.Failures, r.Duration.Round(time.Millisecond), float64(r.Acquisitions)/r.Duration.Seconds(),
+		r.LockWait.Round(time.Second), r.Held.Round(time.Second), strings.Join(kinds, " "),
 		len(r.Overlaps), r.Oversold, verdict(r.Linearizable), len(r.Leftover), r.MinStock, r.Resource)
 }
 
@@ -193,7 +201,9 @@ type procResult struct {
 	History  []Attempt
 	MinStock int64
 	Resource int
-	Err      string // a failure that ended the process early
+	LockWait time.Duration // total time spent in Lock
+	Held     time.Duration // total time between Lock and the end of Unlock
+	Err      string        // a failure that ended the process early
 }
 
 // Run runs the chaos scenario of o on a fresh rig and returns what it found;
@@ -321,6 +331,8 @@ func Run(t *testing.T, o Options) *Result {
 		r.History = append(r.History, pr.History...)
 		r.MinStock = min(r.MinStock, pr.MinStock)
 		r.Resource += pr.Resource
+		r.LockWait += pr.LockWait
+		r.Held += pr.Held
 	}
 	for _, a := range r.History {
 		if a.OK {
@@ -343,7 +355,7 @@ func Run(t *testing.T, o Options) *Result {
 
 	r.Overlaps = CheckOverlaps(r.History)
 	var err error
-	r.Linearizable, r.Visualization, err = CheckLinearizable(r.History, time.Minute, filepath.Join(os.TempDir(), "redquorum-chaos-"+strconv.FormatInt(start.UnixNano(), 36)))
+	r.Linearizable, r.Visualization, err = CheckLinearizable(r.History, time.Minute, t.ArtifactDir())
 	require.NoError(t, err)
 
 	// Once every TTL set before calm has run out, no lock key may be left.
@@ -360,7 +372,7 @@ func Run(t *testing.T, o Options) *Result {
 
 	fmt.Printf("chaos: %s: %s\n", t.Name(), r)
 	if r.Visualization != "" {
-		fmt.Printf("chaos: %s: porcupine's visualization of the illegal history: %s\n", t.Name(), r.Visualization)
+		fmt.Printf("chaos: %s: porcupine's visualization of the illegal history (kept with go test -artifacts): %s\n", t.Name(), r.Visualization)
 	}
 	return r
 }
@@ -388,10 +400,6 @@ func child(raw string) int {
 	return 0
 }
 
-// writeMargin is how much validity a holder wants left before it touches the
-// resource: it covers the resource's round trip, so that a write issued
-// before Until lands before Until.
-const writeMargin = 100 * time.Millisecond
 
 // contend runs one process's contenders until the run's target or deadline.
 func contend(ctx context.Context, cfg procConfig) procResult {
@@ -409,8 +417,13 @@ func contend(ctx context.Context, cfg procConfig) procResult {
 	res := redis.NewClient(redlock.NodeOptions(cfg.Resource))
 	defer res.Close()
 
+	// writeMargin is how much validity a holder wants left before it
+	// touches the resource: it covers the resource's round trip, so that a
+	// write issued before Until lands before Until.
+	writeMargin := cfg.TTL / 4
 	var (
 		acquired atomic.Int64 // the run's total, as last read from the resource
+		lockNS, holdNS atomic.Int64
 		resErrs  atomic.Int64
 		mu       sync.Mutex
 		out      = procResult{MinStock: 1<<63 - 1}
@@ -463,6 +476,7 @@ func contend(ctx context.Context, cfg procConfig) procResult {
 				l, err := client.Lock(lctx, key, cfg.TTL)
 				cancel()
 				a.Obtained = time.Now().UnixNano()
+				lockNS.Add(a.Obtained - a.Call)
 				if err != nil {
 					hist = append(hist, a)
 					continue
@@ -478,6 +492,7 @@ func contend(ctx context.Context, cfg procConfig) procResult {
 				_ = l.Unlock(ctx) // fails under faults; the keys then expire
 				a.End = max(min(unlockStart.UnixNano(), until.UnixNano()), a.Obtained)
 				hist = append(hist, a)
+				holdNS.Add(time.Now().UnixNano() - a.Obtained)
 				if n, err := res.Incr(ctx, "acquired").Result(); err == nil {
 					acquired.Store(n)
 				}
@@ -490,6 +505,7 @@ func contend(ctx context.Context, cfg procConfig) procResult {
 	}
 	wg.Wait()
 	out.Resource = int(resErrs.Load())
+	out.LockWait, out.Held = time.Duration(lockNS.Load()), time.Duration(holdNS.Load())
 	return out
 }
 
@@ -562,7 +578,7 @@ func (f *faulter) inject(i int, kind FaultKind) {
 		time.Sleep(d)
 		px.Heal()
 	case Latency:
-		n.SetLatency(5*time.Millisecond + rand.N(60*time.Millisecond))
+		n.SetLatency(time.Millisecond + rand.N(f.o.Client.NodeTimeout*3/4))
 		time.Sleep(d)
 		n.SetLatency(0)
 	default:
