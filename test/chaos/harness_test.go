@@ -400,7 +400,6 @@ func child(raw string) int {
 	return 0
 }
 
-
 // contend runs one process's contenders until the run's target or deadline.
 func contend(ctx context.Context, cfg procConfig) procResult {
 	nodes := redlock.NewNodes(cfg.Nodes...)
@@ -422,12 +421,12 @@ func contend(ctx context.Context, cfg procConfig) procResult {
 	// write issued before Until lands before Until.
 	writeMargin := cfg.TTL / 4
 	var (
-		acquired atomic.Int64 // the run's total, as last read from the resource
+		acquired       atomic.Int64 // the run's total, as last read from the resource
 		lockNS, holdNS atomic.Int64
-		resErrs  atomic.Int64
-		mu       sync.Mutex
-		out      = procResult{MinStock: 1<<63 - 1}
-		wg       sync.WaitGroup
+		resErrs        atomic.Int64
+		mu             sync.Mutex
+		out            = procResult{MinStock: 1<<63 - 1}
+		wg             sync.WaitGroup
 	)
 	deadline := cfg.Start.Add(cfg.MaxDuration)
 	minEnd := cfg.Start.Add(cfg.MinDuration)
