@@ -1,0 +1,389 @@
+// Package test holds the integration suite: every public behaviour of the
+// redlock core against five real Redis 7 masters started by test/rig.
+//
+// The nodes are reached through the rig's proxies, which add latency or cut a
+// node off; the tests read each node directly to see what the library left
+// there. Timing assertions compare against injected delays at least twice as
+// long as the bound they check, so that a loaded machine does not make them
+// flaky.
+package test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/internal/leakcheck"
+	"github.com/redquorum/redquorum/internal/scripts"
+	"github.com/redquorum/redquorum/redlock"
+	"github.com/redquorum/redquorum/test/rig"
+)
+
+// nodes is a rig cluster and a direct client per node, for inspection.
+type nodes struct {
+	c      *rig.Cluster
+	direct []*redis.Client
+}
+
+// startNodes starts n masters; the direct clients log in as user (with
+// password pass) unless user is empty.
+func startNodes(t *testing.T, n int, user, pass string, opts ...rig.Option) *nodes {
+	leakcheck.Check(t)
+	c := rig.Start(t, n, opts...)
+	ns := &nodes{c: c}
+	for _, node := range c.Nodes {
+		o := redlock.NodeOptions(node.Addr())
+		o.Username, o.Password = user, pass
+		cl := redis.NewClient(o)
+		t.Cleanup(func() { cl.Close() })
+		ns.direct = append(ns.direct, cl)
+	}
+	return ns
+}
+
+// client returns a redlock client on the cluster's nodes; it is closed, and
+// its node clients with it, when the test ends.
+func (ns *nodes) client(t *testing.T, opts *redlock.Options) *redlock.Client {
+	t.Helper()
+	nodes := redlock.NewNodes(ns.c.Addrs()...)
+	c, err := redlock.New(nodes, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		c.Close()
+		for _, n := range nodes {
+			n.Close()
+		}
+	})
+	return c
+}
+
+// holding returns the indexes of the nodes whose key holds value, leaving
+// out the nodes in skip.
+func (ns *nodes) holding(t *testing.T, key, value string, skip ...int) []int {
+	t.Helper()
+	var idx []int
+	for i, cl := range ns.direct {
+		if contains(skip, i) {
+			continue
+		}
+		v, err := cl.Get(t.Context(), key).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		require.NoError(t, err, "GET %s on node %d", key, i)
+		if v == value {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// present returns the indexes of the running nodes that have key, whatever
+// its value.
+func (ns *nodes) present(t *testing.T, key string, skip ...int) []int {
+	t.Helper()
+	var idx []int
+	for i, cl := range ns.direct {
+		if contains(skip, i) {
+			continue
+		}
+		n, err := cl.Exists(t.Context(), key).Result()
+		require.NoError(t, err, "EXISTS %s on node %d", key, i)
+		if n > 0 {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+func contains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// each runs fn on the given nodes in parallel and fails t on any error. It
+// does not use t.Context, so that it works in t.Cleanup.
+func (ns *nodes) each(t *testing.T, idx []int, fn func(*rig.Node, context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := make([]error, len(idx))
+	var wg sync.WaitGroup
+	for j, i := range idx {
+		wg.Go(func() { errs[j] = fn(ns.c.Nodes[i], ctx) })
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+}
+
+// TestIntegration runs the core's public behaviours against five real masters.
+func TestIntegration(t *testing.T) {
+	ns := startNodes(t, 5, "", "")
+	// Subtests share the cluster: each leaves every node up and fast.
+
+	t.Run("LockUnlock", func(t *testing.T) {
+		c := ns.client(t, nil)
+		l, err := c.TryLock(t.Context(), "it:lock", 10*time.Second)
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, len(ns.holding(t, "it:lock", l.Token())), 3, "the token is on a quorum when Lock returns")
+		require.Eventually(t, func() bool { return len(ns.holding(t, "it:lock", l.Token())) == 5 },
+			5*time.Second, 10*time.Millisecond, "without faults every node ends up holding the token")
+		require.NoError(t, l.Unlock(t.Context()))
+		assert.LessOrEqual(t, len(ns.present(t, "it:lock")), 2, "the key is gone from a quorum when Unlock returns")
+		c.Close() // waits for the releases still on their way
+		assert.Empty(t, ns.present(t, "it:lock"), "no node keeps the key after Unlock")
+		require.ErrorIs(t, l.Unlock(t.Context()), redlock.ErrNotHeld, "a second Unlock")
+	})
+
+	t.Run("MinorityDown", func(t *testing.T) {
+		c := ns.client(t, nil)
+		ns.each(t, []int{0, 1}, (*rig.Node).Kill)
+		t.Cleanup(func() { ns.each(t, []int{0, 1, 2}, (*rig.Node).Start) })
+
+		l, err := c.TryLock(t.Context(), "it:down", 10*time.Second)
+		require.NoError(t, err, "two of five nodes down: three still grant")
+		assert.Equal(t, []int{2, 3, 4}, ns.holding(t, "it:down", l.Token(), 0, 1))
+		require.NoError(t, l.Unlock(t.Context()))
+
+		ns.each(t, []int{2}, (*rig.Node).Kill)
+		_, err = c.TryLock(t.Context(), "it:down", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotObtained, "three of five nodes down: no quorum")
+		var e *redlock.Error
+		require.ErrorAs(t, err, &e)
+		for i := range 3 {
+			assert.Error(t, e.Nodes[i].Err, "node %d is down", i)
+		}
+
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		_, err = c.Lock(ctx, "it:down", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotObtained)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+
+		c.Close() // waits for the releases of the failed rounds
+		assert.Empty(t, ns.present(t, "it:down", 0, 1, 2), "a failed round leaves no key on the live nodes")
+	})
+
+	t.Run("SlowNodeDoesNotSlowTheRound", func(t *testing.T) {
+		const delay = 300 * time.Millisecond // each way: a round trip to a slow node takes ≥ 600ms
+		c := ns.client(t, &redlock.Options{NodeTimeout: 5 * time.Second})
+		for _, i := range []int{1, 3} {
+			ns.c.Nodes[i].SetLatency(delay)
+			t.Cleanup(func() { ns.c.Nodes[i].SetLatency(0) })
+		}
+		began := time.Now()
+		l, err := c.TryLock(t.Context(), "it:slow", 10*time.Second)
+		lockTook := time.Since(began)
+		require.NoError(t, err)
+		began = time.Now()
+		require.NoError(t, l.Unlock(t.Context()))
+		unlockTook := time.Since(began)
+		assert.Less(t, lockTook, 2*delay, "TryLock waited for a slow node")
+		assert.Less(t, unlockTook, 2*delay, "Unlock waited for a slow node")
+		assert.Greater(t, time.Until(l.Until()), -time.Second) // validity was not eaten by the slow nodes
+		c.Close()
+		assert.Empty(t, ns.present(t, "it:slow"), "the slow nodes got their release too")
+	})
+
+	t.Run("StaleTokenAfterExpiry", func(t *testing.T) {
+		c := ns.client(t, nil)
+		a, err := c.TryLock(t.Context(), "it:stale", 200*time.Millisecond)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return len(ns.present(t, "it:stale")) == 0 }, 5*time.Second, 10*time.Millisecond)
+		b, err := c.TryLock(t.Context(), "it:stale", 10*time.Second)
+		require.NoError(t, err)
+		require.ErrorIs(t, a.Extend(t.Context(), 10*time.Second), redlock.ErrNotHeld)
+		require.ErrorIs(t, a.Unlock(t.Context()), redlock.ErrNotHeld)
+		c.Close()
+		assert.Len(t, ns.holding(t, "it:stale", b.Token()), 5, "the new holder's keys are untouched")
+	})
+
+	t.Run("StaleTokenOnTheNodes", func(t *testing.T) {
+		// The nodes lose A's keys while A still trusts its validity (as
+		// after a node clock jump); B takes the lock. A's Extend and
+		// Unlock reach the nodes, fail, and leave B's keys alone.
+		c := ns.client(t, nil)
+		a, err := c.TryLock(t.Context(), "it:stale2", time.Minute)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return len(ns.holding(t, "it:stale2", a.Token())) == 5 },
+			5*time.Second, 10*time.Millisecond)
+		for _, cl := range ns.direct {
+			require.NoError(t, cl.Del(t.Context(), "it:stale2").Err())
+		}
+		b, err := ns.client(t, nil).TryLock(t.Context(), "it:stale2", time.Minute)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return len(ns.holding(t, "it:stale2", b.Token())) == 5 },
+			5*time.Second, 10*time.Millisecond)
+
+		until := a.Until()
+		err = a.Extend(t.Context(), time.Minute)
+		require.ErrorIs(t, err, redlock.ErrNotHeld)
+		var e *redlock.Error
+		require.ErrorAs(t, err, &e)
+		assert.Zero(t, e.OK, "no node extended a stale token")
+		assert.Equal(t, until, a.Until(), "a failed Extend leaves Until alone")
+		require.ErrorIs(t, a.Unlock(t.Context()), redlock.ErrNotHeld)
+		c.Close()
+		assert.Len(t, ns.holding(t, "it:stale2", b.Token()), 5, "the new holder's keys are untouched")
+		ttl, err := ns.direct[0].PTTL(t.Context(), "it:stale2").Result()
+		require.NoError(t, err)
+		assert.Greater(t, ttl, 30*time.Second, "the stale Extend did not touch the new holder's TTL")
+		require.NoError(t, b.Unlock(t.Context()))
+	})
+
+	t.Run("IdempotentReacquire", func(t *testing.T) {
+		// The acquire script treats "already holds my token" as granted and
+		// resets the TTL: a retried or duplicated request cannot make the
+		// owner fail on its own key.
+		node, ctx := ns.direct[0], t.Context()
+		keys := []string{"it:idem"}
+		v, err := scripts.Acquire.Run(ctx, node, keys, "token-a", 1000).Int64()
+		require.NoError(t, err)
+		require.Zero(t, v)
+		v, err = scripts.Acquire.Run(ctx, node, keys, "token-a", 60000).Int64()
+		require.NoError(t, err)
+		require.Zero(t, v, "the same token acquires again")
+		ttl, err := node.PTTL(ctx, "it:idem").Result()
+		require.NoError(t, err)
+		assert.Greater(t, ttl, 10*time.Second, "the repeated acquire reset the TTL")
+		v, err = scripts.Acquire.Run(ctx, node, keys, "token-b", 1000).Int64()
+		require.NoError(t, err)
+		assert.Greater(t, v, int64(10000), "another token is refused with the holder's remaining TTL")
+		assert.Equal(t, []int{0}, ns.holding(t, "it:idem", "token-a"))
+		require.NoError(t, node.Del(ctx, "it:idem").Err())
+	})
+
+	t.Run("ValidityBound", func(t *testing.T) {
+		rc := &roundClock{}
+		c := ns.client(t, &redlock.Options{Clock: rc, NodeTimeout: time.Second})
+		for _, lat := range []time.Duration{0, 10 * time.Millisecond} {
+			for _, ttl := range []time.Duration{200 * time.Millisecond, time.Second, time.Minute} {
+				for _, n := range ns.c.Nodes {
+					n.SetLatency(lat)
+				}
+				rc.arm()
+				l, err := c.TryLock(t.Context(), "it:validity", ttl)
+				require.NoError(t, err, "ttl %v latency %v", ttl, lat)
+				start, end := rc.readings()
+				validity := l.Until().Sub(start)
+				assert.LessOrEqual(t, validity, ttl-clock.Drift(ttl, redlock.DefaultDriftFactor), "ttl %v latency %v", ttl, lat)
+				assert.Equal(t, clock.Validity(ttl, end.Sub(start), redlock.DefaultDriftFactor), validity, "validity = ttl − elapsed − drift")
+				for _, n := range ns.c.Nodes {
+					n.SetLatency(0)
+				}
+				// Every node that holds the key keeps it at least until Until.
+				for _, i := range ns.holding(t, "it:validity", l.Token()) {
+					readAt := time.Now()
+					pttl, err := ns.direct[i].PTTL(t.Context(), "it:validity").Result()
+					require.NoError(t, err)
+					if pttl > 0 {
+						assert.False(t, readAt.Add(pttl+time.Millisecond).Before(l.Until()), "node %d expires the key before Until", i)
+					}
+				}
+				require.NoError(t, l.Unlock(t.Context()))
+			}
+		}
+	})
+}
+
+// roundClock is the real clock, recording the first two readings after arm:
+// the start and the end of one lock round.
+type roundClock struct {
+	mu    sync.Mutex
+	n     int
+	times [2]time.Time
+}
+
+func (c *roundClock) arm() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n = 0
+}
+
+func (c *roundClock) readings() (start, end time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.times[0], c.times[1]
+}
+
+func (c *roundClock) Now() time.Time {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n < 2 {
+		c.times[c.n] = now
+		c.n++
+	}
+	return now
+}
+
+func (c *roundClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// aclArgs is the least-privilege ACL of the README: the default user is off,
+// "locker" may run only the lock scripts (EVALSHA, with EVAL as the fallback)
+// and the commands inside them, on keys under "lock:"; "admin" is for the
+// test's inspection.
+var aclArgs = []string{
+	"--user", "default", "off",
+	"--user", "locker", "on", ">locker-secret", "resetkeys", "~lock:*", "resetchannels",
+	"-@all", "+evalsha", "+eval", "+get", "+set", "+pttl", "+pexpire", "+del",
+	"--user", "admin", "on", ">admin-secret", "~*", "&*", "+@all",
+}
+
+// TestACL shows that the least-privilege user of the README is enough for
+// every operation, and that it is really restricted.
+func TestACL(t *testing.T) {
+	ns := startNodes(t, 5, "admin", "admin-secret", rig.WithArgs(aclArgs...))
+	var nodes []redis.UniversalClient
+	for _, addr := range ns.c.Addrs() {
+		o := redlock.NodeOptions(addr)
+		o.Username, o.Password = "locker", "locker-secret"
+		cl := redis.NewClient(o)
+		t.Cleanup(func() { cl.Close() })
+		nodes = append(nodes, cl)
+	}
+	ctx := t.Context()
+
+	c, err := redlock.New(nodes, &redlock.Options{KeyPrefix: "lock:"})
+	require.NoError(t, err)
+	l, err := c.TryLock(ctx, "acl", 10*time.Second)
+	require.NoError(t, err, "lock as the least-privilege user")
+	require.NoError(t, l.Extend(ctx, 20*time.Second), "extend as the least-privilege user")
+	require.NoError(t, l.Unlock(ctx), "unlock as the least-privilege user")
+	l, err = c.Lock(ctx, "acl", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	// Every node had the scripts loaded from above (EVALSHA fallback to
+	// EVAL); a node restarted empty needs EVAL again.
+	require.NoError(t, ns.c.Nodes[0].Restart(ctx))
+	l, err = c.TryLock(ctx, "acl", time.Second)
+	require.NoError(t, err, "lock after a node lost its script cache")
+	require.NoError(t, l.Unlock(ctx))
+	c.Close()
+	assert.Empty(t, ns.present(t, "lock:acl"))
+
+	// The user is restricted: keys outside lock:* and other commands fail.
+	c, err = redlock.New(nodes, nil)
+	require.NoError(t, err)
+	_, err = c.TryLock(ctx, "acl", time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.ErrorContains(t, err, "NOPERM", "a key outside lock:* is refused")
+	c.Close()
+	locker := nodes[1].(*redis.Client)
+	assert.ErrorContains(t, locker.Keys(ctx, "*").Err(), "NOPERM")
+	assert.ErrorContains(t, locker.FlushAll(ctx).Err(), "NOPERM")
+	assert.ErrorContains(t, locker.Eval(ctx, "return redis.call('INCR', KEYS[1])", []string{"lock:x"}).Err(), "can't run this command",
+		"scripts cannot run commands outside the list")
+	assert.Empty(t, ns.present(t, "acl"))
+}
