@@ -12,7 +12,7 @@ import (
 )
 
 // TestChaos is the main suite: two processes of four contenders each lock
-// six keys until 10,000 acquisitions have succeeded, while every kind of
+// eight keys until 10,000 acquisitions have succeeded, while every kind of
 // fault hits a minority of the five lock nodes. No checker may find two
 // holders at once, and no lock key may outlive its TTL.
 func TestChaos(t *testing.T) {

@@ -65,7 +65,7 @@ type Options struct {
 	Nodes   int           // lock nodes (5); one more node holds the shared resource and is never faulted
 	Procs   int           // contender OS processes, this test's one included (2)
 	Workers int           // contender goroutines per process (4)
-	Keys    int           // lock keys the contenders compete for (6)
+	Keys    int           // lock keys the contenders compete for (8)
 	TTL     time.Duration // lock TTL (600ms)
 	Hold    time.Duration // longest sleep between reading and writing the stock (1ms)
 
@@ -99,9 +99,10 @@ type Options struct {
 	// so that Client.Quorum may be unsafe (negative controls).
 	MinorityQuorum bool
 	// Split cuts process 0 off from the last Nodes/2 nodes and process 1
-	// from the first Nodes/2 for the whole run: the two see different
-	// majorities. It needs Procs = 2. With a majority quorum they still
-	// share a node; with Quorum 2 of 5 they do not.
+	// from the first Nodes/2 for the whole run (their connections are
+	// refused): the two see different majorities. It needs Procs = 2. With
+	// a majority quorum they still share a node; with Quorum 2 of 5 they
+	// do not.
 	Split bool
 	// Stock is the initial stock of each key in the oversell scenario (1<<30).
 	Stock int64
@@ -121,7 +122,7 @@ func (o *Options) defaults() {
 	def(&o.Nodes, 5)
 	def(&o.Procs, 2)
 	def(&o.Workers, 4)
-	def(&o.Keys, 6)
+	def(&o.Keys, 8)
 	def(&o.Target, 10000)
 	def(&o.MaxFaulty, (o.Nodes-1)/2)
 	defD(&o.TTL, 600*time.Millisecond)
