@@ -11,6 +11,7 @@ package test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -65,12 +66,24 @@ func (ns *nodes) client(t *testing.T, opts *redlock.Options) *redlock.Client {
 }
 
 // holding returns the indexes of the nodes whose key holds value, leaving
-// out the nodes in skip.
+// out the nodes in skip (for example those that are down).
 func (ns *nodes) holding(t *testing.T, key, value string, skip ...int) []int {
+	t.Helper()
+	return ns.find(t, key, func(v string) bool { return v == value }, skip)
+}
+
+// present returns the indexes of the nodes that have key, whatever its value,
+// leaving out the nodes in skip.
+func (ns *nodes) present(t *testing.T, key string, skip ...int) []int {
+	t.Helper()
+	return ns.find(t, key, func(string) bool { return true }, skip)
+}
+
+func (ns *nodes) find(t *testing.T, key string, match func(string) bool, skip []int) []int {
 	t.Helper()
 	var idx []int
 	for i, cl := range ns.direct {
-		if contains(skip, i) {
+		if slices.Contains(skip, i) {
 			continue
 		}
 		v, err := cl.Get(t.Context(), key).Result()
@@ -78,38 +91,11 @@ func (ns *nodes) holding(t *testing.T, key, value string, skip ...int) []int {
 			continue
 		}
 		require.NoError(t, err, "GET %s on node %d", key, i)
-		if v == value {
+		if match(v) {
 			idx = append(idx, i)
 		}
 	}
 	return idx
-}
-
-// present returns the indexes of the running nodes that have key, whatever
-// its value.
-func (ns *nodes) present(t *testing.T, key string, skip ...int) []int {
-	t.Helper()
-	var idx []int
-	for i, cl := range ns.direct {
-		if contains(skip, i) {
-			continue
-		}
-		n, err := cl.Exists(t.Context(), key).Result()
-		require.NoError(t, err, "EXISTS %s on node %d", key, i)
-		if n > 0 {
-			idx = append(idx, i)
-		}
-	}
-	return idx
-}
-
-func contains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // each runs fn on the given nodes in parallel and fails t on any error. It
