@@ -18,6 +18,8 @@ import (
 func TestChaos(t *testing.T) {
 	r := Run(t, Options{Faults: AllFaults, MinDuration: 20 * time.Second})
 	assert.GreaterOrEqual(t, r.Acquisitions, 10000, "successful acquisitions under faults")
+	require.Len(t, r.ByProc, 2)
+	assert.Positive(t, r.ByProc[1], "acquisitions by the second OS process")
 	assert.Empty(t, r.Overlaps, "holds that overlap")
 	assert.Equal(t, porcupine.Ok, r.Linearizable, "porcupine's verdict; visualization: %s", r.Visualization)
 	assert.Zero(t, r.Oversold, "sold + left − initial stock")

@@ -149,11 +149,12 @@ type Result struct {
 	Linearizable  porcupine.CheckResult // from CheckLinearizable
 	Visualization string                // porcupine's page of an illegal history
 
-	Sold, Left int64 // over all keys: sold counters and remaining stock
-	Oversold   int64 // sold + left − keys·Stock: holds that overlapped on the resource
-	MinStock   int64 // lowest stock any holder read
-	Leftover   []string
-	Resource   int // reads and writes of the resource that failed (timeouts near Until)
+	Sold, Left int64    // over all keys: sold counters and remaining stock
+	Oversold   int64    // sold + left − keys·Stock: holds that overlapped on the resource
+	MinStock   int64    // lowest stock any holder read
+	Leftover   []string // "node: key" of every key found on a lock node once the TTLs had passed
+	Resource   int      // reads and writes of the resource that failed (timeouts near Until)
+	ByProc     []int    // successful acquisitions per process; [0] is this one
 
 	LockWait, Held time.Duration // summed over contenders: time in Lock, and from Lock to the end of Unlock
 }
@@ -164,8 +165,8 @@ func (r *Result) String() string {
 	for _, k := range AllFaults {
 		kinds = append(kinds, fmt.Sprintf("%s=%d", k, r.Faults[k]))
 	}
-	return fmt.Sprintf("%d acquisitions, %d failed attempts in %v (%.0f/s; contenders spent %v in Lock, %v holding); faults: %s; violations: overlaps=%d oversold=%d porcupine=%s; leftover keys=%d; min stock=%d; resource errors=%d",
-		r.Acquisitions, r.Failures, r.Duration.Round(time.Millisecond), float64(r.Acquisitions)/r.Duration.Seconds(),
+	return fmt.Sprintf("%d acquisitions (by process: %v), %d failed attempts in %v (%.0f/s; contenders spent %v in Lock, %v holding); faults: %s; violations: overlaps=%d oversold=%d porcupine=%s; leftover keys=%d; min stock=%d; resource errors=%d",
+		r.Acquisitions, r.ByProc, r.Failures, r.Duration.Round(time.Millisecond), float64(r.Acquisitions)/r.Duration.Seconds(),
 		r.LockWait.Round(time.Second), r.Held.Round(time.Second), strings.Join(kinds, " "),
 		len(r.Overlaps), r.Oversold, verdict(r.Linearizable), len(r.Leftover), r.MinStock, r.Resource)
 }
@@ -330,6 +331,12 @@ func Run(t *testing.T, o Options) *Result {
 			t.Errorf("chaos: contender process %d: %s", i, pr.Err)
 		}
 		r.History = append(r.History, pr.History...)
+		r.ByProc = append(r.ByProc, 0)
+		for _, a := range pr.History {
+			if a.OK {
+				r.ByProc[i]++
+			}
+		}
 		r.MinStock = min(r.MinStock, pr.MinStock)
 		r.Resource += pr.Resource
 		r.LockWait += pr.LockWait
