@@ -11,6 +11,7 @@ package test
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -159,6 +160,41 @@ func TestIntegration(t *testing.T) {
 
 		c.Close() // waits for the releases of the failed rounds
 		assert.Empty(t, ns.present(t, "it:down", 0, 1, 2), "a failed round leaves no key on the live nodes")
+	})
+
+	t.Run("MajorityPartitioned", func(t *testing.T) {
+		// Three of five nodes are cut off: the round fails, and its release
+		// is sent after the acquire's timeout. Both requests are held by
+		// the network and delivered when the partition heals, in either
+		// order, so the late SET can land after its release: the key stays
+		// until its TTL though nobody holds it (a liveness cost, not a
+		// safety one). Known issue: with REDQUORUM_REPRO=1 this test
+		// demands that nothing be left once the client has closed, and
+		// fails today.
+		const ttl = 2 * time.Second
+		c := ns.client(t, nil)
+		l, err := c.TryLock(t.Context(), "it:part", ttl) // opens a connection to every node
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(t.Context()))
+		for _, i := range []int{0, 1, 2} {
+			ns.c.Nodes[i].Partition()
+			t.Cleanup(ns.c.Nodes[i].Heal)
+		}
+		_, err = c.TryLock(t.Context(), "it:part", ttl)
+		require.ErrorIs(t, err, redlock.ErrNotObtained)
+		time.Sleep(300 * time.Millisecond) // the release round times out as well
+		for _, i := range []int{0, 1, 2} {
+			ns.c.Nodes[i].Heal()
+		}
+		c.Close()
+		time.Sleep(100 * time.Millisecond)
+		stray := ns.present(t, "it:part")
+		t.Logf("key left on nodes %v after the partition healed", stray)
+		if os.Getenv("REDQUORUM_REPRO") == "1" {
+			assert.Empty(t, stray, "a failed round leaves a key behind once a partition heals")
+		}
+		require.Eventually(t, func() bool { return len(ns.present(t, "it:part")) == 0 },
+			ttl+time.Second, 20*time.Millisecond, "stray keys expire with their TTL")
 	})
 
 	t.Run("SlowNodeDoesNotSlowTheRound", func(t *testing.T) {
