@@ -17,7 +17,7 @@ demo:
 test: image
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/test/chaos$$')
-	cd test/chaos && $(GO) test -count=1 -timeout 6m
+	cd test/chaos && $(GO) test -count=1 -timeout 8m
 
 ## unit: the tests that need neither Docker nor a Redis server.
 unit:

@@ -71,14 +71,14 @@ type Options struct {
 
 	// Target is how many successful acquisitions, over all processes, end
 	// the run once MinDuration has passed (10000). The run also ends at
-	// MaxDuration (3m); [Result.Acquisitions] says whether the target was met.
+	// MaxDuration (5m); [Result.Acquisitions] says whether the target was met.
 	Target                   int
 	MinDuration, MaxDuration time.Duration
 
 	// Faults are the kinds the schedule picks from, at random; none when
 	// empty. At most MaxFaulty nodes ((Nodes-1)/2, a minority) are faulted
 	// at once; a fault lasts 100 ms to 1 s, and a new one is considered
-	// every FaultGap (150 ms) on average.
+	// every FaultGap (300 ms) on average.
 	Faults    []FaultKind
 	MaxFaulty int
 	FaultGap  time.Duration
@@ -128,8 +128,8 @@ func (o *Options) defaults() {
 	defD(&o.TTL, 600*time.Millisecond)
 	defD(&o.Client.NodeTimeout, 200*time.Millisecond)
 	defD(&o.Hold, time.Millisecond)
-	defD(&o.MaxDuration, 3*time.Minute)
-	defD(&o.FaultGap, 150*time.Millisecond)
+	defD(&o.MaxDuration, 5*time.Minute)
+	defD(&o.FaultGap, 300*time.Millisecond)
 	defD(&o.KillDowntime, o.TTL+500*time.Millisecond)
 	o.KillDowntime = max(o.KillDowntime, 0)
 	if o.Stock == 0 {
