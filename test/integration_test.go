@@ -52,8 +52,18 @@ func startNodes(t *testing.T, n int, user, pass string, opts ...rig.Option) *nod
 
 // client returns a redlock client on the cluster's nodes; it is closed, and
 // its node clients with it, when the test ends.
+//
+// NodeTimeout defaults to 1s instead of 50ms: on a loaded two-core machine
+// running other test binaries under the race detector, a healthy node
+// behind the rig's proxy can take tens of milliseconds to answer.
 func (ns *nodes) client(t *testing.T, opts *redlock.Options) *redlock.Client {
 	t.Helper()
+	if opts == nil {
+		opts = &redlock.Options{}
+	}
+	if opts.NodeTimeout == 0 {
+		opts.NodeTimeout = time.Second
+	}
 	nodes := redlock.NewNodes(ns.c.Addrs()...)
 	c, err := redlock.New(nodes, opts)
 	require.NoError(t, err)
@@ -172,8 +182,10 @@ func TestIntegration(t *testing.T) {
 		// demands that nothing be left once the client has closed, and
 		// fails today.
 		const ttl = 2 * time.Second
-		c := ns.client(t, nil)
-		l, err := c.TryLock(t.Context(), "it:part", ttl) // opens a connection to every node
+		c := ns.client(t, &redlock.Options{NodeTimeout: 100 * time.Millisecond})
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		l, err := c.Lock(ctx, "it:part", ttl) // opens a connection to every node
 		require.NoError(t, err)
 		require.NoError(t, l.Unlock(t.Context()))
 		for _, i := range []int{0, 1, 2} {
@@ -182,7 +194,7 @@ func TestIntegration(t *testing.T) {
 		}
 		_, err = c.TryLock(t.Context(), "it:part", ttl)
 		require.ErrorIs(t, err, redlock.ErrNotObtained)
-		time.Sleep(300 * time.Millisecond) // the release round times out as well
+		time.Sleep(500 * time.Millisecond) // the release round (2 × NodeTimeout) times out as well
 		for _, i := range []int{0, 1, 2} {
 			ns.c.Nodes[i].Heal()
 		}
@@ -221,7 +233,7 @@ func TestIntegration(t *testing.T) {
 
 	t.Run("StaleTokenAfterExpiry", func(t *testing.T) {
 		c := ns.client(t, nil)
-		a, err := c.TryLock(t.Context(), "it:stale", 200*time.Millisecond)
+		a, err := c.TryLock(t.Context(), "it:stale", 500*time.Millisecond)
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return len(ns.present(t, "it:stale")) == 0 }, 5*time.Second, 10*time.Millisecond)
 		b, err := c.TryLock(t.Context(), "it:stale", 10*time.Second)
