@@ -155,6 +155,7 @@ type Result struct {
 	Leftover   []string // "node: key" of every key found on a lock node once the TTLs had passed
 	Resource   int      // reads and writes of the resource that failed (timeouts near Until)
 	ByProc     []int    // successful acquisitions per process; [0] is this one
+	Refused    int      // pauses Docker refused to apply (not counted in Faults)
 
 	LockWait, Held time.Duration // summed over contenders: time in Lock, and from Lock to the end of Unlock
 }
@@ -165,9 +166,9 @@ func (r *Result) String() string {
 	for _, k := range AllFaults {
 		kinds = append(kinds, fmt.Sprintf("%s=%d", k, r.Faults[k]))
 	}
-	return fmt.Sprintf("%d acquisitions (by process: %v), %d failed attempts in %v (%.0f/s; contenders spent %v in Lock, %v holding); faults: %s; violations: overlaps=%d oversold=%d porcupine=%s; leftover keys=%d; min stock=%d; resource errors=%d",
+	return fmt.Sprintf("%d acquisitions (by process: %v), %d failed attempts in %v (%.0f/s; contenders spent %v in Lock, %v holding); faults: %s (refused by Docker: %d); violations: overlaps=%d oversold=%d porcupine=%s; leftover keys=%d; min stock=%d; resource errors=%d",
 		r.Acquisitions, r.ByProc, r.Failures, r.Duration.Round(time.Millisecond), float64(r.Acquisitions)/r.Duration.Seconds(),
-		r.LockWait.Round(time.Second), r.Held.Round(time.Second), strings.Join(kinds, " "),
+		r.LockWait.Round(time.Second), r.Held.Round(time.Second), strings.Join(kinds, " "), r.Refused,
 		len(r.Overlaps), r.Oversold, verdict(r.Linearizable), len(r.Leftover), r.MinStock, r.Resource)
 }
 
@@ -326,6 +327,7 @@ func Run(t *testing.T, o Options) *Result {
 		t.Errorf("chaos: fault injection: %v", err)
 	}
 	r.Faults = f.counts
+	r.Refused = f.refused
 	for i, pr := range results {
 		if pr.Err != "" {
 			t.Errorf("chaos: contender process %d: %s", i, pr.Err)
@@ -524,10 +526,23 @@ type faulter struct {
 	views [][]*rig.Proxy
 	wg    sync.WaitGroup // running faults
 
-	mu     sync.Mutex
-	busy   map[int]bool // nodes under a fault
-	counts map[FaultKind]int
-	errs   []error
+	mu      sync.Mutex
+	busy    map[int]bool // nodes under a fault
+	counts  map[FaultKind]int
+	refused int // pauses Docker refused
+	errs    []error
+}
+
+// retryDocker calls op up to five times, 100ms apart, until it succeeds.
+func retryDocker(op func() error) error {
+	var err error
+	for range 5 {
+		if err = op(); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
 }
 
 // run starts faults until ctx is done; the faults it started end by
@@ -571,10 +586,18 @@ func (f *faulter) inject(i int, kind FaultKind) {
 		}
 		err = errors.Join(err, n.Start(ctx))
 	case Pause:
-		if err = n.Pause(); err == nil {
-			time.Sleep(d)
-			err = n.Unpause()
+		// Docker's freezer sometimes refuses under load ("unable to
+		// freeze"); a pause that never took is not counted as a fault.
+		if err = retryDocker(n.Pause); err != nil {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.counts[kind]--
+			f.refused++
+			delete(f.busy, i)
+			return
 		}
+		time.Sleep(d)
+		err = retryDocker(n.Unpause)
 	case Partition:
 		n.Partition()
 		time.Sleep(d)
