@@ -143,35 +143,6 @@ func TestIntegration(t *testing.T) {
 		require.ErrorIs(t, l.Unlock(t.Context()), redlock.ErrNotHeld, "a second Unlock")
 	})
 
-	t.Run("MinorityDown", func(t *testing.T) {
-		c := ns.client(t, nil)
-		ns.each(t, []int{0, 1}, (*rig.Node).Kill)
-		t.Cleanup(func() { ns.each(t, []int{0, 1, 2}, (*rig.Node).Start) })
-
-		l, err := c.TryLock(t.Context(), "it:down", 10*time.Second)
-		require.NoError(t, err, "two of five nodes down: three still grant")
-		assert.Equal(t, []int{2, 3, 4}, ns.holding(t, "it:down", l.Token(), 0, 1))
-		require.NoError(t, l.Unlock(t.Context()))
-
-		ns.each(t, []int{2}, (*rig.Node).Kill)
-		_, err = c.TryLock(t.Context(), "it:down", 10*time.Second)
-		require.ErrorIs(t, err, redlock.ErrNotObtained, "three of five nodes down: no quorum")
-		var e *redlock.Error
-		require.ErrorAs(t, err, &e)
-		for i := range 3 {
-			assert.Error(t, e.Nodes[i].Err, "node %d is down", i)
-		}
-
-		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-		defer cancel()
-		_, err = c.Lock(ctx, "it:down", 10*time.Second)
-		require.ErrorIs(t, err, redlock.ErrNotObtained)
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-
-		c.Close() // waits for the releases of the failed rounds
-		assert.Empty(t, ns.present(t, "it:down", 0, 1, 2), "a failed round leaves no key on the live nodes")
-	})
-
 	t.Run("MajorityPartitioned", func(t *testing.T) {
 		// Three of five nodes are cut off: the round fails, and its release
 		// is sent after the acquire's timeout. Both requests are held by
@@ -282,17 +253,22 @@ func TestIntegration(t *testing.T) {
 		// resets the TTL: a retried or duplicated request cannot make the
 		// owner fail on its own key.
 		node, ctx := ns.direct[0], t.Context()
-		keys := []string{"it:idem"}
-		v, err := scripts.Acquire.Run(ctx, node, keys, "token-a", 1000).Int64()
+		keys := []string{"it:idem", "redquorum:node"} // the lock key, then the node's state
+		// ARGV: token, ttl ms, restart guard ms (0: off), deployment to
+		// establish (none), fence wanted ('0').
+		run := func(token string, ttl int) (int64, error) {
+			return scripts.Acquire.Run(ctx, node, keys, token, ttl, 0, "", "0").Int64()
+		}
+		v, err := run("token-a", 1000)
 		require.NoError(t, err)
 		require.Zero(t, v)
-		v, err = scripts.Acquire.Run(ctx, node, keys, "token-a", 60000).Int64()
+		v, err = run("token-a", 60000)
 		require.NoError(t, err)
 		require.Zero(t, v, "the same token acquires again")
 		ttl, err := node.PTTL(ctx, "it:idem").Result()
 		require.NoError(t, err)
 		assert.Greater(t, ttl, 10*time.Second, "the repeated acquire reset the TTL")
-		v, err = scripts.Acquire.Run(ctx, node, keys, "token-b", 1000).Int64()
+		v, err = run("token-b", 1000)
 		require.NoError(t, err)
 		assert.Greater(t, v, int64(10000), "another token is refused with the holder's remaining TTL")
 		assert.Equal(t, []int{0}, ns.holding(t, "it:idem", "token-a"))
@@ -329,6 +305,37 @@ func TestIntegration(t *testing.T) {
 				require.NoError(t, l.Unlock(t.Context()))
 			}
 		}
+	})
+
+	// Last: the killed nodes come back empty, and their restart guard then
+	// keeps them out for a minute.
+	t.Run("MinorityDown", func(t *testing.T) {
+		c := ns.client(t, nil)
+		ns.each(t, []int{0, 1}, (*rig.Node).Kill)
+		t.Cleanup(func() { ns.each(t, []int{0, 1, 2}, (*rig.Node).Start) })
+
+		l, err := c.TryLock(t.Context(), "it:down", 10*time.Second)
+		require.NoError(t, err, "two of five nodes down: three still grant")
+		assert.Equal(t, []int{2, 3, 4}, ns.holding(t, "it:down", l.Token(), 0, 1))
+		require.NoError(t, l.Unlock(t.Context()))
+
+		ns.each(t, []int{2}, (*rig.Node).Kill)
+		_, err = c.TryLock(t.Context(), "it:down", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotObtained, "three of five nodes down: no quorum")
+		var e *redlock.Error
+		require.ErrorAs(t, err, &e)
+		for i := range 3 {
+			assert.Error(t, e.Nodes[i].Err, "node %d is down", i)
+		}
+
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		_, err = c.Lock(ctx, "it:down", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotObtained)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+
+		c.Close() // waits for the releases of the failed rounds
+		assert.Empty(t, ns.present(t, "it:down", 0, 1, 2), "a failed round leaves no key on the live nodes")
 	})
 }
 
@@ -367,12 +374,13 @@ func (c *roundClock) After(d time.Duration) <-chan time.Time { return time.After
 
 // aclArgs is the least-privilege ACL of the README: the default user is off,
 // "locker" may run only the lock scripts (EVALSHA, with EVAL as the fallback)
-// and the commands inside them, on keys under "lock:"; "admin" is for the
-// test's inspection.
+// and the commands inside them, on keys under "lock:" (the lock keys and the
+// node's state lock:redquorum:node); "admin" is for the test's inspection.
 var aclArgs = []string{
 	"--user", "default", "off",
 	"--user", "locker", "on", ">locker-secret", "resetkeys", "~lock:*", "resetchannels",
-	"-@all", "+evalsha", "+eval", "+get", "+set", "+pttl", "+pexpire", "+del",
+	"-@all", "+evalsha", "+eval", "+get", "+set", "+pttl", "+pexpire", "+del", "+exists",
+	"+hget", "+hset", "+hsetnx", "+time",
 	"--user", "admin", "on", ">admin-secret", "~*", "&*", "+@all",
 }
 
@@ -390,10 +398,13 @@ func TestACL(t *testing.T) {
 	}
 	ctx := t.Context()
 
-	c, err := redlock.New(nodes, &redlock.Options{KeyPrefix: "lock:"})
+	// Fencing and the restart guard (on by default) use the node state key
+	// lock:redquorum:node and the hash commands.
+	c, err := redlock.New(nodes, &redlock.Options{KeyPrefix: "lock:", NodeTimeout: time.Second, Fencing: true})
 	require.NoError(t, err)
 	l, err := c.TryLock(ctx, "acl", 10*time.Second)
 	require.NoError(t, err, "lock as the least-privilege user")
+	assert.NotZero(t, l.Fence(), "a fencing token as the least-privilege user")
 	require.NoError(t, l.Extend(ctx, 20*time.Second), "extend as the least-privilege user")
 	require.NoError(t, l.Unlock(ctx), "unlock as the least-privilege user")
 	l, err = c.Lock(ctx, "acl", time.Second)
@@ -409,7 +420,7 @@ func TestACL(t *testing.T) {
 	assert.Empty(t, ns.present(t, "lock:acl"))
 
 	// The user is restricted: keys outside lock:* and other commands fail.
-	c, err = redlock.New(nodes, nil)
+	c, err = redlock.New(nodes, &redlock.Options{NodeTimeout: time.Second})
 	require.NoError(t, err)
 	_, err = c.TryLock(ctx, "acl", time.Second)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
