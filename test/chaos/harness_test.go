@@ -129,7 +129,9 @@ func (o *Options) defaults() {
 	def(&o.MaxFaulty, (o.Nodes-1)/2)
 	defD(&o.TTL, 600*time.Millisecond)
 	defD(&o.Client.NodeTimeout, 200*time.Millisecond)
-	defD(&o.Client.RestartGuard, 2*o.TTL)
+	if !o.Client.UnsafeNoRestartGuard {
+		defD(&o.Client.RestartGuard, 2*o.TTL)
+	}
 	defD(&o.Hold, time.Millisecond)
 	defD(&o.MaxDuration, 5*time.Minute)
 	defD(&o.FaultGap, 300*time.Millisecond)
