@@ -1,0 +1,47 @@
+package chaos
+
+import (
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/redlock"
+)
+
+// TestChaos is the main suite: two processes of four contenders each lock
+// eight keys until 10,000 acquisitions have succeeded, while every kind of
+// fault hits a minority of the five lock nodes. No checker may find two
+// holders at once, and no lock key may outlive its TTL.
+func TestChaos(t *testing.T) {
+	r := Run(t, Options{Faults: AllFaults, MinDuration: 20 * time.Second})
+	assert.GreaterOrEqual(t, r.Acquisitions, 10000, "successful acquisitions under faults")
+	require.Len(t, r.ByProc, 2)
+	assert.Positive(t, r.ByProc[1], "acquisitions by the second OS process")
+	assert.Empty(t, r.Overlaps, "holds that overlap")
+	assert.Equal(t, porcupine.Ok, r.Linearizable, "porcupine's verdict; visualization: %s", r.Visualization)
+	assert.Zero(t, r.Oversold, "sold + left − initial stock")
+	assert.GreaterOrEqual(t, r.MinStock, int64(0))
+	assert.Empty(t, r.Leftover, "lock keys left after their TTL")
+	for _, k := range AllFaults {
+		assert.Positive(t, r.Faults[k], "faults of kind %s", k)
+	}
+}
+
+// TestNegativeControl runs the suite with an unsafe setting, a quorum of 2
+// of 5, and splits the two processes so that each sees its own three nodes:
+// each can gather its "quorum" alone. Both checkers, and the oversell
+// scenario, must report the resulting double holds.
+func TestNegativeControl(t *testing.T) {
+	r := Run(t, Options{
+		Target: 1000, MaxDuration: time.Minute, Split: true,
+		MinorityQuorum: true, Client: redlock.Options{Quorum: 2},
+	})
+	require.GreaterOrEqual(t, r.Acquisitions, 1000)
+	assert.NotEmpty(t, r.Overlaps, "the interval check must find the overlaps")
+	assert.Equal(t, porcupine.Illegal, r.Linearizable, "porcupine must reject the history")
+	assert.Positive(t, r.Oversold, "the oversell scenario must show more sold than stocked")
+	assert.Empty(t, r.Leftover, "lock keys left after their TTL")
+}

@@ -1,0 +1,53 @@
+// Package chaos is the chaos suite of redquorum: many contenders in several
+// OS processes compete for a few keys on real Redis masters (test/rig) while a
+// fault schedule kills, pauses, partitions and slows the lock nodes, and the
+// recorded history is checked for two holders at once.
+//
+// # What is recorded
+//
+// Every contender records each attempt to lock. A successful one becomes a
+// [Hold]: Call is when Lock was called, Obtained when it returned the lock,
+// and End = min(start of Unlock, Lock.Until()) after the last successful
+// Extend. Holders stop using the lock at Until: they write to the shared
+// resource only while more than a safety margin of validity is left. A failed
+// attempt is recorded with its call and return times.
+//
+// Times are wall-clock time.Time.UnixNano readings taken in different
+// processes on one machine, so they are comparable as long as the system
+// clock is not stepped during a run (the client itself measures validity on
+// the monotonic clock; Until's wall reading is its start's wall reading plus
+// the validity). A clock step during a run can produce a false report, never
+// hide a real overlap longer than the step.
+//
+// # The checkers
+//
+// [CheckOverlaps] is a plain interval check: within one key, sorted by
+// Obtained, no hold may begin before an earlier hold's End.
+//
+// [CheckLinearizable] hands the same history to porcupine (a linearizability
+// checker) with the model of a lock whose acquire may fail spuriously: the
+// state is the current holder or nobody; an acquire that succeeded (interval
+// [Call, Obtained]) needs the lock free and takes it; a failed acquire is
+// always allowed and changes nothing; a release (the point End) needs the
+// releasing hold to be the holder and frees the lock. The history is
+// partitioned by key.
+//
+// The oversell scenario makes overlap visible on a shared resource as well: a
+// Redis server outside the lock nodes, never faulted, holds a stock of S per
+// key. A holder reads the stock, sleeps a little, and in one MULTI writes
+// stock−1 and increments a sold counter. Two holders that overlap both read
+// the same stock, so at the end sold + stock = S fails. The stock never
+// goes below zero.
+//
+// Both checkers are shown to fail on a run with an unsafe setting (a quorum
+// of 2 of 5 and a partition that gives two processes disjoint pairs of
+// nodes): see TestNegativeControl. A checker that cannot fail proves nothing.
+//
+// # Assumptions of the suite
+//
+// The lock's assumptions (README) hold during the run: at most a minority of
+// the lock nodes is faulted at once, and a node that loses its data (Kill,
+// which restarts it without persistence) stays down for longer than the
+// longest TTL before it comes back (Options.KillDowntime). A test that wants
+// a node to come back empty within a hold sets KillDowntime below the TTL.
+package chaos

@@ -1,0 +1,631 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/internal/leakcheck"
+	"github.com/redquorum/redquorum/internal/testhook"
+	"github.com/redquorum/redquorum/redlock"
+	"github.com/redquorum/redquorum/test/rig"
+)
+
+// childEnv carries a contender process's configuration (JSON) to the
+// re-executed test binary; see TestMain.
+const childEnv = "REDQUORUM_CHAOS_CHILD"
+
+func TestMain(m *testing.M) {
+	if cfg := os.Getenv(childEnv); cfg != "" {
+		os.Exit(child(cfg))
+	}
+	os.Exit(m.Run())
+}
+
+// FaultKind is one kind of fault the schedule injects into a lock node.
+type FaultKind string
+
+const (
+	// Kill sends SIGKILL to the node's server; it stays down for
+	// Options.KillDowntime and then starts again, empty.
+	Kill FaultKind = "kill"
+	// Pause freezes the node's processes (docker pause).
+	Pause FaultKind = "pause"
+	// Partition cuts the node off from every contender: traffic stalls.
+	Partition FaultKind = "partition"
+	// ClientPartition cuts the node off from one contender process only, so
+	// that processes see different sets of nodes.
+	ClientPartition FaultKind = "client-partition"
+	// Latency delays the node's traffic each way by 1 ms to 3/4 of the
+	// client's NodeTimeout: the node is sometimes in time and sometimes not.
+	Latency FaultKind = "latency"
+)
+
+// AllFaults is every kind of fault, for the schedule of the main suite.
+var AllFaults = []FaultKind{Kill, Pause, Partition, ClientPartition, Latency}
+
+// Options configures [Run]. The zero value of a field means its default.
+type Options struct {
+	Nodes   int           // lock nodes (5); one more node holds the shared resource and is never faulted
+	Procs   int           // contender OS processes, this test's one included (2)
+	Workers int           // contender goroutines per process (4)
+	Keys    int           // lock keys the contenders compete for (8)
+	TTL     time.Duration // lock TTL (600ms)
+	Hold    time.Duration // longest sleep between reading and writing the stock (1ms)
+
+	// Target is how many successful acquisitions, over all processes, end
+	// the run once MinDuration has passed (10000). The run also ends at
+	// MaxDuration (5m); [Result.Acquisitions] says whether the target was met.
+	Target                   int
+	MinDuration, MaxDuration time.Duration
+
+	// Faults are the kinds the schedule picks from, at random; none when
+	// empty. At most MaxFaulty nodes ((Nodes-1)/2, a minority) are faulted
+	// at once; a fault lasts 100 ms to 1 s, and a new one is considered
+	// every FaultGap (300 ms) on average.
+	Faults    []FaultKind
+	MaxFaulty int
+	FaultGap  time.Duration
+	// KillDowntime is how long a killed node stays down before it starts
+	// again without its data (TTL + 500 ms: longer than any hold, so a lost
+	// key never matters). Set it below TTL, with a negative value meaning
+	// zero, to test a node that forgets a lock while it is held.
+	KillDowntime time.Duration
+
+	// Client is the redlock configuration of every contender. Only fields
+	// that survive JSON (not Clock or Logger) reach the other processes.
+	// NodeTimeout defaults to 200ms here, not redlock's 50ms: each request
+	// crosses two in-process proxies and Docker's port forwarding on a
+	// loaded two-core machine, and the suite is about safety under faults,
+	// not about a round's speed. RestartGuard defaults to twice the TTL
+	// (redlock's minute would keep every killed node out for the rest of
+	// the run).
+	Client redlock.Options
+	// MinorityQuorum sets [testhook.AllowMinorityQuorum] in every process,
+	// so that Client.Quorum may be unsafe (negative controls).
+	MinorityQuorum bool
+	// Split cuts process 0 off from the last Nodes/2 nodes and process 1
+	// from the first Nodes/2 for the whole run (their connections are
+	// refused): the two see different majorities. It needs Procs = 2. With
+	// a majority quorum they still share a node; with Quorum 2 of 5 they
+	// do not.
+	Split bool
+	// Stock is the initial stock of each key in the oversell scenario (1<<30).
+	Stock int64
+}
+
+func (o *Options) defaults() {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defD := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.Nodes, 5)
+	def(&o.Procs, 2)
+	def(&o.Workers, 4)
+	def(&o.Keys, 8)
+	def(&o.Target, 10000)
+	def(&o.MaxFaulty, (o.Nodes-1)/2)
+	defD(&o.TTL, 600*time.Millisecond)
+	defD(&o.Client.NodeTimeout, 200*time.Millisecond)
+	if !o.Client.UnsafeNoRestartGuard {
+		defD(&o.Client.RestartGuard, 2*o.TTL)
+	}
+	defD(&o.Hold, time.Millisecond)
+	defD(&o.MaxDuration, 5*time.Minute)
+	defD(&o.FaultGap, 300*time.Millisecond)
+	defD(&o.KillDowntime, o.TTL+500*time.Millisecond)
+	o.KillDowntime = max(o.KillDowntime, 0)
+	if o.Stock == 0 {
+		o.Stock = 1 << 30
+	}
+}
+
+// Result is what a [Run] observed.
+type Result struct {
+	History      []Attempt
+	Acquisitions int               // successful attempts
+	Failures     int               // attempts that ended without the lock
+	Faults       map[FaultKind]int // faults injected, by kind
+	Duration     time.Duration     // of the contention
+
+	Overlaps      []Overlap             // from CheckOverlaps
+	Linearizable  porcupine.CheckResult // from CheckLinearizable
+	Visualization string                // porcupine's page of an illegal history
+
+	Sold, Left int64    // over all keys: sold counters and remaining stock
+	Oversold   int64    // sold + left − keys·Stock: holds that overlapped on the resource
+	MinStock   int64    // lowest stock any holder read
+	Leftover   []string // "node: key" of every key found on a lock node once the TTLs had passed
+	Resource   int      // reads and writes of the resource that failed (timeouts near Until)
+	ByProc     []int    // successful acquisitions per process; [0] is this one
+	Refused    int      // pauses Docker refused to apply (not counted in Faults)
+
+	LockWait, Held time.Duration // summed over contenders: time in Lock, and from Lock to the end of Unlock
+}
+
+// String is the summary line of the run: totals, faults and violations.
+func (r *Result) String() string {
+	kinds := make([]string, 0, len(r.Faults))
+	for _, k := range AllFaults {
+		kinds = append(kinds, fmt.Sprintf("%s=%d", k, r.Faults[k]))
+	}
+	return fmt.Sprintf("%d acquisitions (by process: %v), %d failed attempts in %v (%.0f/s; contenders spent %v in Lock, %v holding); faults: %s (refused by Docker: %d); violations: overlaps=%d oversold=%d porcupine=%s; leftover keys=%d; min stock=%d; resource errors=%d",
+		r.Acquisitions, r.ByProc, r.Failures, r.Duration.Round(time.Millisecond), float64(r.Acquisitions)/r.Duration.Seconds(),
+		r.LockWait.Round(time.Second), r.Held.Round(time.Second), strings.Join(kinds, " "), r.Refused,
+		len(r.Overlaps), r.Oversold, verdict(r.Linearizable), len(r.Leftover), r.MinStock, r.Resource)
+}
+
+func verdict(c porcupine.CheckResult) string {
+	switch c {
+	case porcupine.Ok:
+		return "ok"
+	case porcupine.Illegal:
+		return "ILLEGAL"
+	}
+	return "unknown(timeout)"
+}
+
+// procConfig is one contender process's part of a run.
+type procConfig struct {
+	Proc           int
+	Nodes          []string // the process's own view of the lock nodes
+	Resource       string
+	Keys           []string
+	Workers        int
+	TTL, Hold      time.Duration
+	Target         int
+	Start          time.Time
+	MinDuration    time.Duration
+	MaxDuration    time.Duration
+	Client         redlock.Options
+	MinorityQuorum bool
+	Out            string // where a child writes its procResult
+}
+
+// procResult is what one contender process reports.
+type procResult struct {
+	History  []Attempt
+	MinStock int64
+	Resource int
+	LockWait time.Duration // total time spent in Lock
+	Held     time.Duration // total time between Lock and the end of Unlock
+	Err      string        // a failure that ended the process early
+}
+
+// Run runs the chaos scenario of o on a fresh rig and returns what it found;
+// the caller asserts. It prints a summary line on stdout, which `go test`
+// shows when run in a package directory (the Makefile does so). It fails t
+// for failures of the harness itself (Docker, child processes), never for
+// violations.
+func Run(t *testing.T, o Options) *Result {
+	t.Helper()
+	o.defaults()
+	if o.Split && o.Procs != 2 {
+		t.Fatalf("chaos: Split needs Procs = 2, not %d", o.Procs)
+	}
+	if o.MinorityQuorum {
+		testhook.AllowMinorityQuorum.Store(true)
+		t.Cleanup(func() { testhook.AllowMinorityQuorum.Store(false) })
+	}
+	leakcheck.Check(t)
+	c := rig.Start(t, o.Nodes+1)
+	lockNodes, resNode := c.Nodes[:o.Nodes], c.Nodes[o.Nodes]
+
+	// Each process reaches each lock node through a proxy of its own, so
+	// that a partition can separate one process from a node.
+	views := make([][]*rig.Proxy, o.Procs)
+	for p := range views {
+		for _, n := range lockNodes {
+			px, err := rig.NewProxy(n.Addr())
+			require.NoError(t, err)
+			t.Cleanup(func() { px.Close() })
+			views[p] = append(views[p], px)
+		}
+	}
+	if o.Split {
+		// Connections are refused rather than stalled, so that a whole run
+		// of split does not pile up stalled connections.
+		for i := range o.Nodes / 2 {
+			views[0][o.Nodes-1-i].SetTarget("")
+			views[1][i].SetTarget("")
+		}
+	}
+
+	ctx := t.Context()
+	res := redis.NewClient(redlock.NodeOptions(resNode.Addr()))
+	t.Cleanup(func() { res.Close() })
+	keys := make([]string, o.Keys)
+	for i := range keys {
+		keys[i] = "chaos:" + strconv.Itoa(i)
+		require.NoError(t, res.Set(ctx, "stock:"+keys[i], o.Stock, 0).Err())
+		require.NoError(t, res.Set(ctx, "sold:"+keys[i], 0, 0).Err())
+	}
+	require.NoError(t, res.Set(ctx, "acquired", 0, 0).Err())
+
+	f := &faulter{o: o, nodes: lockNodes, views: views, busy: map[int]bool{}, counts: map[FaultKind]int{}}
+	faultCtx, stopFaults := context.WithCancel(ctx)
+	var faults sync.WaitGroup
+	if len(o.Faults) > 0 {
+		faults.Go(func() { f.run(faultCtx) })
+	}
+
+	start := time.Now()
+	cfgs := make([]procConfig, o.Procs)
+	dir := t.TempDir()
+	for p := range cfgs {
+		addrs := make([]string, o.Nodes)
+		for i, px := range views[p] {
+			addrs[i] = px.Addr()
+		}
+		cfgs[p] = procConfig{
+			Proc: p, Nodes: addrs, Resource: resNode.Addr(), Keys: keys, Workers: o.Workers,
+			TTL: o.TTL, Hold: o.Hold, Target: o.Target, Start: start,
+			MinDuration: o.MinDuration, MaxDuration: o.MaxDuration,
+			Client: o.Client, MinorityQuorum: o.MinorityQuorum,
+			Out: filepath.Join(dir, fmt.Sprintf("proc%d.json", p)),
+		}
+	}
+	children := make([]*exec.Cmd, 0, o.Procs-1)
+	var stderr []*bytes.Buffer
+	for _, cfg := range cfgs[1:] {
+		b, err := json.Marshal(cfg)
+		require.NoError(t, err)
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childEnv+"="+string(b))
+		var buf bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &buf, &buf
+		require.NoError(t, cmd.Start())
+		children = append(children, cmd)
+		stderr = append(stderr, &buf)
+	}
+	results := []procResult{contend(ctx, cfgs[0])}
+	for i, cmd := range children {
+		err := cmd.Wait()
+		if err != nil {
+			t.Errorf("chaos: contender process %d: %v\n%s", i+1, err, stderr[i])
+			continue
+		}
+		var r procResult
+		b, err := os.ReadFile(cfgs[i+1].Out)
+		if err == nil {
+			err = json.Unmarshal(b, &r)
+		}
+		if err != nil {
+			t.Errorf("chaos: result of contender process %d: %v\n%s", i+1, err, stderr[i])
+			continue
+		}
+		results = append(results, r)
+	}
+	r := &Result{Duration: time.Since(start), MinStock: o.Stock}
+	stopFaults()
+	faults.Wait()
+	f.wg.Wait()
+	for _, p := range views {
+		for _, px := range p {
+			px.Heal()
+		}
+	}
+	calm := time.Now() // no fault, no contender from here on
+	for _, err := range f.errs {
+		t.Errorf("chaos: fault injection: %v", err)
+	}
+	r.Faults = f.counts
+	r.Refused = f.refused
+	for i, pr := range results {
+		if pr.Err != "" {
+			t.Errorf("chaos: contender process %d: %s", i, pr.Err)
+		}
+		r.History = append(r.History, pr.History...)
+		r.ByProc = append(r.ByProc, 0)
+		for _, a := range pr.History {
+			if a.OK {
+				r.ByProc[i]++
+			}
+		}
+		r.MinStock = min(r.MinStock, pr.MinStock)
+		r.Resource += pr.Resource
+		r.LockWait += pr.LockWait
+		r.Held += pr.Held
+	}
+	for _, a := range r.History {
+		if a.OK {
+			r.Acquisitions++
+		} else {
+			r.Failures++
+		}
+	}
+
+	t.Logf("contention over after %v; %d attempts", r.Duration, len(r.History))
+	for _, k := range keys {
+		sold, err1 := res.Get(ctx, "sold:"+k).Int64()
+		left, err2 := res.Get(ctx, "stock:"+k).Int64()
+		require.NoError(t, errors.Join(err1, err2))
+		r.Sold += sold
+		r.Left += left
+		r.MinStock = min(r.MinStock, left)
+	}
+	r.Oversold = r.Sold + r.Left - int64(o.Keys)*o.Stock
+
+	r.Overlaps = CheckOverlaps(r.History)
+	var err error
+	r.Linearizable, r.Visualization, err = CheckLinearizable(r.History, time.Minute, t.ArtifactDir())
+	require.NoError(t, err)
+
+	// Once every TTL set before calm has run out, no lock key may be left.
+	time.Sleep(time.Until(calm.Add(o.TTL + 250*time.Millisecond)))
+	for _, n := range lockNodes {
+		cl := redis.NewClient(redlock.NodeOptions(n.Addr()))
+		ks, err := cl.Keys(ctx, "*").Result()
+		cl.Close()
+		require.NoError(t, err, "list the keys of %s", n.Name())
+		for _, k := range ks {
+			if strings.HasPrefix(k, "redquorum:node") {
+				continue // the node's state (restart guard, fences), not a lock
+			}
+			r.Leftover = append(r.Leftover, n.Name()+": "+k)
+		}
+	}
+
+	fmt.Printf("chaos: %s: %s\n", t.Name(), r)
+	if r.Visualization != "" {
+		fmt.Printf("chaos: %s: porcupine's visualization of the illegal history (kept with go test -artifacts): %s\n", t.Name(), r.Visualization)
+	}
+	return r
+}
+
+// child runs one contender process from its JSON configuration and writes its
+// result to cfg.Out. It returns the process's exit code.
+func child(raw string) int {
+	var cfg procConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos child:", err)
+		return 2
+	}
+	if cfg.MinorityQuorum {
+		testhook.AllowMinorityQuorum.Store(true)
+	}
+	r := contend(context.Background(), cfg)
+	b, err := json.Marshal(r)
+	if err == nil {
+		err = os.WriteFile(cfg.Out, b, 0o644)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos child:", err)
+		return 1
+	}
+	return 0
+}
+
+// contend runs one process's contenders until the run's target or deadline.
+func contend(ctx context.Context, cfg procConfig) procResult {
+	nodes := redlock.NewNodes(cfg.Nodes...)
+	defer func() {
+		for _, n := range nodes {
+			n.Close()
+		}
+	}()
+	client, err := redlock.New(nodes, &cfg.Client)
+	if err != nil {
+		return procResult{Err: err.Error()}
+	}
+	defer client.Close()
+	res := redis.NewClient(redlock.NodeOptions(cfg.Resource))
+	defer res.Close()
+
+	// writeMargin is how much validity a holder wants left before it
+	// touches the resource: it covers the resource's round trip, so that a
+	// write issued before Until lands before Until.
+	writeMargin := cfg.TTL / 4
+	var (
+		acquired       atomic.Int64 // the run's total, as last read from the resource
+		lockNS, holdNS atomic.Int64
+		resErrs        atomic.Int64
+		mu             sync.Mutex
+		out            = procResult{MinStock: 1<<63 - 1}
+		wg             sync.WaitGroup
+	)
+	deadline := cfg.Start.Add(cfg.MaxDuration)
+	minEnd := cfg.Start.Add(cfg.MinDuration)
+	stop := func() bool {
+		now := time.Now()
+		return ctx.Err() != nil || now.After(deadline) || (now.After(minEnd) && acquired.Load() >= int64(cfg.Target))
+	}
+	for w := range cfg.Workers {
+		wg.Go(func() {
+			var hist []Attempt
+			minStock := int64(1<<63 - 1)
+			// sell is the critical section of the oversell scenario. It
+			// stops using the lock at Until.
+			sell := func(key string, until time.Time) {
+				if time.Until(until) < writeMargin {
+					return
+				}
+				wctx, cancel := context.WithDeadline(ctx, until.Add(-writeMargin/2))
+				defer cancel()
+				s, err := res.Get(wctx, "stock:"+key).Int64()
+				if err != nil {
+					resErrs.Add(1)
+					return
+				}
+				minStock = min(minStock, s)
+				if s <= 0 {
+					return
+				}
+				time.Sleep(rand.N(cfg.Hold + 1))
+				if time.Until(until) < writeMargin {
+					return
+				}
+				_, err = res.TxPipelined(wctx, func(p redis.Pipeliner) error {
+					p.Set(wctx, "stock:"+key, s-1, 0)
+					p.Incr(wctx, "sold:"+key)
+					return nil
+				})
+				if err != nil {
+					resErrs.Add(1)
+				}
+			}
+			for !stop() {
+				key := cfg.Keys[rand.IntN(len(cfg.Keys))]
+				a := Attempt{Key: key, Client: cfg.Proc*1000 + w, Call: time.Now().UnixNano()}
+				lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				l, err := client.Lock(lctx, key, cfg.TTL)
+				cancel()
+				a.Obtained = time.Now().UnixNano()
+				lockNS.Add(a.Obtained - a.Call)
+				if err != nil {
+					hist = append(hist, a)
+					continue
+				}
+				a.OK = true
+				until := l.Until()
+				sell(key, until)
+				if rand.IntN(5) == 0 && l.Extend(ctx, cfg.TTL) == nil {
+					until = l.Until()
+					sell(key, until)
+				}
+				unlockStart := time.Now()
+				_ = l.Unlock(ctx) // fails under faults; the keys then expire
+				a.End = max(min(unlockStart.UnixNano(), until.UnixNano()), a.Obtained)
+				hist = append(hist, a)
+				holdNS.Add(time.Now().UnixNano() - a.Obtained)
+				if n, err := res.Incr(ctx, "acquired").Result(); err == nil {
+					acquired.Store(n)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			out.History = append(out.History, hist...)
+			out.MinStock = min(out.MinStock, minStock)
+		})
+	}
+	wg.Wait()
+	out.Resource = int(resErrs.Load())
+	out.LockWait, out.Held = time.Duration(lockNS.Load()), time.Duration(holdNS.Load())
+	return out
+}
+
+// faulter injects faults into the lock nodes at random, never into more than
+// Options.MaxFaulty nodes at once.
+type faulter struct {
+	o     Options
+	nodes []*rig.Node
+	views [][]*rig.Proxy
+	wg    sync.WaitGroup // running faults
+
+	mu      sync.Mutex
+	busy    map[int]bool // nodes under a fault
+	counts  map[FaultKind]int
+	refused int // pauses Docker refused
+	errs    []error
+}
+
+// retryDocker calls op up to five times, 100ms apart, until it succeeds.
+func retryDocker(op func() error) error {
+	var err error
+	for range 5 {
+		if err = op(); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
+
+// run starts faults until ctx is done; the faults it started end by
+// themselves (f.wg).
+func (f *faulter) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(rand.N(2 * f.o.FaultGap)):
+		}
+		f.mu.Lock()
+		if len(f.busy) < f.o.MaxFaulty {
+			var free []int
+			for i := range f.nodes {
+				if !f.busy[i] {
+					free = append(free, i)
+				}
+			}
+			i := free[rand.IntN(len(free))]
+			kind := f.o.Faults[rand.IntN(len(f.o.Faults))]
+			f.busy[i] = true
+			f.counts[kind]++
+			f.wg.Go(func() { f.inject(i, kind) })
+		}
+		f.mu.Unlock()
+	}
+}
+
+// inject applies one fault to node i for a random time and repairs it.
+func (f *faulter) inject(i int, kind FaultKind) {
+	n := f.nodes[i]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d := 100*time.Millisecond + rand.N(900*time.Millisecond)
+	var err error
+	switch kind {
+	case Kill:
+		if err = n.Kill(ctx); err == nil {
+			time.Sleep(f.o.KillDowntime)
+		}
+		err = errors.Join(err, n.Start(ctx))
+	case Pause:
+		// Docker's freezer sometimes refuses under load ("unable to
+		// freeze"); a pause that never took is not counted as a fault.
+		if err = retryDocker(n.Pause); err != nil {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.counts[kind]--
+			f.refused++
+			delete(f.busy, i)
+			return
+		}
+		time.Sleep(d)
+		err = retryDocker(n.Unpause)
+	case Partition:
+		n.Partition()
+		time.Sleep(d)
+		n.Heal()
+	case ClientPartition:
+		px := f.views[rand.IntN(len(f.views))][i]
+		px.Partition()
+		time.Sleep(d)
+		px.Heal()
+	case Latency:
+		n.SetLatency(time.Millisecond + rand.N(f.o.Client.NodeTimeout*3/4))
+		time.Sleep(d)
+		n.SetLatency(0)
+	default:
+		err = fmt.Errorf("unknown fault kind %q", kind)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.busy, i)
+	if err != nil {
+		f.errs = append(f.errs, fmt.Errorf("%s of %s: %w", kind, n.Name(), err))
+	}
+}
