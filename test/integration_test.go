@@ -380,3 +380,93 @@ func (c *roundClock) Now() time.Time {
 }
 
 func (c *roundClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// aclArgs is the least-privilege ACL of the README: the default user is off,
+// "locker" may run only the lock scripts (EVALSHA, with EVAL as the fallback)
+// and the commands inside them, on keys under "lock:" (the lock keys and the
+// node's state lock:redquorum:node), and may subscribe to and publish the
+// release announcements that wake waiting Lock calls; "admin" is for the
+// test's inspection.
+var aclArgs = []string{
+	"--user", "default", "off",
+	"--user", "locker", "on", ">locker-secret", "resetkeys", "~lock:*",
+	"resetchannels", "&redquorum:released:lock:*",
+	"-@all", "+evalsha", "+eval", "+get", "+set", "+pttl", "+pexpire", "+del", "+exists",
+	"+hget", "+hset", "+hsetnx", "+time", "+publish", "+psubscribe", "+punsubscribe", "+ping",
+	"--user", "admin", "on", ">admin-secret", "~*", "&*", "+@all",
+}
+
+// TestACL shows that the least-privilege user of the README is enough for
+// every operation, and that it is really restricted.
+func TestACL(t *testing.T) {
+	ns := startNodes(t, 5, "admin", "admin-secret", rig.WithArgs(aclArgs...))
+	var nodes []redis.UniversalClient
+	for _, addr := range ns.c.Addrs() {
+		o := redlock.NodeOptions(addr)
+		o.Username, o.Password = "locker", "locker-secret"
+		cl := redis.NewClient(o)
+		t.Cleanup(func() { cl.Close() })
+		nodes = append(nodes, cl)
+	}
+	ctx := t.Context()
+
+	// Fencing and the restart guard (on by default) use the node state key
+	// lock:redquorum:node and the hash commands.
+	c, err := redlock.New(nodes, &redlock.Options{KeyPrefix: "lock:", NodeTimeout: time.Second, Fencing: true})
+	require.NoError(t, err)
+	l, err := c.TryLock(ctx, "acl", 10*time.Second)
+	require.NoError(t, err, "lock as the least-privilege user")
+	assert.NotZero(t, l.Fence(), "a fencing token as the least-privilege user")
+	require.NoError(t, l.Extend(ctx, 20*time.Second), "extend as the least-privilege user")
+
+	// A second client waits; it subscribes to the release announcements,
+	// and the unlock's announcement wakes it.
+	waiter, err := redlock.New(nodes, &redlock.Options{KeyPrefix: "lock:", NodeTimeout: time.Second, Fencing: true,
+		MinRetryDelay: 10 * time.Second, MaxRetryDelay: 10 * time.Second})
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		wl, err := waiter.Lock(ctx, "acl", time.Second)
+		if err == nil {
+			err = wl.Unlock(ctx)
+		}
+		got <- err
+	}()
+	for i, n := range ns.c.Nodes {
+		admin := ns.direct[i]
+		require.Eventually(t, func() bool { return admin.PubSubNumPat(ctx).Val() > 0 }, 10*time.Second, 10*time.Millisecond,
+			"the waiting client subscribed on %s", n.Name())
+	}
+	require.NoError(t, l.Unlock(ctx), "unlock as the least-privilege user")
+	select {
+	case err := <-got:
+		require.NoError(t, err, "the waiter obtained the lock after the announced release")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter slept through the release: its retry delay is 10s")
+	}
+	require.NoError(t, waiter.Close())
+
+	// Every node had the scripts loaded from above (EVALSHA fallback to
+	// EVAL); a node restarted empty needs EVAL again.
+	require.NoError(t, ns.c.Nodes[0].Restart(ctx))
+	l, err = c.TryLock(ctx, "acl", time.Second)
+	require.NoError(t, err, "lock after a node lost its script cache")
+	require.NoError(t, l.Unlock(ctx))
+	c.Close()
+	assert.Empty(t, ns.present(t, "lock:acl"))
+
+	// The user is restricted: keys outside lock:* and other commands fail.
+	c, err = redlock.New(nodes, &redlock.Options{NodeTimeout: time.Second})
+	require.NoError(t, err)
+	_, err = c.TryLock(ctx, "acl", time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.ErrorContains(t, err, "NOPERM", "a key outside lock:* is refused")
+	c.Close()
+	locker := nodes[1].(*redis.Client)
+	assert.ErrorContains(t, locker.Keys(ctx, "*").Err(), "NOPERM")
+	assert.ErrorContains(t, locker.FlushAll(ctx).Err(), "NOPERM")
+	assert.ErrorContains(t, locker.Publish(ctx, "other", "x").Err(), "NOPERM", "other channels are refused")
+	assert.ErrorContains(t, locker.Eval(ctx, "return redis.call('INCR', KEYS[1])", []string{"lock:x"}).Err(), "can't run this command",
+		"scripts cannot run commands outside the list")
+	assert.Empty(t, ns.present(t, "acl"))
+}
