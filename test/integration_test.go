@@ -1,5 +1,7 @@
-// Package test holds the integration suite: every public behaviour of the
-// redlock core against five real Redis 7 masters started by test/rig.
+// Package test holds the integration suites: every public behaviour of the
+// redlock core, the least-privilege ACL and the lifecycle features (restart
+// guard, fencing, multi-key locks) against real Redis 7 masters started by
+// test/rig.
 //
 // The nodes are reached through the rig's proxies, which add latency or cut a
 // node off; the tests read each node directly to see what the library left

@@ -1,6 +1,7 @@
-// Package test holds the integration suites that run the lock against real
-// Redis masters started by the rig.
 package test
+
+// The lifecycle features (restart guard, fencing, multi-key locks) on real
+// Redis masters started by the rig.
 
 import (
 	"context"
