@@ -125,9 +125,13 @@ func (c *Client) track(r *quorum.Round) { r.Own(&c.bg) }
 // TryLock makes exactly one attempt to lock key for ttl on a quorum of nodes
 // and returns the held [Lock], or an error.
 //
-// On failure nothing is left behind: every node that granted the lock, or
-// whose answer did not come, is sent a token-guarded release, after its
-// answer for nodes still outstanding. The error is an [*Error] that wraps
+// On failure every node that granted the lock, or whose answer did not come,
+// is sent a token-guarded release, after its answer (or its timeout) for
+// nodes still outstanding. One case remains: a network that delays a request
+// beyond the node timeout instead of losing it (a partition that heals) can
+// deliver the late SET after its release; the key then blocks the lock on
+// that node until its TTL passes, without anybody holding it. That costs
+// availability, never safety. The error is an [*Error] that wraps
 // [ErrNotObtained] (and ctx.Err() when ctx ended the attempt); bad arguments
 // (empty key, ttl that is not positive, too small to survive the drift
 // allowance, or above Options.RestartGuard) give a plain error naming the
