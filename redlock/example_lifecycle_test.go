@@ -13,7 +13,7 @@ import (
 func ExampleClient_LockMany() {
 	addrs, stop := startNodes(5)
 	defer stop()
-	client, _ := redlock.New(redlock.NewNodes(addrs...), nil)
+	client, _ := redlock.New(redlock.NewNodes(addrs...), &redlock.Options{NodeTimeout: time.Second})
 	defer client.Close()
 	ctx := context.Background()
 
@@ -59,7 +59,7 @@ func (a *account) set(fence uint64, balance int) error {
 func ExampleLock_Fence() {
 	_, addrs, stop := startServers(5)
 	defer stop()
-	client, _ := redlock.New(redlock.NewNodes(addrs...), &redlock.Options{Fencing: true})
+	client, _ := redlock.New(redlock.NewNodes(addrs...), &redlock.Options{Fencing: true, NodeTimeout: time.Second})
 	defer client.Close()
 	ctx := context.Background()
 	var acct account
@@ -92,7 +92,7 @@ func ExampleLock_Fence() {
 func Example_restartGuard() {
 	srv, addrs, stop := startServers(3)
 	defer stop()
-	client, _ := redlock.New(redlock.NewNodes(addrs...), &redlock.Options{RestartGuard: 30 * time.Second})
+	client, _ := redlock.New(redlock.NewNodes(addrs...), &redlock.Options{RestartGuard: 30 * time.Second, NodeTimeout: time.Second})
 	defer client.Close()
 	ctx := context.Background()
 

@@ -42,7 +42,9 @@ func Example() {
 	defer stop()
 
 	nodes := redlock.NewNodes(addrs...) // go-redis clients with the settings the algorithm needs
-	client, err := redlock.New(nodes, nil)
+	client, err := redlock.New(nodes, &redlock.Options{
+		NodeTimeout: time.Second, // in-process example nodes run Lua slowly; real masters answer in µs
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -69,7 +71,7 @@ func Example() {
 func ExampleClient_TryLock() {
 	addrs, stop := startNodes(3)
 	defer stop()
-	client, _ := redlock.New(redlock.NewNodes(addrs...), nil)
+	client, _ := redlock.New(redlock.NewNodes(addrs...), &redlock.Options{NodeTimeout: time.Second})
 	defer client.Close()
 	ctx := context.Background()
 
@@ -90,7 +92,7 @@ func ExampleClient_TryLock() {
 func ExampleLock_Extend() {
 	addrs, stop := startNodes(3)
 	defer stop()
-	client, _ := redlock.New(redlock.NewNodes(addrs...), nil)
+	client, _ := redlock.New(redlock.NewNodes(addrs...), &redlock.Options{NodeTimeout: time.Second})
 	defer client.Close()
 	ctx := context.Background()
 
