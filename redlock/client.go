@@ -161,10 +161,7 @@ func (c *Client) tryLock(ctx context.Context, keys []string, ttl time.Duration) 
 		return nil, err
 	}
 	l, _, err := c.attempt(ctx, keys, ttl)
-	if err != nil {
-		return nil, err
-	}
-	return l, nil
+	return l, err
 }
 
 // Lock is like [Client.TryLock] but retries until it holds the lock, ctx is
@@ -216,7 +213,6 @@ func (c *Client) lock(ctx context.Context, keys []string, ttl time.Duration) (*L
 			c.turns.leave(turn)
 		}
 	}()
-	splits := 0 // consecutive split votes
 	for attempt := 0; ; attempt++ {
 		roundStart := c.cfg.clock.Now()
 		l, hint, err := c.attempt(ctx, keys, ttl)
@@ -230,21 +226,10 @@ func (c *Client) lock(ctx context.Context, keys []string, ttl time.Duration) (*L
 			return nil, err // closed, or the context ended during the round
 		}
 		wait := retry.Delay(attempt, c.cfg.minRetry, c.cfg.maxRet)
-		switch {
-		case splits < maxSplitRetries && c.split(ctx, l):
-			// Nobody won: every contender releases its votes at once. Come
-			// back after our release has landed, spread over a window that
-			// doubles with each split so that the contenders fall out of step.
-			splits++
-			round := c.cfg.clock.Now().Sub(roundStart)
-			wait = round/2 + retry.Jitter(min(round<<(splits-1), c.cfg.minRetry))
-		case hint > 0 && hint < wait:
+		if hint > 0 && hint < wait {
 			// Come back when the holder's keys expire, spread a little so
 			// that waiters do not arrive in step.
-			splits = 0
 			wait = hint + retry.Jitter(min(c.cfg.minRetry, hint/4))
-		default:
-			splits = 0
 		}
 		select {
 		case <-c.cfg.clock.After(wait):
@@ -319,9 +304,6 @@ type nodeReply struct {
 	ttl   int64  // ErrTaken: the holder's remaining TTL in ms; ErrGuarded: ms left in the guard
 	fence int64  // granted with fencing: the node's fence counter, -1 when unknown
 	state string // ErrGuarded: the id of the node's guarded state
-	// ErrTaken: the token holding the key (of the longest TTL, for several
-	// keys), to tell a split vote from a holder (see Client.split)
-	holder string
 }
 
 // acquire runs the acquire script for l on node i, with the id of a guarded
@@ -349,9 +331,11 @@ func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, 
 	}
 	switch v := v.(type) {
 	case int64:
-		if v == 0 {
-			return nil
+		if v != 0 {
+			rep.ttl = v
+			return ErrTaken
 		}
+		return nil
 	case []any:
 		if len(v) >= 2 {
 			code, _ := v[0].(int64)
@@ -367,10 +351,6 @@ func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, 
 				rep.ttl = n
 				rep.state, _ = v[2].(string)
 				return ErrGuarded
-			case (code > 0 || code == -1) && len(v) == 2:
-				rep.ttl = code
-				rep.holder, _ = v[1].(string)
-				return ErrTaken
 			}
 		}
 	}
@@ -391,8 +371,7 @@ func (c *Client) scriptKeys(l *Lock, i int) []string {
 
 // attempt makes one lock round (two with fencing). On failure it also
 // returns how long until the current holder's keys have expired on enough
-// nodes for a quorum, or 0 when unknown, and the Lock it tried (released), if
-// it made a round.
+// nodes for a quorum, or 0 when unknown.
 func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration) (*Lock, time.Duration, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -414,65 +393,9 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration) 
 		l, hint, err = c.round(ctx, keys, ttl, ids)
 	}
 	if err != nil {
-		return l, hint, err
+		return nil, hint, err
 	}
 	return l, 0, nil
-}
-
-// maxSplitRetries bounds the quick retries of Lock after split votes in a
-// row; then it backs off as after any failed round.
-const maxSplitRetries = 6
-
-// split reports whether the failed round l lost to a split vote: the
-// contenders' rounds shared out the nodes' votes so that no token holds the
-// key on a quorum of nodes, and every contender releases its votes at once.
-// A node that failed or did not answer counts as possibly holding any token.
-// When the answers so far leave it open, split waits for the others (each
-// bounded by the node timeout) or ctx. It changes nothing on the nodes: it
-// only decides when Lock retries.
-func (c *Client) split(ctx context.Context, l *Lock) bool {
-	if l == nil || l.acq == nil {
-		return false
-	}
-	for waited := false; ; waited = true {
-		granted, taken, unknown, top := 0, 0, 0, 0
-		for i := range c.nodes {
-			res, done := l.acq.Result(i)
-			switch {
-			case !done:
-				unknown++
-			case res == nil || errors.Is(res, ErrFenceUnknown):
-				granted++
-			case errors.Is(res, ErrTaken):
-				taken++
-				same := 0
-				for j := range c.nodes {
-					if r, d := l.acq.Result(j); d && errors.Is(r, ErrTaken) && l.replies[j].holder == l.replies[i].holder {
-						same++
-					}
-				}
-				top = max(top, same)
-			case !errors.Is(res, ErrGuarded):
-				unknown++ // a failed node may hold the key for anyone
-			}
-		}
-		q := c.cfg.quorum
-		switch {
-		case granted >= q || granted+taken+unknown < q || top >= q || taken == 0:
-			return false // obtained (and lost to time), not contention, or a holder
-		case max(top, granted)+unknown < q:
-			return true
-		case waited:
-			return false
-		}
-		for i := range c.nodes {
-			select {
-			case <-l.acq.Done(i):
-			case <-ctx.Done():
-				return false
-			}
-		}
-	}
 }
 
 // newDeploymentWindow bounds how far apart in time the nodes' restart
@@ -555,7 +478,7 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	if qerr == nil {
 		e.Reason = fmt.Sprintf("the round took too long: validity %v after ttl %v and drift allowance %v", validity, ttl, clock.Drift(ttl, c.cfg.drift))
 	}
-	c.release(context.Background(), l)
+	c.releaseAsync(l)
 	return l, c.freeIn(l), e
 }
 
@@ -694,3 +617,7 @@ func guarded(v int64, err error) error {
 // refused reports whether an acquire's outcome says that the node did not set
 // the keys.
 func refused(err error) bool { return errors.Is(err, ErrTaken) || errors.Is(err, ErrGuarded) }
+
+// releaseAsync releases a lock that was not obtained. Callers hold c.mu for
+// reading.
+func (c *Client) releaseAsync(l *Lock) { c.release(context.Background(), l) }

@@ -10,10 +10,8 @@
 --   0 when every key now holds our token (newly set, or already ours: a lost
 --     reply or a retry, in which case the TTL is reset), or {0, f} when ARGV[5]
 --     is '1', f = -1 when the counter is unknown;
---   {w, holder} when another token holds a key: w is the largest remaining
---     TTL in ms (≥ 1) of the keys that another token holds, or -1 when one of
---     them has no expiry, and holder the token of that key (so that a client
---     can tell a split vote, where no token holds a quorum, from a holder);
+--   the largest remaining TTL in ms (≥ 1) of the keys that another token holds,
+--     or -1 when one of them has no expiry;
 --   {-2, ms left in the guard, id} when the node is in its restart guard.
 local state = KEYS[#KEYS]
 local guard = tonumber(ARGV[3])
@@ -41,17 +39,17 @@ if guard > 0 then
     end
   end
 end
-local wait, holder = 0, ''
+local wait = 0
 for i = 1, #KEYS - 1 do
   local v = redis.call('GET', KEYS[i])
   if v ~= false and v ~= ARGV[1] then
     local ttl = redis.call('PTTL', KEYS[i])
-    if ttl == -1 then return {-1, v} end
+    if ttl == -1 then return -1 end
     if ttl < 1 then ttl = 1 end
-    if ttl > wait then wait, holder = ttl, v end
+    if ttl > wait then wait = ttl end
   end
 end
-if wait > 0 then return {wait, holder} end
+if wait > 0 then return wait end
 for i = 1, #KEYS - 1 do
   redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
 end
