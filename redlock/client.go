@@ -43,6 +43,9 @@ type Client struct {
 	mu     sync.RWMutex // guards closed; held for reading while background work is added to bg
 	closed bool
 	bg     sync.WaitGroup
+	// The goroutines that make the rounds' calls to the nodes, kept between
+	// rounds; stopped by Close once bg is done.
+	workers *quorum.Workers
 
 	turns *turns // local queue per key (queue.go)
 	wake  waker  // pub/sub listeners that end retry waits early (wake.go)
@@ -66,7 +69,7 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg, slotted: make([]bool, len(nodes)),
-		guardArg: cfg.guard.Milliseconds(), fenceArg: "0", noEstablish: "", turns: newTurns()}
+		guardArg: cfg.guard.Milliseconds(), fenceArg: "0", noEstablish: "", turns: newTurns(), workers: quorum.NewWorkers()}
 	if cfg.fencing {
 		c.fenceArg = "1"
 	}
@@ -115,6 +118,7 @@ func (c *Client) Close() error {
 	c.turns.close() // queue.go: waiters return ErrClosed
 	c.wake.close()  // wake.go: stops and waits for the pub/sub listeners
 	c.bg.Wait()
+	c.workers.Close()
 	return nil
 }
 
@@ -455,7 +459,7 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 		l.acqArgs = scripts.Args(scripts.Acquire, l.akeys, l.token, ttlMS, c.guardArg, c.noEstablish, c.fenceArg)
 	}
 	start := c.cfg.clock.Now()
-	r := quorum.Start(ctx, n, c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+	r := c.workers.Start(ctx, n, c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
 		var est string
 		if establish != nil {
 			est = establish[i]
@@ -500,7 +504,7 @@ func (c *Client) fence(ctx context.Context, l *Lock) (*quorum.Round, int, error)
 		hi = max(hi, l.replies[i].fence)
 	}
 	l.fence = uint64(hi) + 1
-	r := quorum.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+	r := c.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
 		if !granted[i] {
 			return errSkipped
 		}
@@ -576,7 +580,7 @@ func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
 	if !l.acq.AllDone() {
 		timeout *= 2
 	}
-	r := quorum.Start(context.WithoutCancel(ctx), len(c.nodes), timeout, func(ctx context.Context, i int) error {
+	r := c.workers.Start(context.WithoutCancel(ctx), len(c.nodes), timeout, func(ctx context.Context, i int) error {
 		select {
 		case <-l.acq.Done(i):
 		default:
