@@ -35,6 +35,7 @@ type Client struct {
 	// The acquire script's constant arguments, boxed once: an interface
 	// holding a string or a large integer costs an allocation per call.
 	guardArg, fenceArg, noEstablish any
+	stateKey                        string // Options.KeyPrefix + reservedKey
 
 	// inService is set once a node answered an acquire out of its guard:
 	// from then on this Client never takes the nodes for a new deployment.
@@ -69,7 +70,7 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg, slotted: make([]bool, len(nodes)),
-		guardArg: cfg.guard.Milliseconds(), fenceArg: "0", noEstablish: "", turns: newTurns(), workers: quorum.NewWorkers()}
+		guardArg: cfg.guard.Milliseconds(), fenceArg: "0", noEstablish: "", turns: newTurns(), stateKey: cfg.prefix + reservedKey, workers: quorum.NewWorkers()}
 	if cfg.fencing {
 		c.fenceArg = "1"
 	}
@@ -447,12 +448,12 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 		token:   retry.Token(),
 		replies: make([]nodeReply, n),
 	}
-	l.rkeys = make([]string, len(keys))
+	l.rkeys = make([]string, len(keys), len(keys)+1)
 	for i, k := range keys {
 		l.rkeys[i] = c.cfg.prefix + k
 	}
-	l.akeys = append(l.rkeys[:len(keys):len(keys)], c.cfg.prefix+reservedKey)
-	var ttlMS any = ttl.Milliseconds() // boxed once for all nodes
+	l.akeys = append(l.rkeys, c.stateKey) // in rkeys' spare capacity
+	var ttlMS any = ttl.Milliseconds()    // boxed once for all nodes
 	if establish == nil {
 		// By SHA, with the arguments built once for the nodes that are not
 		// a Cluster (see Client.acquire).
@@ -570,7 +571,14 @@ func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
 	if l.released {
 		announce = "1"
 	}
-	args := scripts.Args(scripts.Release, l.rkeys, l.token, announce) // by SHA, built once per round
+	// By SHA, built once per round, from the acquire's boxed keys and token
+	// when it has them.
+	var args []any
+	if l.acqArgs != nil {
+		args = scripts.Sub(scripts.Release, l.acqArgs, len(l.rkeys), scripts.Argv(l.acqArgs, 1), announce)
+	} else {
+		args = scripts.Args(scripts.Release, l.rkeys, l.token, announce)
+	}
 	// The wait for an outstanding acquire is bounded by its own timeout,
 	// hence the round's two node timeouts, and a release sent after such a
 	// wait by its own. When every acquire has answered (the usual Unlock)
