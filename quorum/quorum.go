@@ -151,14 +151,24 @@ func (w *Workers) work(j job) {
 	}
 }
 
+// smallRound is the most nodes whose outcomes are allocated with their Round.
+const smallRound = 7
+
 // Start is [Start] with the calls run by w's workers.
 func (w *Workers) Start(ctx context.Context, n int, timeout time.Duration, fn func(ctx context.Context, node int) error) *Round {
-	r := &Round{
-		n:       n,
-		fn:      fn,
-		nodes:   make([]outcome, n),
-		results: make(chan result, n),
+	var r *Round
+	if n <= smallRound {
+		// The Round and its outcomes in one allocation.
+		a := &struct {
+			Round
+			nodes [smallRound]outcome
+		}{}
+		r = &a.Round
+		r.nodes = a.nodes[:n]
+	} else {
+		r = &Round{nodes: make([]outcome, n)}
 	}
+	r.n, r.fn, r.results = n, fn, make(chan result, n)
 	r.nctx, r.cancel = context.WithTimeout(ctx, timeout)
 	r.left.Store(int32(n))
 	r.wg.Add(n)

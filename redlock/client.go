@@ -36,6 +36,7 @@ type Client struct {
 	// holding a string or a large integer costs an allocation per call.
 	guardArg, fenceArg, noEstablish any
 	stateKey                        string // Options.KeyPrefix + reservedKey
+	lastTTL                         atomic.Pointer[boxedTTL]
 
 	// inService is set once a node answered an acquire out of its guard:
 	// from then on this Client never takes the nodes for a new deployment.
@@ -442,18 +443,25 @@ func (c *Client) newDeployment(l *Lock, err error) (ids []string, waited bool) {
 // failure it returns the Lock it tried, released, for its replies.
 func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, establish []string) (*Lock, time.Duration, error) {
 	n := len(c.nodes)
-	l := &Lock{
-		c:       c,
-		keys:    keys,
-		token:   retry.Token(),
-		replies: make([]nodeReply, n),
+	var l *Lock
+	if n <= smallCluster {
+		// The Lock and its replies in one allocation.
+		a := &struct {
+			Lock
+			replies [smallCluster]nodeReply
+		}{}
+		l = &a.Lock
+		l.replies = a.replies[:n]
+	} else {
+		l = &Lock{replies: make([]nodeReply, n)}
 	}
+	l.c, l.keys, l.token = c, keys, retry.Token()
 	l.rkeys = make([]string, len(keys), len(keys)+1)
 	for i, k := range keys {
 		l.rkeys[i] = c.cfg.prefix + k
 	}
 	l.akeys = append(l.rkeys, c.stateKey) // in rkeys' spare capacity
-	var ttlMS any = ttl.Milliseconds()    // boxed once for all nodes
+	ttlMS := c.boxTTL(ttl)                // boxed once for all nodes
 	if establish == nil {
 		// By SHA, with the arguments built once for the nodes that are not
 		// a Cluster (see Client.acquire).
@@ -485,6 +493,28 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	}
 	c.releaseAsync(l)
 	return l, c.freeIn(l), e
+}
+
+// smallCluster is the most nodes whose replies are allocated with their Lock.
+const smallCluster = 7
+
+// boxedTTL is a ttl in ms boxed for the scripts' arguments.
+type boxedTTL struct {
+	ms  int64
+	arg any
+}
+
+// boxTTL returns ttl in ms as a script argument, the same box as the last
+// round's when the ttl is the same (boxing an int64 above 255 costs an
+// allocation).
+func (c *Client) boxTTL(ttl time.Duration) any {
+	ms := ttl.Milliseconds()
+	if b := c.lastTTL.Load(); b != nil && b.ms == ms {
+		return b.arg
+	}
+	b := &boxedTTL{ms, ms}
+	c.lastTTL.Store(b)
+	return b.arg
 }
 
 // fence is the second phase of a fenced lock, after a quorum of nodes with
@@ -580,23 +610,19 @@ func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
 		args = scripts.Args(scripts.Release, l.rkeys, l.token, announce)
 	}
 	// The wait for an outstanding acquire is bounded by its own timeout,
-	// hence the round's two node timeouts, and a release sent after such a
-	// wait by its own. When every acquire has answered (the usual Unlock)
-	// there is nothing to wait for and the round's timeout is the node
-	// timeout.
+	// hence the round's two node timeouts; a release sent after such a wait
+	// has at least one node timeout of them left. When every acquire has
+	// answered (the usual Unlock) there is nothing to wait for and the
+	// round's timeout is the node timeout.
 	timeout := c.cfg.nodeTimeout
 	if !l.acq.AllDone() {
 		timeout *= 2
 	}
-	r := c.workers.Start(context.WithoutCancel(ctx), len(c.nodes), timeout, func(ctx context.Context, i int) error {
-		select {
-		case <-l.acq.Done(i):
-		default:
-			<-l.acq.Done(i)
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, c.cfg.nodeTimeout)
-			defer cancel()
-		}
+	if _, ok := ctx.Deadline(); ok || ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx) // a release outlives the caller's ctx
+	}
+	r := c.workers.Start(ctx, len(c.nodes), timeout, func(ctx context.Context, i int) error {
+		<-l.acq.Done(i)
 		if res, _ := l.acq.Result(i); refused(res) {
 			return errSkipped
 		}
