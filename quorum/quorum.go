@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-multierror"
+
+	"github.com/redquorum/redquorum/internal/alloc"
 )
 
 // ErrTimeout is the per-node error of a node that had not answered when the
@@ -151,23 +153,10 @@ func (w *Workers) work(j job) {
 	}
 }
 
-// smallRound is the most nodes whose outcomes are allocated with their Round.
-const smallRound = 7
-
 // Start is [Start] with the calls run by w's workers.
 func (w *Workers) Start(ctx context.Context, n int, timeout time.Duration, fn func(ctx context.Context, node int) error) *Round {
-	var r *Round
-	if n <= smallRound {
-		// The Round and its outcomes in one allocation.
-		a := &struct {
-			Round
-			nodes [smallRound]outcome
-		}{}
-		r = &a.Round
-		r.nodes = a.nodes[:n]
-	} else {
-		r = &Round{nodes: make([]outcome, n)}
-	}
+	r, nodes := alloc.WithSlice[Round, outcome](n) // one allocation for up to alloc.Small nodes
+	r.nodes = nodes
 	r.n, r.fn, r.results = n, fn, make(chan result, n)
 	r.nctx, r.cancel = context.WithTimeout(ctx, timeout)
 	r.left.Store(int32(n))

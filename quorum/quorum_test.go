@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redquorum/redquorum/internal/alloc"
 	"github.com/redquorum/redquorum/internal/leakcheck"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -283,7 +284,7 @@ func TestWorkers(t *testing.T) {
 // TestLargeRound: a round of more nodes than are allocated with the Round.
 func TestLargeRound(t *testing.T) {
 	leakcheck.Check(t)
-	nodes := make([]node, smallRound+3)
+	nodes := make([]node, alloc.Small+3)
 	nodes[0].err = errNo
 	r, ok, err := Run(t.Context(), len(nodes), len(nodes)-1, long, call(nodes))
 	require.NoError(t, err)

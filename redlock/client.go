@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/internal/alloc"
 	"github.com/redquorum/redquorum/internal/hashslot"
 	"github.com/redquorum/redquorum/internal/retry"
 	"github.com/redquorum/redquorum/internal/scripts"
@@ -143,7 +144,15 @@ func (c *Client) track(r *quorum.Round) { r.Own(&c.bg) }
 // allowance; ttl is used in whole milliseconds. TryLock does not take part
 // in the local queue of [Client.Lock]: it makes its round at once.
 func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	return c.tryLock(ctx, []string{key}, ttl)
+	return c.tryLock(ctx, oneKey(key), ttl)
+}
+
+// oneKey returns the keys of a lock on key, with room for the acquire's
+// state key after it (see Client.round).
+func oneKey(key string) []string {
+	keys := make([]string, 1, 2)
+	keys[0] = key
+	return keys
 }
 
 // TryLockMany is [Client.TryLock] for a lock over several keys, taken
@@ -181,7 +190,7 @@ func (c *Client) tryLock(ctx context.Context, keys []string, ttl time.Duration) 
 // concurrent use; concurrent callers of one Client compete like separate
 // clients.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	return c.lock(ctx, []string{key}, ttl)
+	return c.lock(ctx, oneKey(key), ttl)
 }
 
 // LockMany is [Client.Lock] for several keys taken together, as in
@@ -443,22 +452,16 @@ func (c *Client) newDeployment(l *Lock, err error) (ids []string, waited bool) {
 // failure it returns the Lock it tried, released, for its replies.
 func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, establish []string) (*Lock, time.Duration, error) {
 	n := len(c.nodes)
-	var l *Lock
-	if n <= smallCluster {
-		// The Lock and its replies in one allocation.
-		a := &struct {
-			Lock
-			replies [smallCluster]nodeReply
-		}{}
-		l = &a.Lock
-		l.replies = a.replies[:n]
-	} else {
-		l = &Lock{replies: make([]nodeReply, n)}
-	}
+	l, replies := alloc.WithSlice[Lock, nodeReply](n) // one allocation for up to alloc.Small nodes
+	l.replies = replies
 	l.c, l.keys, l.token = c, keys, retry.Token()
-	l.rkeys = make([]string, len(keys), len(keys)+1)
-	for i, k := range keys {
-		l.rkeys[i] = c.cfg.prefix + k
+	if c.cfg.prefix == "" && cap(keys) > len(keys) {
+		l.rkeys = keys // ours (oneKey or a clone), as stored, with room for the state key
+	} else {
+		l.rkeys = make([]string, len(keys), len(keys)+1)
+		for i, k := range keys {
+			l.rkeys[i] = c.cfg.prefix + k
+		}
 	}
 	l.akeys = append(l.rkeys, c.stateKey) // in rkeys' spare capacity
 	ttlMS := c.boxTTL(ttl)                // boxed once for all nodes
@@ -494,9 +497,6 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	c.releaseAsync(l)
 	return l, c.freeIn(l), e
 }
-
-// smallCluster is the most nodes whose replies are allocated with their Lock.
-const smallCluster = 7
 
 // boxedTTL is a ttl in ms boxed for the scripts' arguments.
 type boxedTTL struct {

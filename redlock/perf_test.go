@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redquorum/redquorum/internal/alloc"
 	"github.com/redquorum/redquorum/internal/leakcheck"
 )
 
@@ -57,7 +58,7 @@ func TestTTLBox(t *testing.T) {
 // are released).
 func TestManyNodes(t *testing.T) {
 	leakcheck.Check(t)
-	c := newCluster(t, smallCluster+2)
+	c := newCluster(t, alloc.Small+2)
 	cl := c.client(t, &Options{NodeTimeout: time.Second})
 	l, err := cl.Lock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
