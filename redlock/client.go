@@ -112,8 +112,11 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 
 // Close waits for the Client's outstanding background requests (late node
 // answers and the releases that follow them) and makes every later operation
-// return [ErrClosed]. Unlock the locks you hold before Close. Close does not
-// close the node clients. It is safe to call more than once.
+// return [ErrClosed]. It also stops the goroutines that the Client keeps
+// between lock rounds to call the nodes (at most one per call that ran at
+// once): close every Client you no longer use. Unlock the locks you hold
+// before Close. Close does not close the node clients. It is safe to call
+// more than once.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
