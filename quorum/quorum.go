@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-multierror"
+
+	"github.com/redquorum/redquorum/internal/alloc"
 )
 
 // ErrTimeout is the per-node error of a node that had not answered when the
@@ -75,6 +77,7 @@ type result struct {
 type Round struct {
 	wg      sync.WaitGroup
 	n       int
+	fn      func(ctx context.Context, node int) error
 	nodes   []outcome    // one per node
 	results chan result  // buffered to n: senders never block
 	left    atomic.Int32 // calls still running; the last one to return cancels their context
@@ -104,16 +107,71 @@ func init() { close(closed) }
 // must be positive. The goroutines belong to the Round: [Round.Wait] waits
 // for them.
 func Start(ctx context.Context, n int, timeout time.Duration, fn func(ctx context.Context, node int) error) *Round {
-	r := &Round{
-		n:       n,
-		nodes:   make([]outcome, n),
-		results: make(chan result, n),
+	return (*Workers)(nil).Start(ctx, n, timeout, fn)
+}
+
+// Workers runs the calls of rounds on goroutines that outlive a round, which
+// saves starting a goroutine per call (and the allocation each go statement
+// makes). A call is handed to an idle worker if there is one, else to a new
+// worker; a worker waits for its next call once its call has returned, until
+// [Workers.Close]. There are never more workers than calls that ran at once.
+// A nil *Workers starts a goroutine per call.
+type Workers struct {
+	jobs chan job      // unbuffered: a send succeeds only to an idle worker
+	quit chan struct{} // closed by Close
+	stop sync.Once
+	wg   sync.WaitGroup
+}
+
+type job struct {
+	r *Round
+	i int
+}
+
+// NewWorkers returns a pool without workers yet.
+func NewWorkers() *Workers {
+	return &Workers{jobs: make(chan job), quit: make(chan struct{})}
+}
+
+// Close stops the workers once their calls have returned and waits for them.
+// It is safe to call more than once. Start must not be called after Close.
+func (w *Workers) Close() {
+	w.stop.Do(func() { close(w.quit) })
+	w.wg.Wait()
+}
+
+// work runs j, then every call handed to it, until Close.
+func (w *Workers) work(j job) {
+	defer w.wg.Done()
+	for {
+		j.r.run(j.i)
+		select {
+		case j = <-w.jobs:
+		case <-w.quit:
+			return
+		}
 	}
+}
+
+// Start is [Start] with the calls run by w's workers.
+func (w *Workers) Start(ctx context.Context, n int, timeout time.Duration, fn func(ctx context.Context, node int) error) *Round {
+	r, nodes := alloc.WithSlice[Round, outcome](n) // one allocation for up to alloc.Small nodes
+	r.nodes = nodes
+	r.n, r.fn, r.results = n, fn, make(chan result, n)
 	r.nctx, r.cancel = context.WithTimeout(ctx, timeout)
 	r.left.Store(int32(n))
 	r.wg.Add(n)
 	for i := range n {
-		go r.run(fn, i)
+		if w == nil {
+			go r.run(i)
+			continue
+		}
+		select {
+		case w.jobs <- job{r, i}:
+		default:
+			w.wg.Add(1)
+			go w.work(job{r, i})
+		}
 	}
 	if n == 0 {
 		r.cancel()
@@ -123,9 +181,9 @@ func Start(ctx context.Context, n int, timeout time.Duration, fn func(ctx contex
 }
 
 // run makes node i's call and records its outcome.
-func (r *Round) run(fn func(ctx context.Context, node int) error, i int) {
+func (r *Round) run(i int) {
 	defer r.wg.Done()
-	err := fn(r.nctx, i)
+	err := r.fn(r.nctx, i)
 	o := &r.nodes[i]
 	o.err = err
 	r.ownMu.Lock()

@@ -3,10 +3,13 @@ package quorum
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redquorum/redquorum/internal/alloc"
 	"github.com/redquorum/redquorum/internal/leakcheck"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -225,4 +228,69 @@ func TestOwn(t *testing.T) {
 	var wg2 sync.WaitGroup
 	r.Own(&wg2)
 	wg2.Wait()
+}
+
+// goid returns the calling goroutine's id, from its stack header.
+func goid() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	return strings.Fields(string(buf))[1]
+}
+
+// TestWorkers: a round's calls run on workers that the next round reuses;
+// a call that hangs keeps its worker but does not hold up other rounds; Close
+// stops every worker (leakcheck fails otherwise) and may be called twice.
+func TestWorkers(t *testing.T) {
+	leakcheck.Check(t)
+	w := NewWorkers()
+	var mu sync.Mutex
+	ids := map[string]int{}
+	record := func(_ context.Context, i int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ids[goid()]++
+		return nil
+	}
+	for range 20 {
+		r := w.Start(t.Context(), 3, long, record)
+		_, err := r.Await(t.Context(), 3)
+		require.NoError(t, err)
+		r.Wait()
+	}
+	mu.Lock()
+	assert.LessOrEqual(t, len(ids), 3, "60 calls, 3 at a time, on at most 3 goroutines: %v", ids)
+	mu.Unlock()
+
+	hang := make(chan struct{})
+	r1 := w.Start(t.Context(), 2, long, func(ctx context.Context, i int) error {
+		if i == 0 {
+			<-hang
+		}
+		return nil
+	})
+	r2 := w.Start(t.Context(), 5, long, call([]node{{}, {}, {}, {}, {}}))
+	ok, err := r2.Await(t.Context(), 5)
+	require.NoError(t, err, "a hanging call of another round holds up nobody")
+	assert.Equal(t, 5, ok)
+	close(hang)
+	_, err = r1.Await(t.Context(), 2)
+	require.NoError(t, err)
+	r1.Wait()
+	r2.Wait()
+	w.Close()
+	w.Close()
+}
+
+// TestLargeRound: a round of more nodes than are allocated with the Round.
+func TestLargeRound(t *testing.T) {
+	leakcheck.Check(t)
+	nodes := make([]node, alloc.Small+3)
+	nodes[0].err = errNo
+	r, ok, err := Run(t.Context(), len(nodes), len(nodes)-1, long, call(nodes))
+	require.NoError(t, err)
+	assert.Equal(t, len(nodes)-1, ok)
+	r.Wait()
+	res, done := r.Result(0)
+	assert.True(t, done)
+	assert.ErrorIs(t, res, errNo)
 }

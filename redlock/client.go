@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/internal/alloc"
 	"github.com/redquorum/redquorum/internal/hashslot"
 	"github.com/redquorum/redquorum/internal/retry"
 	"github.com/redquorum/redquorum/internal/scripts"
@@ -35,6 +36,8 @@ type Client struct {
 	// The acquire script's constant arguments, boxed once: an interface
 	// holding a string or a large integer costs an allocation per call.
 	guardArg, fenceArg, noEstablish any
+	stateKey                        string // Options.KeyPrefix + reservedKey
+	lastTTL                         atomic.Pointer[boxedTTL]
 
 	// inService is set once a node answered an acquire out of its guard:
 	// from then on this Client never takes the nodes for a new deployment.
@@ -43,6 +46,9 @@ type Client struct {
 	mu     sync.RWMutex // guards closed; held for reading while background work is added to bg
 	closed bool
 	bg     sync.WaitGroup
+	// The goroutines that make the rounds' calls to the nodes, kept between
+	// rounds; stopped by Close once bg is done.
+	workers *quorum.Workers
 
 	turns *turns // local queue per key (queue.go)
 	wake  waker  // pub/sub listeners that end retry waits early (wake.go)
@@ -66,7 +72,7 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg, slotted: make([]bool, len(nodes)),
-		guardArg: cfg.guard.Milliseconds(), fenceArg: "0", noEstablish: "", turns: newTurns()}
+		guardArg: cfg.guard.Milliseconds(), fenceArg: "0", noEstablish: "", turns: newTurns(), stateKey: cfg.prefix + reservedKey, workers: quorum.NewWorkers()}
 	if cfg.fencing {
 		c.fenceArg = "1"
 	}
@@ -106,8 +112,11 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 
 // Close waits for the Client's outstanding background requests (late node
 // answers and the releases that follow them) and makes every later operation
-// return [ErrClosed]. Unlock the locks you hold before Close. Close does not
-// close the node clients. It is safe to call more than once.
+// return [ErrClosed]. It also stops the goroutines that the Client keeps
+// between lock rounds to call the nodes (at most one per call that ran at
+// once): close every Client you no longer use. Unlock the locks you hold
+// before Close. Close does not close the node clients. It is safe to call
+// more than once.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
@@ -115,6 +124,7 @@ func (c *Client) Close() error {
 	c.turns.close() // queue.go: waiters return ErrClosed
 	c.wake.close()  // wake.go: stops and waits for the pub/sub listeners
 	c.bg.Wait()
+	c.workers.Close()
 	return nil
 }
 
@@ -141,7 +151,15 @@ func (c *Client) track(r *quorum.Round) { r.Own(&c.bg) }
 // allowance; ttl is used in whole milliseconds. TryLock does not take part
 // in the local queue of [Client.Lock]: it makes its round at once.
 func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	return c.tryLock(ctx, []string{key}, ttl)
+	return c.tryLock(ctx, oneKey(key), ttl)
+}
+
+// oneKey returns the keys of a lock on key, with room for the acquire's
+// state key after it (see Client.round).
+func oneKey(key string) []string {
+	keys := make([]string, 1, 2)
+	keys[0] = key
+	return keys
 }
 
 // TryLockMany is [Client.TryLock] for a lock over several keys, taken
@@ -179,7 +197,7 @@ func (c *Client) tryLock(ctx context.Context, keys []string, ttl time.Duration) 
 // concurrent use; concurrent callers of one Client compete like separate
 // clients.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	return c.lock(ctx, []string{key}, ttl)
+	return c.lock(ctx, oneKey(key), ttl)
 }
 
 // LockMany is [Client.Lock] for several keys taken together, as in
@@ -441,25 +459,26 @@ func (c *Client) newDeployment(l *Lock, err error) (ids []string, waited bool) {
 // failure it returns the Lock it tried, released, for its replies.
 func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, establish []string) (*Lock, time.Duration, error) {
 	n := len(c.nodes)
-	l := &Lock{
-		c:       c,
-		keys:    keys,
-		token:   retry.Token(),
-		replies: make([]nodeReply, n),
+	l, replies := alloc.WithSlice[Lock, nodeReply](n) // one allocation for up to alloc.Small nodes
+	l.replies = replies
+	l.c, l.keys, l.token = c, keys, retry.Token()
+	if c.cfg.prefix == "" && cap(keys) > len(keys) {
+		l.rkeys = keys // ours (oneKey or a clone), as stored, with room for the state key
+	} else {
+		l.rkeys = make([]string, len(keys), len(keys)+1)
+		for i, k := range keys {
+			l.rkeys[i] = c.cfg.prefix + k
+		}
 	}
-	l.rkeys = make([]string, len(keys))
-	for i, k := range keys {
-		l.rkeys[i] = c.cfg.prefix + k
-	}
-	l.akeys = append(l.rkeys[:len(keys):len(keys)], c.cfg.prefix+reservedKey)
-	var ttlMS any = ttl.Milliseconds() // boxed once for all nodes
+	l.akeys = append(l.rkeys, c.stateKey) // in rkeys' spare capacity
+	ttlMS := c.boxTTL(ttl)                // boxed once for all nodes
 	if establish == nil {
 		// By SHA, with the arguments built once for the nodes that are not
 		// a Cluster (see Client.acquire).
 		l.acqArgs = scripts.Args(scripts.Acquire, l.akeys, l.token, ttlMS, c.guardArg, c.noEstablish, c.fenceArg)
 	}
 	start := c.cfg.clock.Now()
-	r := quorum.Start(ctx, n, c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+	r := c.workers.Start(ctx, n, c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
 		var est string
 		if establish != nil {
 			est = establish[i]
@@ -486,6 +505,25 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	return l, c.freeIn(l), e
 }
 
+// boxedTTL is a ttl in ms boxed for the scripts' arguments.
+type boxedTTL struct {
+	ms  int64
+	arg any
+}
+
+// boxTTL returns ttl in ms as a script argument, the same box as the last
+// round's when the ttl is the same (boxing an int64 above 255 costs an
+// allocation).
+func (c *Client) boxTTL(ttl time.Duration) any {
+	ms := ttl.Milliseconds()
+	if b := c.lastTTL.Load(); b != nil && b.ms == ms {
+		return b.arg
+	}
+	b := &boxedTTL{ms, ms}
+	c.lastTTL.Store(b)
+	return b.arg
+}
+
 // fence is the second phase of a fenced lock, after a quorum of nodes with
 // known fence counters granted l: it takes T = 1 + the largest counter
 // those nodes reported and raises the counter to T, guarded by l's token, on
@@ -504,7 +542,7 @@ func (c *Client) fence(ctx context.Context, l *Lock) (*quorum.Round, int, error)
 		hi = max(hi, l.replies[i].fence)
 	}
 	l.fence = uint64(hi) + 1
-	r := quorum.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+	r := c.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
 		if !granted[i] {
 			return errSkipped
 		}
@@ -570,25 +608,28 @@ func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
 	if l.released {
 		announce = "1"
 	}
-	args := scripts.Args(scripts.Release, l.rkeys, l.token, announce) // by SHA, built once per round
+	// By SHA, built once per round, from the acquire's boxed keys and token
+	// when it has them.
+	var args []any
+	if l.acqArgs != nil {
+		args = scripts.Sub(scripts.Release, l.acqArgs, len(l.rkeys), scripts.Argv(l.acqArgs, 1), announce)
+	} else {
+		args = scripts.Args(scripts.Release, l.rkeys, l.token, announce)
+	}
 	// The wait for an outstanding acquire is bounded by its own timeout,
-	// hence the round's two node timeouts, and a release sent after such a
-	// wait by its own. When every acquire has answered (the usual Unlock)
-	// there is nothing to wait for and the round's timeout is the node
-	// timeout.
+	// hence the round's two node timeouts; a release sent after such a wait
+	// has at least one node timeout of them left. When every acquire has
+	// answered (the usual Unlock) there is nothing to wait for and the
+	// round's timeout is the node timeout.
 	timeout := c.cfg.nodeTimeout
 	if !l.acq.AllDone() {
 		timeout *= 2
 	}
-	r := quorum.Start(context.WithoutCancel(ctx), len(c.nodes), timeout, func(ctx context.Context, i int) error {
-		select {
-		case <-l.acq.Done(i):
-		default:
-			<-l.acq.Done(i)
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, c.cfg.nodeTimeout)
-			defer cancel()
-		}
+	if _, ok := ctx.Deadline(); ok || ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx) // a release outlives the caller's ctx
+	}
+	r := c.workers.Start(ctx, len(c.nodes), timeout, func(ctx context.Context, i int) error {
+		<-l.acq.Done(i)
 		if res, _ := l.acq.Result(i); refused(res) {
 			return errSkipped
 		}

@@ -157,7 +157,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return &Error{Op: "extend", Key: l.name(), Quorum: c.cfg.quorum, Reason: reason, sentinel: ErrNotHeld}
 	}
 	var ttlMS any = ttl.Milliseconds() // boxed once for all nodes
-	r := quorum.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+	r := c.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
 		if res, done := l.acq.Result(i); done && refused(res) {
 			return errSkipped
 		}

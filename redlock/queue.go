@@ -67,12 +67,19 @@ func newTurns() *turns { return &turns{queues: map[string]*turnQueue{}, closed: 
 // errGaveUp when the channel from giveUp fires, or ErrClosed, having left
 // the queue.
 func (ts *turns) wait(ctx context.Context, key string, giveUp func() <-chan time.Time, c *Client) (*turn, error) {
-	t := &turn{key: key}
 	ts.mu.Lock()
 	q := ts.queues[key]
+	var t *turn
 	if q == nil {
-		q = &turnQueue{}
+		// The first caller's turn and the queue in one allocation.
+		a := &struct {
+			turn
+			turnQueue
+		}{turn: turn{key: key}}
+		t, q = &a.turn, &a.turnQueue
 		ts.queues[key] = q
+	} else {
+		t = &turn{key: key}
 	}
 	if q.owner == nil {
 		q.owner = t

@@ -21,11 +21,26 @@ type Processor interface {
 // makes.
 func Args(s *redis.Script, keys []string, argv ...any) []any {
 	args := make([]any, 0, 3+len(keys)+len(argv))
-	args = append(args, "evalsha", s.Hash(), len(keys))
+	args = append(args, "evalsha", hashes[s], len(keys))
 	for _, k := range keys {
 		args = append(args, k)
 	}
 	return append(args, argv...)
+}
+
+// Sub returns the arguments that run s on the first nkeys keys of from, a
+// command built by [Args], followed by argv. It shares the keys already
+// boxed in from (an interface holding a string costs an allocation).
+func Sub(s *redis.Script, from []any, nkeys int, argv ...any) []any {
+	args := make([]any, 0, 3+nkeys+len(argv))
+	args = append(args, "evalsha", hashes[s], nkeys)
+	args = append(args, from[3:3+nkeys]...)
+	return append(args, argv...)
+}
+
+// Argv returns ARGV[i] (from 1) of a command built by [Args], boxed as it is.
+func Argv(args []any, i int) any {
+	return args[3+args[2].(int)+i-1]
 }
 
 // RunInt sends the command built by [Args] to node, by SHA, and returns its

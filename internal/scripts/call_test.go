@@ -35,3 +35,15 @@ func TestRunInt(t *testing.T) {
 	_, err = RunInt(ctx, c, Args(Release, []string{"a"}, "tok", "1"))
 	assert.Error(t, err)
 }
+
+// TestSub builds a release from an acquire's arguments: the first keys and
+// the token are shared, the state key and the acquire's other ARGV are not.
+func TestSub(t *testing.T) {
+	acq := Args(Acquire, []string{"a", "b", "state"}, "tok", int64(1000), int64(0), "", "0")
+	assert.Equal(t, "tok", Argv(acq, 1))
+	assert.Equal(t, int64(1000), Argv(acq, 2))
+	assert.Equal(t, "0", Argv(acq, 5))
+	rel := Sub(Release, acq, 2, Argv(acq, 1), "1")
+	assert.Equal(t, Args(Release, []string{"a", "b"}, "tok", "1"), rel)
+	assert.Equal(t, []any{"evalsha", Release.Hash(), 1, "a", "x"}, Sub(Release, acq, 1, "x"))
+}

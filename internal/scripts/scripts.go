@@ -27,3 +27,6 @@ var (
 	Extend  = redis.NewScript(extendSrc)
 	Fence   = redis.NewScript(fenceSrc)
 )
+
+// hashes holds each script's SHA boxed once, for [Args] and [Sub].
+var hashes = map[*redis.Script]any{Acquire: Acquire.Hash(), Release: Release.Hash(), Extend: Extend.Hash(), Fence: Fence.Hash()}
