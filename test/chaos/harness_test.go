@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,6 +83,9 @@ type Options struct {
 	Faults    []FaultKind
 	MaxFaulty int
 	FaultGap  time.Duration
+	// FaultNodes limits the schedule to these lock nodes (indices); all
+	// when empty.
+	FaultNodes []int
 	// KillDowntime is how long a killed node stays down before it starts
 	// again without its data (TTL + 500 ms: longer than any hold, so a lost
 	// key never matters). Set it below TTL, with a negative value meaning
@@ -566,9 +570,13 @@ func (f *faulter) run(ctx context.Context) {
 		if len(f.busy) < f.o.MaxFaulty {
 			var free []int
 			for i := range f.nodes {
-				if !f.busy[i] {
+				if !f.busy[i] && (len(f.o.FaultNodes) == 0 || slices.Contains(f.o.FaultNodes, i)) {
 					free = append(free, i)
 				}
+			}
+			if len(free) == 0 {
+				f.mu.Unlock()
+				continue
 			}
 			i := free[rand.IntN(len(free))]
 			kind := f.o.Faults[rand.IntN(len(f.o.Faults))]
