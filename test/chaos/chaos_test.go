@@ -49,14 +49,14 @@ func TestNegativeControl(t *testing.T) {
 // TestRestartGuardChaos restarts a node without its data inside holds. The
 // two processes see different majorities that share only node 2 (Split), the
 // only fault kills node 2 and starts it again at once, empty, and holds last
-// up to 1.5s, longer than a restart. With the restart guard off, the
+// up to 3s, mostly longer than a restart. With the restart guard off, the
 // restarted node forgets the lock of the process holding it and grants it to
 // the other process, which then holds a majority too: both checkers must
 // report it (the negative control). With the guard on, the restarted node
 // refuses until the guard has passed, and no checker finds anything.
 func TestRestartGuardChaos(t *testing.T) {
 	base := Options{
-		Split: true, Keys: 2, TTL: 4 * time.Second, Hold: 1500 * time.Millisecond,
+		Split: true, Keys: 2, TTL: 6 * time.Second, Hold: 3 * time.Second,
 		Faults: []FaultKind{Kill}, FaultNodes: []int{2}, MaxFaulty: 1, KillDowntime: -1,
 		Target: 1 << 30, MaxDuration: 30 * time.Second, // a timed run: the target is never met
 	}
@@ -71,7 +71,7 @@ func TestRestartGuardChaos(t *testing.T) {
 	})
 	t.Run("GuardOn", func(t *testing.T) {
 		o := base
-		o.FaultGap = 8 * time.Second  // the guard keeps node 2 out for a TTL after each restart
+		o.FaultGap = 10 * time.Second // the guard keeps node 2 out for a TTL after each restart
 		o.Client.RestartGuard = o.TTL // the shortest guard the TTL allows
 		r := Run(t, o)
 		require.Positive(t, r.Faults[Kill], "node 2 was restarted")
