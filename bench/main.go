@@ -8,6 +8,11 @@
 // (scripts/ensure-redis-server.sh installs Debian's).
 //
 //	cd bench && go run . [--duration 5s] [--callers 8] [--slow-node 20ms] [--json FILE] [--svg FILE]
+//
+// --only and --impl narrow a run to some scenarios (by ID, comma-separated)
+// or one library, and --cpuprofile writes a CPU profile of the whole run:
+// for working on one figure. Such partial runs do not write results/ unless
+// asked to.
 package main
 
 import (
@@ -17,6 +22,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,9 +53,17 @@ func run(ctx context.Context) error {
 	jsonFile := flag.String("json", "results/latest.json", "write the results as JSON here (empty: don't)")
 	svgFile := flag.String("svg", "results/latest.svg", "write the latency plot here (empty: don't)")
 	mdFile := flag.String("md", "results/latest.md", "write the comparison table (Markdown) here (empty: don't)")
+	rounds := flag.Int("rounds", 3, "split each scenario into this many short runs per library, alternating the libraries, and pool them (so that both see the same drift in machine load)")
+	only := flag.String("only", "", "run only these scenarios, by ID, comma-separated (distinct-1, distinct-8, hotkey-8, hotkey-8-clients, slow-1)")
+	implName := flag.String("impl", "", "run only this library: redsync or redquorum")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run here")
 	flag.Parse()
-	if *duration <= 0 || *callers < 1 || *slow < 0 || *nodes < 1 {
-		return errors.New("--duration must be positive, --callers and --nodes at least 1, --slow-node not negative")
+	partial := *only != "" || *implName != ""
+	if partial && !isSet("json") && !isSet("svg") && !isSet("md") {
+		*jsonFile, *svgFile, *mdFile = "", "", "" // keep results/ for full runs
+	}
+	if *duration <= 0 || *callers < 1 || *slow < 0 || *nodes < 1 || *rounds < 1 {
+		return errors.New("--duration must be positive, --callers, --nodes and --rounds at least 1, --slow-node not negative")
 	}
 
 	srv, err := redisproc.Start(ctx, *nodes)
@@ -61,18 +76,57 @@ func run(ctx context.Context) error {
 	fmt.Printf("%d redis-server %s on 127.0.0.1, %v per scenario; %s, %s cpus, %s\n\n", *nodes, srv.Version, *duration, env["cpu"], env["cpus"], env["go"])
 
 	impls := []loadtest.Impl{redsyncImpl(), loadtest.Redquorum(nil)}
+	if *implName != "" {
+		impls = slices.DeleteFunc(impls, func(i loadtest.Impl) bool { return i.Name != *implName })
+		if len(impls) == 0 {
+			return fmt.Errorf("--impl %q: want redsync or redquorum", *implName)
+		}
+	}
+	scenarios := loadtest.Scenarios(*duration, *callers, *slow)
+	if *only != "" {
+		ids := strings.Split(*only, ",")
+		for _, id := range ids {
+			if !slices.ContainsFunc(scenarios, func(s loadtest.Scenario) bool { return s.ID == id }) {
+				return fmt.Errorf("--only: no scenario %q", id)
+			}
+		}
+		scenarios = slices.DeleteFunc(scenarios, func(s loadtest.Scenario) bool { return !slices.Contains(ids, s.ID) })
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	runner := &loadtest.Runner{Progress: os.Stderr, MeasureAllocs: true}
 	var results []loadtest.Result
-	for _, sc := range loadtest.Scenarios(*duration, *callers, *slow) {
-		for _, impl := range impls {
-			r, err := runner.Run(ctx, impl, sc, srv.Addrs)
-			if err != nil {
-				return err
+	for _, sc := range scenarios {
+		total := sc.Duration
+		sc.Duration = total / time.Duration(*rounds)
+		parts := make([][]loadtest.Result, len(impls))
+		for round := range *rounds {
+			for k := range impls {
+				j := k
+				if round%2 == 1 {
+					j = len(impls) - 1 - k // alternate who goes first
+				}
+				r, err := runner.Run(ctx, impls[j], sc, srv.Addrs)
+				if err != nil {
+					return err
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				parts[j] = append(parts[j], r)
 			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			results = append(results, r)
+		}
+		for j := range impls {
+			results = append(results, loadtest.Merge(parts[j]))
 		}
 	}
 	fmt.Println()
@@ -89,7 +143,7 @@ func run(ctx context.Context) error {
 		}
 	}
 	if *jsonFile != "" {
-		cmd := "cd bench && go run . " + fmt.Sprintf("--duration %v --callers %d --slow-node %v", *duration, *callers, *slow)
+		cmd := "cd bench && go run . " + fmt.Sprintf("--duration %v --rounds %d --callers %d --slow-node %v", *duration, *rounds, *callers, *slow)
 		if err := loadtest.WriteJSON(*jsonFile, loadtest.Report{Env: env, Command: cmd, Results: results}); err != nil {
 			return err
 		}
@@ -139,4 +193,11 @@ func (u redsyncUnlocker) Unlock(ctx context.Context) error {
 		err = errors.New("redsync: unlock returned false")
 	}
 	return err
+}
+
+// isSet reports whether the flag was given on the command line.
+func isSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

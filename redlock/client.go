@@ -50,6 +50,10 @@ type Client struct {
 	// rounds; stopped by Close once bg is done.
 	workers *quorum.Workers
 
+	// slots bounds each node's requests in flight to its connection pool
+	// (see Client.enter); nil for a node without a limit.
+	slots []chan struct{}
+
 	turns *turns // local queue per key (queue.go)
 	wake  waker  // pub/sub listeners that end retry waits early (wake.go)
 }
@@ -71,7 +75,7 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg, slotted: make([]bool, len(nodes)),
+	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg, slotted: make([]bool, len(nodes)), slots: make([]chan struct{}, len(nodes)),
 		guardArg: cfg.guard.Milliseconds(), fenceArg: "0", noEstablish: "", turns: newTurns(), stateKey: cfg.prefix + reservedKey, workers: quorum.NewWorkers()}
 	if cfg.fencing {
 		c.fenceArg = "1"
@@ -86,11 +90,15 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 				return nil, fmt.Errorf("redlock: nodes[%d] is the same client as nodes[%d]", i, j)
 			}
 		}
-		switch n.(type) {
+		switch n := n.(type) {
 		case *redis.ClusterClient:
 			c.slotted[i], c.sharded = true, true
 		case *redis.Ring:
 			c.sharded = true
+		case *redis.Client:
+			if size := n.Options().PoolSize; size > 0 {
+				c.slots[i] = make(chan struct{}, size)
+			}
 		}
 		addrs, problems := nodeInfo(n, cfg.nodeTimeout)
 		for _, a := range addrs {
@@ -335,6 +343,10 @@ func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, 
 	if establish != "" {
 		est = establish
 	}
+	if err := c.enter(ctx, i, l); err != nil {
+		return err
+	}
+	defer c.exit(i)
 	var v any
 	var err error
 	if l.acqArgs != nil && establish == "" && !c.slotted[i] {
@@ -377,6 +389,57 @@ func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, 
 		}
 	}
 	return fmt.Errorf("redlock: unexpected reply %v from the acquire script", v)
+}
+
+// enter takes one of node i's request slots, which keep the requests in
+// flight to a node within its connection pool. Beyond the pool, requests
+// wait for a connection and a slow node's wait outlasts the node timeout: the
+// request is abandoned mid-read, its connection closed and redialled, and
+// every later request pays for it. So a request waits for a slot instead,
+// and an acquire (l not nil) waits only while its round still needs it: once
+// the round has its quorum, or its time runs out, it returns errNotSent
+// without having been sent. An acquire not sent cannot have set the keys, so
+// leaving it out never weakens the lock; it only spares a slow or saturated
+// node work whose answer would come after the decision. An acquire that
+// finds a free slot is always sent, so that a healthy node holds the lock as
+// well (and an Extend survives the loss of a node). Other requests (l nil)
+// wait until ctx is done.
+func (c *Client) enter(ctx context.Context, i int, l *Lock) error {
+	s := c.slots[i]
+	if s == nil {
+		return nil
+	}
+	select {
+	case s <- struct{}{}:
+		return nil
+	default:
+	}
+	var decided <-chan struct{}
+	if l != nil {
+		decided = l.decidedChan()
+	}
+	select {
+	case s <- struct{}{}:
+		if l != nil && l.decided.Load() {
+			<-s
+			return errNotSent
+		}
+		return nil
+	case <-decided:
+		return errNotSent
+	case <-ctx.Done():
+		if l != nil {
+			return errNotSent
+		}
+		return ctx.Err()
+	}
+}
+
+// exit gives back the slot taken by enter.
+func (c *Client) exit(i int) {
+	if s := c.slots[i]; s != nil {
+		<-s
+	}
 }
 
 // scriptKeys returns the KEYS of l's acquire, extend and fence scripts on node i:
@@ -488,6 +551,9 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	c.track(r)
 	l.acq = r
 	ok, qerr := r.Await(ctx, c.cfg.quorum)
+	if qerr == nil {
+		l.decide() // acquires still waiting for a busy node are not sent
+	}
 	validity := clock.Validity(ttl, c.cfg.clock.Now().Sub(start), c.cfg.drift)
 	if qerr == nil && validity > 0 && c.cfg.fencing {
 		r, ok, qerr = c.fence(ctx, l)
@@ -546,6 +612,10 @@ func (c *Client) fence(ctx context.Context, l *Lock) (*quorum.Round, int, error)
 		if !granted[i] {
 			return errSkipped
 		}
+		if err := c.enter(ctx, i, nil); err != nil {
+			return err
+		}
+		defer c.exit(i)
 		return guarded(scripts.Fence.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, hi+1).Int64())
 	})
 	c.track(r)
@@ -633,6 +703,11 @@ func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
 		if res, _ := l.acq.Result(i); refused(res) {
 			return errSkipped
 		}
+		if err := c.enter(ctx, i, nil); err != nil {
+			c.cfg.log.Debug("redlock: release not sent: the node stayed busy", "addr", c.addrs[i], "key", l.name(), "err", err)
+			return err
+		}
+		defer c.exit(i)
 		v, err := scripts.RunInt(ctx, c.nodes[i], args)
 		if err != nil {
 			c.cfg.log.Debug("redlock: release failed", "addr", c.addrs[i], "key", l.name(), "err", err)
@@ -661,7 +736,9 @@ func guarded(v int64, err error) error {
 
 // refused reports whether an acquire's outcome says that the node did not set
 // the keys.
-func refused(err error) bool { return errors.Is(err, ErrTaken) || errors.Is(err, ErrGuarded) }
+func refused(err error) bool {
+	return errors.Is(err, ErrTaken) || errors.Is(err, ErrGuarded) || err == errNotSent
+}
 
 // releaseAsync releases a lock that was not obtained. Callers hold c.mu for
 // reading.

@@ -66,6 +66,11 @@ var errNotOurs = errors.New("key missing or held by another token")
 // outcome was decided without it.
 var errPending = errors.New("no answer yet when the outcome was decided")
 
+// errNotSent is the per-node outcome of an acquire that was never sent: the
+// round had its quorum, or its time ran out, while the node's requests in
+// flight were at the limit (see Client.enter). The node cannot hold the keys.
+var errNotSent = errors.New("not sent: the node was busy and the round did not need it")
+
 // errSkipped is the per-node outcome of a release, extend or fence write-back
 // not sent because the node did not grant the acquire.
 var errSkipped = errors.New("not sent: the node did not grant the acquire")

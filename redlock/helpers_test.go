@@ -3,8 +3,10 @@ package redlock
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -75,6 +77,12 @@ func (c *cluster) client(t *testing.T, opts *Options) *Client {
 	return cl
 }
 
+// settle waits until cl's requests still in flight (answers that came after
+// a round's decision, releases of failed rounds and of unlocks) have landed,
+// so that a test's next step (a restart, a clock move, a fresh node state)
+// cannot race with them.
+func settle(cl *Client) { cl.bg.Wait() }
+
 // setTime sets the time of every node (TIME and key expiry) to now.
 func (c *cluster) setTime(now time.Time) {
 	for _, m := range c.srv {
@@ -137,6 +145,15 @@ type faultHook struct {
 	fail   error
 	only   func(redis.Cmder) bool // when non-nil, before and fail apply only to the commands it selects
 	calls  atomic.Int64
+	seen   []string // every command's arguments, guarded by mu
+}
+
+// commands returns the arguments of every command the hook saw, one string
+// each.
+func (h *faultHook) commands() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.seen)
 }
 
 // selectCmds limits before and fail to the commands that match selects.
@@ -169,6 +186,7 @@ func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.calls.Add(1)
 		h.mu.Lock()
+		h.seen = append(h.seen, fmt.Sprint(cmd.Args()))
 		gate, before, fail, only := h.gate, h.before, h.fail, h.only
 		h.mu.Unlock()
 		if only != nil && !only(cmd) {

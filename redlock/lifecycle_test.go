@@ -33,8 +33,8 @@ func lockOn(t *testing.T, c *cluster, cl *Client, key string, ttl time.Duration,
 	}
 	l, err := cl.TryLock(t.Context(), key, ttl)
 	require.NoError(t, err)
-	for i, h := range c.hooks {
-		<-l.acq.Done(i) // the round returned at its quorum
+	settle(cl) // the round returned at its quorum
+	for _, h := range c.hooks {
 		h.set(nil, nil)
 	}
 	for i := range c.srv {
@@ -82,6 +82,7 @@ func TestRestartGuard(t *testing.T) {
 			warm, err := a.TryLock(t.Context(), "warm-up", ttl)
 			require.NoError(t, err, "a new deployment locks at once")
 			require.NoError(t, warm.Unlock(t.Context()))
+			settle(a) // the establishing acquires and the releases have landed
 
 			la := lockOn(t, c, a, "k", ttl, 0, 1, 2)
 			c.restart(2)
@@ -220,6 +221,7 @@ func testRollingRestart(t *testing.T, violate bool) {
 		c.setTime(now.Add(at))
 		c.restart(restart)
 		_, _ = traffic.TryLock(t.Context(), "traffic", time.Second) // lock requests keep coming
+		settle(traffic)                                              // before the next restart
 	}
 	tick(0, 0)
 	tick(10*time.Second, 1)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redquorum/redquorum/clock"
@@ -30,10 +31,42 @@ type Lock struct {
 	turn    *turn // the local queue's turn this lock keeps (queue.go); nil for TryLock
 	acqArgs []any // the acquire's EVALSHA arguments shared by the round's plain nodes
 
+	// decided is set once the acquire round has its quorum: acquires still
+	// waiting for a busy node are then not sent (see Client.enter).
+	decided   atomic.Bool
+	decidedMu sync.Mutex
+	decidedCh chan struct{} // made on demand by decidedChan, closed by decide
+
 	mu       sync.Mutex
 	until    time.Time
 	released bool
 }
+
+// decide marks the acquire round as decided with its quorum.
+func (l *Lock) decide() {
+	l.decidedMu.Lock()
+	defer l.decidedMu.Unlock()
+	l.decided.Store(true)
+	if l.decidedCh != nil {
+		close(l.decidedCh)
+	}
+}
+
+// decidedChan returns a channel closed once the acquire round is decided.
+func (l *Lock) decidedChan() <-chan struct{} {
+	l.decidedMu.Lock()
+	defer l.decidedMu.Unlock()
+	if l.decided.Load() {
+		return closed
+	}
+	if l.decidedCh == nil {
+		l.decidedCh = make(chan struct{})
+	}
+	return l.decidedCh
+}
+
+// closed is a closed channel.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Key returns the key as passed to Lock, without Options.KeyPrefix; for a
 // lock from LockMany, the first key.
@@ -161,6 +194,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		if res, done := l.acq.Result(i); done && refused(res) {
 			return errSkipped
 		}
+		if err := c.enter(ctx, i, nil); err != nil {
+			return err
+		}
+		defer c.exit(i)
 		return guarded(scripts.Extend.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, ttlMS, c.guardArg).Int64())
 	})
 	c.track(r)

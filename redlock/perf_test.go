@@ -49,6 +49,7 @@ func TestTTLBox(t *testing.T) {
 			assert.InDelta(t, ttl.Seconds(), m.TTL("k").Seconds(), 1)
 		}
 		require.NoError(t, l.Unlock(t.Context()))
+		settle(cl) // the release to the third node has landed before the next acquire
 	}
 	require.NoError(t, cl.Close())
 }

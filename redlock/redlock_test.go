@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,6 +127,53 @@ func TestStalledNodeDoesNotDelay(t *testing.T) {
 	rel4()
 	require.NoError(t, cl.Close())
 	assert.Equal(t, 0, c.keys("k"), "a late SET outlived the release")
+}
+
+// TestBusyNodeNotSent: a node whose requests in flight fill its connection
+// pool is not sent an acquire the round does not need. Node 4 has a pool of
+// two connections and stalls: the acquires of a and b hold both; c's round
+// has its quorum from nodes 0-3 while its acquire waits for a slot, so that
+// acquire is never sent, and neither is a release after it.
+func TestBusyNodeNotSent(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 5)
+	o := NodeOptions(c.srv[4].Addr())
+	o.PoolSize = 2
+	n4 := redis.NewClient(o)
+	t.Cleanup(func() { _ = n4.Close() })
+	h := &faultHook{}
+	n4.AddHook(h)
+	c.nodes[4], c.hooks[4] = n4, h
+	cl := c.client(t, &Options{NodeTimeout: time.Minute})
+	release := h.block()
+	var locks []*Lock
+	for _, k := range []string{"a", "b", "c"} {
+		l, err := cl.TryLock(t.Context(), k, 10*time.Second)
+		require.NoError(t, err, k)
+		locks = append(locks, l)
+	}
+	<-locks[2].acq.Done(4)
+	res, _ := locks[2].acq.Result(4)
+	assert.Equal(t, errNotSent, res, "c's acquire on the busy node")
+	for _, l := range locks {
+		require.NoError(t, l.Unlock(t.Context()))
+	}
+	release()
+	require.NoError(t, cl.Close())
+	perKey := map[string]int{}
+	for _, cmd := range h.commands() {
+		for _, k := range []string{"a", "b", "c"} {
+			if strings.Contains(cmd, " "+k+" ") {
+				perKey[k]++
+			}
+		}
+	}
+	assert.Zero(t, perKey["c"], "commands for c on the busy node")
+	assert.GreaterOrEqual(t, perKey["a"], 2, "a's acquire and release on node 4")
+	assert.GreaterOrEqual(t, perKey["b"], 2, "b's acquire and release on node 4")
+	for _, k := range []string{"a", "b", "c"} {
+		assert.Equal(t, 0, c.keys(k), "key %s left behind", k)
+	}
 }
 
 // TestLateSetAfterFailedRound: a round fails while one node's SET is still

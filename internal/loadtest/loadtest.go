@@ -297,3 +297,47 @@ func quantile(s []time.Duration, q float64) time.Duration {
 	i := int(q*float64(len(s))+0.5) - 1
 	return s[max(0, min(i, len(s)-1))]
 }
+
+// Merge pools the results of several runs of one implementation in one
+// scenario (for example short runs alternated with another implementation's,
+// so that both see the same drift in machine load) into one Result: samples,
+// operations, errors, time and shares add up; allocations are averaged over
+// all operations.
+func Merge(rs []Result) Result {
+	if len(rs) == 0 {
+		return Result{}
+	}
+	m := rs[0]
+	m.samples = nil
+	m.Shares = nil
+	m.Ops, m.Errors, m.Seconds = 0, 0, 0
+	var allocs, bytes float64
+	for _, r := range rs {
+		m.samples = append(m.samples, r.samples...)
+		m.Ops += r.Ops
+		m.Errors += r.Errors
+		m.Seconds += r.Seconds
+		allocs += r.AllocsPerOp * float64(r.Ops)
+		bytes += r.BytesPerOp * float64(r.Ops)
+		if m.FirstError == "" {
+			m.FirstError = r.FirstError
+		}
+		if len(r.Shares) > 0 {
+			if m.Shares == nil {
+				m.Shares = make([]int, len(r.Shares))
+			}
+			for i, s := range r.Shares {
+				m.Shares[i] += s
+			}
+		}
+	}
+	slices.Sort(m.samples)
+	if m.Ops > 0 {
+		m.AllocsPerOp, m.BytesPerOp = allocs/float64(m.Ops), bytes/float64(m.Ops)
+	}
+	if m.Seconds > 0 {
+		m.PerSec = float64(m.Ops) / m.Seconds
+	}
+	m.Latency = dist(m.samples)
+	return m
+}
