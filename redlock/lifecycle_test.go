@@ -221,7 +221,7 @@ func testRollingRestart(t *testing.T, violate bool) {
 		c.setTime(now.Add(at))
 		c.restart(restart)
 		_, _ = traffic.TryLock(t.Context(), "traffic", time.Second) // lock requests keep coming
-		settle(traffic)                                              // before the next restart
+		settle(traffic)                                             // before the next restart
 	}
 	tick(0, 0)
 	tick(10*time.Second, 1)
