@@ -190,7 +190,7 @@ func (c *Client) tryLock(ctx context.Context, keys []string, ttl time.Duration) 
 	if err != nil {
 		return nil, err
 	}
-	l, _, err := c.attempt(ctx, keys, ttl)
+	l, _, err := c.attempt(ctx, keys, ttl, nil)
 	return l, err
 }
 
@@ -243,9 +243,13 @@ func (c *Client) lock(ctx context.Context, keys []string, ttl time.Duration) (*L
 			c.turns.leave(turn)
 		}
 	}()
+	// The previous holder of this Client may have handed its lock over
+	// (Lock.Unlock): the first round then takes its keys as free.
+	prev := turn.inherit
 	for attempt := 0; ; attempt++ {
 		roundStart := c.cfg.clock.Now()
-		l, hint, err := c.attempt(ctx, keys, ttl)
+		l, hint, err := c.attempt(ctx, keys, ttl, prev)
+		prev = nil // released by attempt, unless the Client was closed
 		if err == nil {
 			obtained = true
 			c.turns.held(turn, l) // keeps the turn until Unlock or Until
@@ -352,7 +356,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, 
 	if l.acqArgs != nil && establish == "" && !c.slotted[i] {
 		v, err = scripts.Run(ctx, c.nodes[i], l.acqArgs) // the round's shared arguments
 	} else {
-		v, err = scripts.Acquire.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, ttlMS, c.guardArg, est, c.fenceArg).Result()
+		v, err = scripts.Acquire.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, ttlMS, c.guardArg, est, c.fenceArg, l.prevArg).Result()
 	}
 	if err != nil {
 		return err
@@ -454,16 +458,18 @@ func (c *Client) scriptKeys(l *Lock, i int) []string {
 	return append(k, c.cfg.prefix+reservedKey+":{"+hashslot.Tag(hashslot.Slot(l.rkeys[0]))+"}")
 }
 
-// attempt makes one lock round (two with fencing). On failure it also
+// attempt makes one lock round (two with fencing), taking over the keys of
+// prev when not nil (see Client.round) and then releasing what is left of
+// prev. On a closed Client it sends nothing: prev's keys then expire. On failure it also
 // returns how long until the current holder's keys have expired on enough
 // nodes for a quorum, or 0 when unknown.
-func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration) (*Lock, time.Duration, error) {
+func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, prev *Lock) (*Lock, time.Duration, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
 		return nil, 0, ErrClosed
 	}
-	l, hint, err := c.round(ctx, keys, ttl, nil)
+	l, hint, err := c.round(ctx, keys, ttl, nil, prev)
 	ids, waited := c.newDeployment(l, err)
 	if waited {
 		// Report the answers newDeployment waited for.
@@ -475,7 +481,14 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration) 
 	if ids != nil && ctx.Err() == nil {
 		// Every node is guarded at once: a new deployment. End the guard on
 		// all of them, each only if it still has the state we saw.
-		l, hint, err = c.round(ctx, keys, ttl, ids)
+		l, hint, err = c.round(ctx, keys, ttl, ids, prev)
+	}
+	if prev != nil {
+		if err == nil {
+			c.releaseHandedOver(prev, l)
+		} else {
+			c.releaseHandedOver(prev, nil)
+		}
 	}
 	if err != nil {
 		return nil, hint, err
@@ -518,13 +531,19 @@ func (c *Client) newDeployment(l *Lock, err error) (ids []string, waited bool) {
 }
 
 // round makes one lock round, establishing the guarded states given in
-// establish (one per node) on the way. Callers hold c.mu for reading. On
-// failure it returns the Lock it tried, released, for its replies.
-func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, establish []string) (*Lock, time.Duration, error) {
+// establish (one per node) on the way, and taking over the keys of prev, a
+// lock of this Client handed over by Unlock, when not nil. Callers hold c.mu
+// for reading. On failure it returns the Lock it tried, released, for its
+// replies.
+func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, establish []string, prev *Lock) (*Lock, time.Duration, error) {
 	n := len(c.nodes)
 	l, replies := alloc.WithSlice[Lock, nodeReply](n) // one allocation for up to alloc.Small nodes
 	l.replies = replies
 	l.c, l.keys, l.token = c, keys, retry.Token()
+	l.prevArg = c.noEstablish // ""
+	if prev != nil {
+		l.prevArg = prev.token
+	}
 	if c.cfg.prefix == "" && cap(keys) > len(keys) {
 		l.rkeys = keys // ours (oneKey or a clone), as stored, with room for the state key
 	} else {
@@ -538,7 +557,7 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	if establish == nil {
 		// By SHA, with the arguments built once for the nodes that are not
 		// a Cluster (see Client.acquire).
-		l.acqArgs = scripts.Args(scripts.Acquire, l.akeys, l.token, ttlMS, c.guardArg, c.noEstablish, c.fenceArg)
+		l.acqArgs = scripts.Args(scripts.Acquire, l.akeys, l.token, ttlMS, c.guardArg, c.noEstablish, c.fenceArg, l.prevArg)
 	}
 	start := c.cfg.clock.Now()
 	r := c.workers.Start(ctx, n, c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
@@ -671,7 +690,21 @@ func (c *Client) fillNodes(e *Error, r *quorum.Round, cause error) {
 // each after that node's acquire has answered, skipping nodes whose acquire
 // said the key was taken. It returns the round without waiting for it; the
 // round belongs to the Client.
-func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
+func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round { return c.releaseExcept(ctx, l, nil) }
+
+// releaseHandedOver releases prev, a lock that Unlock handed over to a
+// waiter of this Client, once the waiter's first round, next, has run: on
+// the nodes where next was granted the keys hold next's token and there is
+// nothing left of prev; on the others prev's keys may remain. next is nil
+// when that round failed: prev is then released everywhere. Callers hold
+// c.mu for reading.
+func (c *Client) releaseHandedOver(prev, next *Lock) {
+	c.releaseExcept(context.Background(), prev, next)
+}
+
+// releaseExcept is release, skipping the nodes where after, a later lock on
+// the same keys that took over l's, was granted.
+func (c *Client) releaseExcept(ctx context.Context, l *Lock, after *Lock) *quorum.Round {
 	// Unlock (l.released), not the clean-up of a failed round, announces
 	// the release to waiting clients (wake.go).
 	announce := "0"
@@ -693,7 +726,10 @@ func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
 	// round's timeout is the node timeout.
 	timeout := c.cfg.nodeTimeout
 	if !l.acq.AllDone() {
-		timeout *= 2
+		timeout += c.cfg.nodeTimeout
+	}
+	if after != nil && !after.acq.AllDone() {
+		timeout += c.cfg.nodeTimeout
 	}
 	if _, ok := ctx.Deadline(); ok || ctx.Done() != nil {
 		ctx = context.WithoutCancel(ctx) // a release outlives the caller's ctx
@@ -702,6 +738,12 @@ func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
 		<-l.acq.Done(i)
 		if res, _ := l.acq.Result(i); refused(res) {
 			return errSkipped
+		}
+		if after != nil {
+			<-after.acq.Done(i)
+			if res, _ := after.acq.Result(i); res == nil || errors.Is(res, ErrFenceUnknown) {
+				return errSkipped // the keys hold after's token
+			}
 		}
 		if err := c.enter(ctx, i, nil); err != nil {
 			c.cfg.log.Debug("redlock: release not sent: the node stayed busy", "addr", c.addrs[i], "key", l.name(), "err", err)

@@ -309,8 +309,8 @@ func TestRestartDuringBootstrap(t *testing.T) {
 	c.fresh = true
 	cl := c.client(t, nil)
 	c.hooks[2].selectCmds(func(cmd redis.Cmder) bool {
-		a := cmd.Args() // evalsha sha 2 key state token ttl guard establish fence
-		return len(a) == 10 && a[1] == scripts.Acquire.Hash() && a[8] != ""
+		a := cmd.Args() // evalsha sha 2 key state token ttl guard establish fence prev
+		return len(a) == 11 && a[1] == scripts.Acquire.Hash() && a[8] != ""
 	})
 	c.hooks[2].set(func() { c.srv[2].FlushAll() }, nil)
 	l, err := cl.TryLock(t.Context(), "k", time.Second)

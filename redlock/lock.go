@@ -30,6 +30,7 @@ type Lock struct {
 	fence   uint64
 	turn    *turn // the local queue's turn this lock keeps (queue.go); nil for TryLock
 	acqArgs []any // the acquire's EVALSHA arguments shared by the round's plain nodes
+	prevArg any   // the acquire's ARGV[6]: the token of the lock handed over to this round, or ""
 
 	// decided is set once the acquire round has its quorum: acquires still
 	// waiting for a busy node are then not sent (see Client.enter).
@@ -139,6 +140,15 @@ func (l *Lock) Until() time.Time {
 // nodes has released it (the rest complete in the background; see
 // [Client.Close]), or an [*Error] wrapping [ErrNotHeld] when fewer than a
 // quorum still held the token. After Unlock, the Lock cannot be extended.
+//
+// When another caller of this Client waits in [Client.Lock] for the same
+// keys and the lock is still valid, Unlock hands it over instead and returns
+// nil at once, without contacting the nodes: the waiter's next lock round
+// replaces this lock's token with its own on each node, atomically, and
+// then releases what is left of this lock. A few handovers in a row are
+// followed by a real release, so that waiters in other processes get their
+// turn. A handed-over Unlock cannot tell whether a quorum still held the
+// token; call [Lock.Extend] first if you need to know.
 func (l *Lock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -152,6 +162,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return ErrClosed
 	}
 	l.released = true
+	if c.cfg.clock.Now().Before(l.until) && c.turns.handOff(l) {
+		return nil // queue.go: the next local caller's round takes the keys over
+	}
 	r := c.release(ctx, l)
 	ok, err := r.Await(ctx, c.cfg.quorum)
 	c.turns.leave(l.turn) // queue.go: the next local caller may start its rounds

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/leakcheck"
+	"github.com/redquorum/redquorum/internal/scripts"
 )
 
 // TestQueueOneRoundPerAcquisition shows that callers of one Client on one key
@@ -152,4 +154,142 @@ func holderAndWaiter(t *testing.T) (*Client, *Lock, <-chan error) {
 		return len(cl.turns.queues["k"].waiting) == 1
 	}, 5*time.Second, time.Millisecond)
 	return cl, l, done
+}
+
+// waitQueued waits until n callers of cl wait behind the owner of key.
+func waitQueued(t *testing.T, cl *Client, key string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		cl.turns.mu.Lock()
+		defer cl.turns.mu.Unlock()
+		q := cl.turns.queues[key]
+		return q != nil && len(q.waiting) == n
+	}, 5*time.Second, time.Millisecond, "%d callers queued for %s", n, key)
+}
+
+// releasesOf returns the release commands for token that node i saw, and how
+// many of them were unlocks (announced) rather than clean-ups.
+func releasesOf(c *cluster, i int, token string) (all, unlocks int) {
+	for _, cmd := range c.hooks[i].commands() {
+		if strings.Contains(cmd, scripts.Release.Hash()) && strings.Contains(cmd, " "+token+" ") {
+			all++
+			if strings.HasSuffix(cmd, " 1]") {
+				unlocks++
+			}
+		}
+	}
+	return all, unlocks
+}
+
+// TestHandOff: Unlock with another caller of the Client waiting hands the
+// lock over: no release is sent where the waiter's round took the keys
+// over; where it did not (node 4 refuses acquires), the old token is
+// released afterwards.
+func TestHandOff(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 5)
+	cl := c.client(t, nil)
+	a, err := cl.Lock(t.Context(), "k", 10*time.Second)
+	require.NoError(t, err)
+	c.waitHolders(t, "k", a.Token(), 5)
+	got := make(chan *Lock, 1)
+	go func() {
+		b, err := cl.Lock(t.Context(), "k", 10*time.Second)
+		assert.NoError(t, err)
+		got <- b
+	}()
+	waitQueued(t, cl, "k", 1)
+	c.hooks[4].selectCmds(isScript(scripts.Acquire))
+	c.hooks[4].set(nil, errBroken)
+	require.NoError(t, a.Unlock(t.Context()))
+	b := <-got
+	require.NotNil(t, b)
+	settle(cl)
+	assert.Equal(t, 4, c.holders("k", b.Token()))
+	assert.Zero(t, c.holders("k", a.Token()), "a's keys left behind")
+	assert.False(t, c.srv[4].Exists("k"), "a's key on the node that refused b")
+	for i := range 4 {
+		n, _ := releasesOf(c, i, a.Token())
+		assert.Zero(t, n, "releases of a sent to node %d, which b took over", i)
+	}
+	n, _ := releasesOf(c, 4, a.Token())
+	assert.Equal(t, 1, n, "releases of a sent to node 4")
+	c.hooks[4].set(nil, nil)
+	require.NoError(t, b.Unlock(t.Context()))
+	require.NoError(t, cl.Close())
+	assert.Zero(t, c.keys("k"))
+}
+
+// TestHandOffRoundFails: when the waiter's first round after a handover
+// fails, the handed-over lock is released on every node, and the waiter
+// goes on with ordinary rounds.
+func TestHandOffRoundFails(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 5)
+	cl := c.client(t, &Options{MinRetryDelay: time.Millisecond, MaxRetryDelay: 2 * time.Millisecond})
+	a, err := cl.Lock(t.Context(), "k", 10*time.Second)
+	require.NoError(t, err)
+	c.waitHolders(t, "k", a.Token(), 5)
+	got := make(chan *Lock, 1)
+	go func() {
+		b, err := cl.Lock(t.Context(), "k", 10*time.Second)
+		assert.NoError(t, err)
+		got <- b
+	}()
+	waitQueued(t, cl, "k", 1)
+	for _, h := range c.hooks[2:] {
+		h.selectCmds(isScript(scripts.Acquire))
+		h.set(nil, errBroken)
+	}
+	require.NoError(t, a.Unlock(t.Context()))
+	c.waitHolders(t, "k", a.Token(), 0)
+	for _, h := range c.hooks[2:] {
+		h.set(nil, nil)
+	}
+	b := <-got
+	require.NotNil(t, b)
+	require.NoError(t, b.Unlock(t.Context()))
+	require.NoError(t, cl.Close())
+	assert.Zero(t, c.keys("k"))
+}
+
+// TestHandOffLimit: after maxHandoffs handovers in a row an Unlock releases
+// the key on the nodes and announces it, for waiters in other processes.
+func TestHandOffLimit(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	cl := c.client(t, nil)
+	first, err := cl.Lock(t.Context(), "k", 10*time.Second)
+	require.NoError(t, err)
+	const waiters = maxHandoffs + 1
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		tokens = []string{first.Token()}
+	)
+	for i := range waiters {
+		wg.Go(func() {
+			l, err := cl.Lock(t.Context(), "k", 10*time.Second)
+			if !assert.NoError(t, err) {
+				return
+			}
+			mu.Lock()
+			tokens = append(tokens, l.Token())
+			mu.Unlock()
+			assert.NoError(t, l.Unlock(t.Context()))
+		})
+		waitQueued(t, cl, "k", i+1) // in this order
+	}
+	require.NoError(t, first.Unlock(t.Context()))
+	wg.Wait()
+	require.NoError(t, cl.Close())
+	require.Len(t, tokens, waiters+1)
+	var unlocks []int
+	for _, tok := range tokens {
+		_, u := releasesOf(c, 0, tok)
+		unlocks = append(unlocks, u)
+	}
+	// first, w1, w2 hand over; w3 releases; w4 finds nobody waiting.
+	assert.Equal(t, []int{0, 0, 0, 1, 1}, unlocks, "announced releases per holder, in order")
+	assert.Zero(t, c.keys("k"))
 }

@@ -220,6 +220,43 @@ func runAcquire(ctx context.Context, n redis.UniversalClient, key, token string,
 	return scripts.Acquire.Run(ctx, n, []string{key, reservedKey}, append([]any{token, ttlMS}, acquireArgs...)...)
 }
 
+// TestAcquireTakesOverOnlyPrev: the acquire script counts a key as free when
+// it holds the handed-over token (ARGV[6]), and only then: another token,
+// and an empty value with no token handed over, still refuse.
+func TestAcquireTakesOverOnlyPrev(t *testing.T) {
+	c := newCluster(t, 1)
+	c.establish("")
+	n, m := c.nodes[0], c.srv[0]
+	acquire := func(key, prev string) any {
+		v, err := scripts.Acquire.Run(t.Context(), n, []string{key, reservedKey}, "new", 10000, DefaultRestartGuard.Milliseconds(), "", "0", prev).Result()
+		require.NoError(t, err)
+		return v
+	}
+	for _, tc := range []struct {
+		held, prev string
+		granted    bool
+	}{
+		{"old", "old", true},
+		{"other", "old", false},
+		{"", "", false},
+		{"old", "", false},
+	} {
+		m.FlushAll()
+		c.establish("")
+		require.NoError(t, m.Set("k", tc.held))
+		m.SetTTL("k", 5*time.Second)
+		v := acquire("k", tc.prev)
+		got, _ := m.Get("k")
+		if tc.granted {
+			assert.Equal(t, int64(0), v, "%+v", tc)
+			assert.Equal(t, "new", got, "%+v", tc)
+		} else {
+			assert.NotEqual(t, int64(0), v, "%+v", tc)
+			assert.Equal(t, tc.held, got, "%+v", tc)
+		}
+	}
+}
+
 func TestIdempotentAcquire(t *testing.T) {
 	c := newCluster(t, 1)
 	c.establish("")

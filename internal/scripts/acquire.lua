@@ -5,7 +5,9 @@
 -- (absent: unknown, after the node lost its data).
 -- ARGV[3] is the restart guard in ms (0: off), ARGV[4] the id of a guarded
 -- state to establish at once ('' for none: only a client that saw every node
--- guarded sends it), ARGV[5] is '1' when the caller wants the fence counter.
+-- guarded sends it), ARGV[5] is '1' when the caller wants the fence counter,
+-- ARGV[6] (optional, '' for none) the token of a holder in the same client
+-- that hands the lock over to this round: keys that hold it count as free.
 -- Returns
 --   0 when every key now holds our token (newly set, or already ours: a lost
 --     reply or a retry, in which case the TTL is reset), or {0, f} when ARGV[5]
@@ -39,10 +41,12 @@ if guard > 0 then
     end
   end
 end
+local prev = ARGV[6]
+if prev == '' then prev = nil end
 local wait = 0
 for i = 1, #KEYS - 1 do
   local v = redis.call('GET', KEYS[i])
-  if v ~= false and v ~= ARGV[1] then
+  if v ~= false and v ~= ARGV[1] and v ~= prev then
     local ttl = redis.call('PTTL', KEYS[i])
     if ttl == -1 then return -1 end
     if ttl < 1 then ttl = 1 end
