@@ -1,9 +1,15 @@
 package redlock
 
 import (
+	"context"
+	"net"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -74,4 +80,45 @@ func TestManyNodes(t *testing.T) {
 	rel2()
 	require.NoError(t, cl.Close())
 	assert.Zero(t, c.keys("k"))
+}
+
+// TestNewNodesSkipConnCheck: the connections of NewNodes' clients hide
+// syscall.Conn, which go-redis needs for its per-command idle check, and the
+// clients recover from a node restart (the server closed every pooled
+// connection) with at most one failed command per pooled connection.
+func TestNewNodesSkipConnCheck(t *testing.T) {
+	leakcheck.Check(t)
+	var dialed net.Conn
+	dial := noConnCheck{}.DialHook(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return net.Dial(network, addr)
+	})
+	m := miniredis.RunT(t)
+	c, err := dial(t.Context(), "tcp", m.Addr())
+	require.NoError(t, err)
+	dialed = c
+	t.Cleanup(func() { _ = dialed.Close() })
+	_, isSys := dialed.(syscall.Conn)
+	assert.False(t, isSys, "the wrapped connection still offers SyscallConn")
+
+	nodes := NewNodes(m.Addr())
+	n := nodes[0].(*redis.Client)
+	t.Cleanup(func() { _ = n.Close() })
+	var wg sync.WaitGroup
+	for range 4 { // fill the pool with a few connections
+		wg.Go(func() { assert.NoError(t, n.Ping(t.Context()).Err()) })
+	}
+	wg.Wait()
+	pooled := int(n.PoolStats().IdleConns)
+	require.Positive(t, pooled)
+	m.Close()
+	require.NoError(t, m.Restart())
+	failed := 0
+	for range pooled + 1 {
+		if n.Ping(t.Context()).Err() != nil {
+			failed++
+		}
+	}
+	assert.Equal(t, pooled, failed, "each pooled connection fails once: go-redis did not check it")
+	assert.Equal(t, newNodesMaxIdle, n.Options().ConnMaxIdleTime)
+	assert.NoError(t, n.Ping(t.Context()).Err(), "recovered")
 }
