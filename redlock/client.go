@@ -690,7 +690,9 @@ func (c *Client) fillNodes(e *Error, r *quorum.Round, cause error) {
 // each after that node's acquire has answered, skipping nodes whose acquire
 // said the key was taken. It returns the round without waiting for it; the
 // round belongs to the Client.
-func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round { return c.releaseExcept(ctx, l, nil) }
+func (c *Client) release(ctx context.Context, l *Lock) *quorum.Round {
+	return c.releaseExcept(ctx, l, nil)
+}
 
 // releaseHandedOver releases prev, a lock that Unlock handed over to a
 // waiter of this Client, once the waiter's first round, next, has run: on
