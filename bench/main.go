@@ -10,7 +10,7 @@
 //	cd bench && go run . [--duration 5s] [--callers 8] [--slow-node 20ms] [--json FILE] [--svg FILE]
 //
 // --only and --impl narrow a run to some scenarios (by ID, comma-separated)
-// or one library, and --cpuprofile writes a CPU profile of the whole run:
+// or one library, and --cpuprofile and --memprofile write profiles of the whole run:
 // for working on one figure. Such partial runs do not write results/ unless
 // asked to.
 package main
@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -57,6 +58,7 @@ func run(ctx context.Context) error {
 	only := flag.String("only", "", "run only these scenarios, by ID, comma-separated (distinct-1, distinct-8, hotkey-8, hotkey-8-clients, slow-1)")
 	implName := flag.String("impl", "", "run only this library: redsync or redquorum")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run here")
+	memProfile := flag.String("memprofile", "", "write an allocation profile of the run here")
 	flag.Parse()
 	partial := *only != "" || *implName != ""
 	if partial && !isSet("json") && !isSet("svg") && !isSet("md") {
@@ -102,6 +104,15 @@ func run(ctx context.Context) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		runtime.MemProfileRate = 4096
+		defer func() {
+			if f, err := os.Create(*memProfile); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				_ = f.Close()
+			}
+		}()
 	}
 	runner := &loadtest.Runner{Progress: os.Stderr, MeasureAllocs: true}
 	var results []loadtest.Result

@@ -265,15 +265,22 @@ func (c *Client) lock(ctx context.Context, keys []string, ttl time.Duration) (*L
 			// that waiters do not arrive in step.
 			wait = hint + retry.Jitter(min(c.cfg.minRetry, hint/4))
 		}
+		rkey := c.cfg.prefix + keys[0]
+		wake := c.wakeOn(rkey) // wake.go: closed when a node announces the key's release
+		stop := true
 		select {
 		case <-c.cfg.clock.After(wait):
-		case <-c.wakeOn(c.cfg.prefix + keys[0]): // wake.go: a node announced the key's release
+			stop = false
+		case <-wake:
 			wakeJitter(c, c.cfg.clock.Now().Sub(roundStart))
+			stop = false
 		case <-ctx.Done():
 			e.cause = errors.Join(e.cause, ctx.Err())
-			return nil, e
 		case <-giveUpCh():
 			e.Reason = joinReason(e.Reason, fmt.Sprintf("gave up after Options.MaxWait %v", c.cfg.maxWait))
+		}
+		c.wakeDone(rkey, wake)
+		if stop {
 			return nil, e
 		}
 	}

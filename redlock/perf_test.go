@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"context"
 	"net"
 	"sync"
 	"syscall"
@@ -82,43 +81,42 @@ func TestManyNodes(t *testing.T) {
 	assert.Zero(t, c.keys("k"))
 }
 
-// TestNewNodesSkipConnCheck: the connections of NewNodes' clients hide
-// syscall.Conn, which go-redis needs for its per-command idle check, and the
-// clients recover from a node restart (the server closed every pooled
-// connection) with at most one failed command per pooled connection.
-func TestNewNodesSkipConnCheck(t *testing.T) {
+// TestNewNodesConnCheck: NewNodes' clients let go-redis check a pooled
+// connection for a close by the server only when it has been idle for
+// connCheckIdle. Restarting the server closes every pooled connection: used
+// at once, each fails one command (the check was skipped); used after
+// connCheckIdle, none fails (the check found them closed and go-redis
+// dialled anew).
+func TestNewNodesConnCheck(t *testing.T) {
 	leakcheck.Check(t)
-	var dialed net.Conn
-	dial := noConnCheck{}.DialHook(func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return net.Dial(network, addr)
-	})
 	m := miniredis.RunT(t)
-	c, err := dial(t.Context(), "tcp", m.Addr())
-	require.NoError(t, err)
-	dialed = c
-	t.Cleanup(func() { _ = dialed.Close() })
-	_, isSys := dialed.(syscall.Conn)
-	assert.False(t, isSys, "the wrapped connection still offers SyscallConn")
-
-	nodes := NewNodes(m.Addr())
-	n := nodes[0].(*redis.Client)
+	n := NewNodes(m.Addr())[0].(*redis.Client)
 	t.Cleanup(func() { _ = n.Close() })
-	var wg sync.WaitGroup
-	for range 4 { // fill the pool with a few connections
-		wg.Go(func() { assert.NoError(t, n.Ping(t.Context()).Err()) })
-	}
-	wg.Wait()
-	pooled := int(n.PoolStats().IdleConns)
-	require.Positive(t, pooled)
-	m.Close()
-	require.NoError(t, m.Restart())
-	failed := 0
-	for range pooled + 1 {
-		if n.Ping(t.Context()).Err() != nil {
-			failed++
+	restartAfter := func(idle time.Duration) (pooled, failed int) {
+		var wg sync.WaitGroup
+		for range 4 { // a few connections in the pool
+			wg.Go(func() { assert.NoError(t, n.Ping(t.Context()).Err()) })
 		}
+		wg.Wait()
+		pooled = int(n.PoolStats().IdleConns)
+		m.Close()
+		require.NoError(t, m.Restart())
+		time.Sleep(idle)
+		for range pooled {
+			if n.Ping(t.Context()).Err() != nil {
+				failed++
+			}
+		}
+		require.NoError(t, n.Ping(t.Context()).Err(), "recovered")
+		return pooled, failed
 	}
-	assert.Equal(t, pooled, failed, "each pooled connection fails once: go-redis did not check it")
-	assert.Equal(t, newNodesMaxIdle, n.Options().ConnMaxIdleTime)
-	assert.NoError(t, n.Ping(t.Context()).Err(), "recovered")
+	pooled, failed := restartAfter(0)
+	require.Positive(t, pooled)
+	assert.Equal(t, pooled, failed, "connections used at once were not checked")
+	pooled, failed = restartAfter(2 * connCheckIdle)
+	require.Positive(t, pooled)
+	assert.Zero(t, failed, "connections idle for %v were not checked", 2*connCheckIdle)
+
+	_, isSys := net.Conn(&checkedConn{}).(syscall.Conn)
+	assert.True(t, isSys)
 }

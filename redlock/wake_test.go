@@ -109,3 +109,47 @@ func (h *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// TestWakeListenersStopWhenIdle: the listeners run while a Lock waits, stop
+// once nobody has waited for wakeIdle, and start again with the next wait,
+// which a release then wakes.
+func TestWakeListenersStopWhenIdle(t *testing.T) {
+	leakcheck.Check(t)
+	defer func(d time.Duration) { wakeIdle = d }(wakeIdle)
+	wakeIdle = 50 * time.Millisecond
+	c := newCluster(t, 3)
+	cl := c.client(t, nil)
+	running := func() bool {
+		cl.wake.mu.Lock()
+		defer cl.wake.mu.Unlock()
+		return cl.wake.started && len(cl.wake.subs) == 3
+	}
+	ch := cl.wakeOn("k")
+	time.Sleep(4 * wakeIdle)
+	assert.True(t, running(), "listeners stopped while a Lock waits")
+	cl.wakeDone("k", ch)
+	require.Eventually(t, func() bool { return !running() }, 5*time.Second, time.Millisecond, "listeners still running")
+	numPat := func() int {
+		n := 0
+		for _, m := range c.srv {
+			n += m.PubSubNumPat()
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return numPat() == 0 }, 5*time.Second, time.Millisecond, "subscriptions left on the nodes")
+
+	holder := c.client(t, nil)
+	l, err := holder.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	ch = cl.wakeOn("k")
+	require.True(t, running())
+	// The listeners subscribe in the background: unlock once they have.
+	require.Eventually(t, func() bool { return numPat() == 3 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, l.Unlock(t.Context()))
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake after the restart of the listeners")
+	}
+	cl.wakeDone("k", ch)
+}
