@@ -256,8 +256,15 @@ func (c *Client) lock(ctx context.Context, keys []string, ttl time.Duration) (*L
 			return l, nil
 		}
 		var e *Error
-		if !errors.As(err, &e) || ctx.Err() != nil {
-			return nil, err // closed, or the context ended during the round
+		if !errors.As(err, &e) {
+			return nil, err // closed
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			// The context ended during the round, perhaps after its decision.
+			if !errors.Is(e, cerr) {
+				e.cause = errors.Join(e.cause, cerr)
+			}
+			return nil, e
 		}
 		wait := retry.Delay(attempt, c.cfg.minRetry, c.cfg.maxRet)
 		if hint > 0 && hint < wait {
