@@ -54,6 +54,8 @@ type Client struct {
 	// (see Client.enter); nil for a node without a limit.
 	slots []chan struct{}
 
+	procs []scripts.Processor // per node, its batcher (batch.go), boxed once
+
 	turns *turns // local queue per key (queue.go)
 	wake  waker  // pub/sub listeners that end retry waits early (wake.go)
 }
@@ -75,7 +77,7 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg, slotted: make([]bool, len(nodes)), slots: make([]chan struct{}, len(nodes)),
+	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg, slotted: make([]bool, len(nodes)), slots: make([]chan struct{}, len(nodes)), procs: make([]scripts.Processor, len(nodes)),
 		guardArg: cfg.guard.Milliseconds(), fenceArg: "0", noEstablish: "", turns: newTurns(), stateKey: cfg.prefix + reservedKey, workers: quorum.NewWorkers()}
 	if cfg.fencing {
 		c.fenceArg = "1"
@@ -100,6 +102,7 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 				c.slots[i] = make(chan struct{}, size)
 			}
 		}
+		c.procs[i] = &batchedNode{b: new(batcher), node: n}
 		addrs, problems := nodeInfo(n, cfg.nodeTimeout)
 		for _, a := range addrs {
 			if j, dup := seenAddr[a]; dup {
@@ -368,7 +371,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, 
 	var v any
 	var err error
 	if l.acqArgs != nil && establish == "" && !c.slotted[i] {
-		v, err = scripts.Run(ctx, c.nodes[i], l.acqArgs) // the round's shared arguments
+		v, err = scripts.Run(ctx, c.proc(i), l.acqArgs) // the round's shared arguments
 	} else {
 		v, err = scripts.Acquire.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, ttlMS, c.guardArg, est, c.fenceArg, l.prevArg).Result()
 	}
@@ -766,7 +769,7 @@ func (c *Client) releaseExcept(ctx context.Context, l *Lock, after *Lock) *quoru
 			return err
 		}
 		defer c.exit(i)
-		v, err := scripts.RunInt(ctx, c.nodes[i], args)
+		v, err := scripts.RunInt(ctx, c.proc(i), args)
 		if err != nil {
 			c.cfg.log.Debug("redlock: release failed", "addr", c.addrs[i], "key", l.name(), "err", err)
 			return err
@@ -801,3 +804,7 @@ func refused(err error) bool {
 // releaseAsync releases a lock that was not obtained. Callers hold c.mu for
 // reading.
 func (c *Client) releaseAsync(l *Lock) { c.release(context.Background(), l) }
+
+// proc returns what sends node i's acquires and releases: its batcher
+// (batch.go).
+func (c *Client) proc(i int) scripts.Processor { return c.procs[i] }

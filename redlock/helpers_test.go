@@ -184,30 +184,53 @@ func (h *faultHook) DialHook(next redis.DialHook) redis.DialHook {
 
 func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.calls.Add(1)
-		h.mu.Lock()
-		h.seen = append(h.seen, fmt.Sprint(cmd.Args()))
-		gate, before, fail, only := h.gate, h.before, h.fail, h.only
-		h.mu.Unlock()
-		if only != nil && !only(cmd) {
-			before, fail = nil, nil
-		}
-		if gate != nil {
-			<-gate // like a stalled network: the command is not abandoned
-		}
-		if before != nil {
-			before()
-		}
-		if fail != nil {
-			cmd.SetErr(fail)
-			return fail
+		if err := h.intercept(cmd); err != nil {
+			return err
 		}
 		return next(ctx, cmd)
 	}
 }
 
+// intercept applies the hook to one command: it counts and records it, waits
+// at the gate, runs before and fails it when asked.
+func (h *faultHook) intercept(cmd redis.Cmder) error {
+	h.calls.Add(1)
+	h.mu.Lock()
+	h.seen = append(h.seen, fmt.Sprint(cmd.Args()))
+	gate, before, fail, only := h.gate, h.before, h.fail, h.only
+	h.mu.Unlock()
+	if only != nil && !only(cmd) {
+		before, fail = nil, nil
+	}
+	if gate != nil {
+		<-gate // like a stalled network: the command is not abandoned
+	}
+	if before != nil {
+		before()
+	}
+	if fail != nil {
+		cmd.SetErr(fail)
+		return fail
+	}
+	return nil
+}
+
+// ProcessPipelineHook applies the hook to each command of a pipeline (the
+// Client batches concurrent commands to a node); the commands it fails are
+// not sent.
 func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		send := make([]redis.Cmder, 0, len(cmds))
+		for _, cmd := range cmds {
+			if h.intercept(cmd) == nil {
+				send = append(send, cmd)
+			}
+		}
+		if len(send) == 0 {
+			return nil
+		}
+		return next(ctx, send)
+	}
 }
 
 // logBuffer returns a logger that writes into a buffer, safe for concurrent use.

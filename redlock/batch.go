@@ -1,0 +1,169 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// batcher sends one node's lock commands (acquires and releases) one batch
+// at a time. A command that finds the node idle is sent at once, alone;
+// commands that arrive while a batch is in flight wait for it and are then
+// sent together as one pipeline (one write from us, one read and one write
+// on the node) by the first of them. Under concurrency this saves most of
+// the system calls and wake-ups on both sides, which are most of a round's
+// cost; a command alone pays a mutex. Commands to one node are also sent in
+// the order in which they were queued.
+//
+// A batch is bounded by the latest deadline among its commands: a command
+// may wait for the batch ahead of it, so its own deadline could pass before
+// its batch is sent, and a pipeline cut short by the earliest deadline would
+// fail (and close the connection for) all the others. The rounds decide on
+// their own timeouts regardless.
+type batcher struct {
+	mu      sync.Mutex
+	busy    bool        // a command or a batch is in flight
+	pending []*batchReq // waiting for it, in arrival order
+	spare   []*batchReq // the last batch's slice, for the next pending
+
+	// Used by one batch at a time.
+	pipe redis.Pipeliner
+	ctx  deadlineCtx
+}
+
+// batchReq is a command waiting for the batch in flight.
+type batchReq struct {
+	ctx   context.Context
+	cmd   redis.Cmder
+	wake  chan struct{} // receives when the command has run, or when it is to lead the next batch
+	batch []*batchReq   // set when this request leads the next batch
+	skip  bool          // not sent: its context had ended
+}
+
+var batchReqs = sync.Pool{New: func() any { return &batchReq{wake: make(chan struct{}, 1)} }}
+
+// batchedNode is a node client whose Process goes through its batcher.
+type batchedNode struct {
+	b    *batcher
+	node redis.UniversalClient
+}
+
+func (n *batchedNode) Process(ctx context.Context, cmd redis.Cmder) error {
+	return n.b.do(ctx, n.node, cmd)
+}
+
+// do runs cmd on node, alone or in a batch, and returns its error.
+func (b *batcher) do(ctx context.Context, node redis.UniversalClient, cmd redis.Cmder) error {
+	b.mu.Lock()
+	if !b.busy {
+		b.busy = true
+		b.mu.Unlock()
+		err := node.Process(ctx, cmd)
+		b.next(nil)
+		return err
+	}
+	r := batchReqs.Get().(*batchReq)
+	r.ctx, r.cmd = ctx, cmd
+	b.pending = append(b.pending, r)
+	b.mu.Unlock()
+	<-r.wake
+	if batch := r.batch; batch != nil {
+		b.run(node, batch)
+		b.next(batch)
+	}
+	err := cmd.Err()
+	*r = batchReq{wake: r.wake}
+	batchReqs.Put(r)
+	return err
+}
+
+// next hands the waiting commands, as a batch, to the first of them, or
+// marks the node idle. done is the batch that has just run, if any: its
+// slice is reused.
+func (b *batcher) next(done []*batchReq) {
+	b.mu.Lock()
+	if done != nil {
+		clear(done)
+		b.spare = done[:0]
+	}
+	if len(b.pending) == 0 {
+		b.busy = false
+		b.mu.Unlock()
+		return
+	}
+	batch := b.pending
+	b.pending, b.spare = b.spare, nil
+	leader := batch[0]
+	leader.batch = batch
+	b.mu.Unlock()
+	leader.wake <- struct{}{}
+}
+
+// run sends batch, as one pipeline unless it has one command, and wakes its
+// commands but the first (the caller's).
+//
+// A command whose context ended while it waited is not sent: it fails with
+// the context's error. (An acquire whose round has timed out is then never
+// sent, rather than sent late.)
+func (b *batcher) run(node redis.UniversalClient, batch []*batchReq) {
+	b.ctx = deadlineCtx{}
+	live := 0
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.cmd.SetErr(err)
+			r.skip = true
+			continue
+		}
+		live++
+		if d, ok := r.ctx.Deadline(); ok && d.After(b.ctx.deadline) {
+			b.ctx.deadline = d
+		}
+	}
+	switch {
+	case live == 0:
+	case len(batch) == 1:
+		_ = node.Process(batch[0].ctx, batch[0].cmd)
+	default:
+		b.pipeline(node, batch)
+	}
+	for _, r := range batch[1:] {
+		r.wake <- struct{}{}
+	}
+}
+
+// pipeline sends the commands of batch whose context has not ended as one
+// pipeline, bounded by the latest of their deadlines.
+func (b *batcher) pipeline(node redis.UniversalClient, batch []*batchReq) {
+	var ctx context.Context = context.Background()
+	if !b.ctx.deadline.IsZero() {
+		ctx = &b.ctx
+	}
+	if b.pipe == nil {
+		b.pipe = node.Pipeline()
+	}
+	for _, r := range batch {
+		if !r.skip {
+			_ = b.pipe.Process(ctx, r.cmd)
+		}
+	}
+	_, _ = b.pipe.Exec(ctx) // each command carries its own error
+}
+
+// deadlineCtx is a context with a deadline and nothing else: no
+// cancellation, so no timer and no allocation. go-redis (with
+// ContextTimeoutEnabled) turns the deadline into socket deadlines.
+type deadlineCtx struct {
+	deadline time.Time
+}
+
+func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *deadlineCtx) Done() <-chan struct{}       { return nil }
+func (c *deadlineCtx) Value(any) any               { return nil }
+func (c *deadlineCtx) Err() error {
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}

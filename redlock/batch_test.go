@@ -1,0 +1,164 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/internal/leakcheck"
+)
+
+// pipeCounter counts the single commands and the pipelines sent to a node,
+// and can hold single commands at a gate.
+type pipeCounter struct {
+	singles, pipes atomic.Int64 // of INCR commands
+	sizes          chan int
+	gate           chan struct{}
+}
+
+func (h *pipeCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *pipeCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "incr" {
+			return next(ctx, cmd) // connection set-up
+		}
+		h.singles.Add(1)
+		if h.gate != nil {
+			<-h.gate
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *pipeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.pipes.Add(1)
+		h.sizes <- len(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+// TestBatcher: commands that arrive while one is in flight wait, and go
+// out together as one pipeline, in arrival order, each with its own result;
+// a command alone goes out alone.
+func TestBatcher(t *testing.T) {
+	leakcheck.Check(t)
+	m := miniredis.RunT(t)
+	n := redis.NewClient(NodeOptions(m.Addr()))
+	t.Cleanup(func() { _ = n.Close() })
+	h := &pipeCounter{sizes: make(chan int, 10), gate: make(chan struct{})}
+	n.AddHook(h)
+	bn := &batchedNode{b: new(batcher), node: n}
+	require.NoError(t, m.Set("text", "not a number"))
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	first := redis.NewIntCmd(ctx, "incr", "n")
+	done := make(chan error, 1)
+	go func() { done <- bn.Process(ctx, first) }() // held at the gate: in flight
+	require.Eventually(t, func() bool { return h.singles.Load() == 1 }, 5*time.Second, time.Millisecond)
+
+	const queued = 5
+	cmds := make([]*redis.IntCmd, queued)
+	var wg sync.WaitGroup
+	for i := range queued {
+		key := "n"
+		if i == 2 {
+			key = "text" // fails alone
+		}
+		cmds[i] = redis.NewIntCmd(ctx, "incr", key)
+		wg.Go(func() { _ = bn.Process(ctx, cmds[i]) })
+		require.Eventually(t, func() bool { // in this order
+			bn.b.mu.Lock()
+			defer bn.b.mu.Unlock()
+			return len(bn.b.pending) == i+1
+		}, 5*time.Second, time.Millisecond)
+	}
+	close(h.gate)
+	require.NoError(t, <-done)
+	wg.Wait()
+	assert.Equal(t, int64(1), first.Val())
+	assert.Equal(t, int64(1), h.singles.Load(), "single commands")
+	assert.Equal(t, int64(1), h.pipes.Load(), "pipelines")
+	assert.Equal(t, queued, <-h.sizes)
+	want := []int64{2, 3, 0, 4, 5}
+	for i, c := range cmds {
+		if i == 2 {
+			assert.Error(t, c.Err(), "incr on text")
+			continue
+		}
+		assert.NoError(t, c.Err(), "command %d", i)
+		assert.Equal(t, want[i], c.Val(), "command %d", i)
+	}
+
+	// Alone again: sent alone.
+	c := redis.NewIntCmd(ctx, "incr", "n")
+	require.NoError(t, bn.Process(ctx, c))
+	assert.Equal(t, int64(6), c.Val())
+	assert.Equal(t, int64(2), h.singles.Load())
+	assert.Equal(t, int64(1), h.pipes.Load())
+}
+
+// TestBatchDeadline: a batch runs until the latest deadline of its
+// commands, so that a command that waited long behind a slow one is not
+// cut short together with the whole batch by an earlier deadline.
+func TestBatchDeadline(t *testing.T) {
+	b := &batcher{}
+	early, cancel1 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel1()
+	late, cancel2 := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel2()
+	m := miniredis.RunT(t)
+	n := redis.NewClient(NodeOptions(m.Addr()))
+	t.Cleanup(func() { _ = n.Close() })
+	var seen time.Time
+	n.AddHook(deadlineSpy{&seen})
+	c1, c2 := redis.NewCmd(early, "ping"), redis.NewCmd(late, "ping")
+	b.run(n, []*batchReq{{ctx: early, cmd: c1, wake: make(chan struct{}, 1)}, {ctx: late, cmd: c2, wake: make(chan struct{}, 1)}})
+	require.NoError(t, c1.Err())
+	require.NoError(t, c2.Err())
+	d, _ := late.Deadline()
+	assert.Equal(t, d, seen)
+}
+
+type deadlineSpy struct{ seen *time.Time }
+
+func (deadlineSpy) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (deadlineSpy) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (s deadlineSpy) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		*s.seen, _ = ctx.Deadline()
+		return next(ctx, cmds)
+	}
+}
+
+// TestBatchSkipsEndedContexts: a command whose context ended while it
+// waited for its batch is not sent and fails with the context's error.
+func TestBatchSkipsEndedContexts(t *testing.T) {
+	m := miniredis.RunT(t)
+	n := redis.NewClient(NodeOptions(m.Addr()))
+	t.Cleanup(func() { _ = n.Close() })
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	live := context.Background()
+	c1, c2, c3 := redis.NewIntCmd(live, "incr", "n"), redis.NewIntCmd(ended, "incr", "n"), redis.NewIntCmd(live, "incr", "n")
+	b := &batcher{}
+	b.run(n, []*batchReq{
+		{ctx: live, cmd: c1, wake: make(chan struct{}, 1)},
+		{ctx: ended, cmd: c2, wake: make(chan struct{}, 1)},
+		{ctx: live, cmd: c3, wake: make(chan struct{}, 1)},
+	})
+	assert.Equal(t, int64(1), c1.Val())
+	assert.ErrorIs(t, c2.Err(), context.Canceled)
+	assert.Equal(t, int64(2), c3.Val())
+	v, _ := m.Get("n")
+	assert.Equal(t, "2", v, "the ended command was sent")
+}
