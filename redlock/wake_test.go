@@ -107,7 +107,14 @@ func (h *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if name := cmd.Name(); name == "evalsha" || name == "eval" {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
 
 // TestWakeListenersStopWhenIdle: the listeners run while a Lock waits, stop

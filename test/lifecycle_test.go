@@ -41,8 +41,18 @@ func (h *cutHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// ProcessPipelineHook cuts pipelines too: the Client sends concurrent
+// commands to one node as one pipeline.
 func (h *cutHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.on.Load() {
+			for _, cmd := range cmds {
+				cmd.SetErr(errCut)
+			}
+			return errCut
+		}
+		return next(ctx, cmds)
+	}
 }
 
 // lockClient is a Client on the rig's nodes with a cutHook on each node client.
