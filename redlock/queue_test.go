@@ -181,6 +181,23 @@ func releasesOf(c *cluster, i int, token string) (all, unlocks int) {
 	return all, unlocks
 }
 
+// holdWithWaiter locks "k" on every node of c with cl and starts a second
+// Lock of cl on it, which waits in the local queue; its lock comes on got.
+func holdWithWaiter(t *testing.T, c *cluster, cl *Client) (*Lock, <-chan *Lock) {
+	t.Helper()
+	a, err := cl.Lock(t.Context(), "k", 10*time.Second)
+	require.NoError(t, err)
+	c.waitHolders(t, "k", a.Token(), len(c.srv))
+	got := make(chan *Lock, 1)
+	go func() {
+		b, err := cl.Lock(t.Context(), "k", 10*time.Second)
+		assert.NoError(t, err)
+		got <- b
+	}()
+	waitQueued(t, cl, "k", 1)
+	return a, got
+}
+
 // TestHandOff: Unlock with another caller of the Client waiting hands the
 // lock over: no release is sent where the waiter's round took the keys
 // over; where it did not (node 4 refuses acquires), the old token is
@@ -189,16 +206,7 @@ func TestHandOff(t *testing.T) {
 	leakcheck.Check(t)
 	c := newCluster(t, 5)
 	cl := c.client(t, nil)
-	a, err := cl.Lock(t.Context(), "k", 10*time.Second)
-	require.NoError(t, err)
-	c.waitHolders(t, "k", a.Token(), 5)
-	got := make(chan *Lock, 1)
-	go func() {
-		b, err := cl.Lock(t.Context(), "k", 10*time.Second)
-		assert.NoError(t, err)
-		got <- b
-	}()
-	waitQueued(t, cl, "k", 1)
+	a, got := holdWithWaiter(t, c, cl)
 	c.hooks[4].selectCmds(isScript(scripts.Acquire))
 	c.hooks[4].set(nil, errBroken)
 	require.NoError(t, a.Unlock(t.Context()))
@@ -227,16 +235,7 @@ func TestHandOffRoundFails(t *testing.T) {
 	leakcheck.Check(t)
 	c := newCluster(t, 5)
 	cl := c.client(t, &Options{MinRetryDelay: time.Millisecond, MaxRetryDelay: 2 * time.Millisecond})
-	a, err := cl.Lock(t.Context(), "k", 10*time.Second)
-	require.NoError(t, err)
-	c.waitHolders(t, "k", a.Token(), 5)
-	got := make(chan *Lock, 1)
-	go func() {
-		b, err := cl.Lock(t.Context(), "k", 10*time.Second)
-		assert.NoError(t, err)
-		got <- b
-	}()
-	waitQueued(t, cl, "k", 1)
+	a, got := holdWithWaiter(t, c, cl)
 	for _, h := range c.hooks[2:] {
 		h.selectCmds(isScript(scripts.Acquire))
 		h.set(nil, errBroken)
