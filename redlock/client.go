@@ -386,6 +386,9 @@ func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, 
 	}
 	switch v := v.(type) {
 	case int64:
+		if v == -3 {
+			return errGone
+		}
 		if v != 0 {
 			rep.ttl = v
 			return ErrTaken
@@ -571,6 +574,7 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	}
 	l.akeys = append(l.rkeys, c.stateKey) // in rkeys' spare capacity
 	ttlMS := c.boxTTL(ttl)                // boxed once for all nodes
+	l.ttlArg = ttlMS
 	if establish == nil {
 		// By SHA, with the arguments built once for the nodes that are not
 		// a Cluster (see Client.acquire).
@@ -730,13 +734,14 @@ func (c *Client) releaseExcept(ctx context.Context, l *Lock, after *Lock) *quoru
 	if l.released {
 		announce = "1"
 	}
-	// By SHA, built once per round, from the acquire's boxed keys and token
-	// when it has them.
+	// By SHA, built once per round, from the acquire's boxed keys, token and
+	// ttl when it has them. The ttl makes the script leave a tombstone where
+	// the key is missing, against a late SET of this token (release.lua).
 	var args []any
 	if l.acqArgs != nil {
-		args = scripts.Sub(scripts.Release, l.acqArgs, len(l.rkeys), scripts.Argv(l.acqArgs, 1), announce)
+		args = scripts.Sub(scripts.Release, l.acqArgs, len(l.rkeys), scripts.Argv(l.acqArgs, 1), announce, scripts.Argv(l.acqArgs, 2))
 	} else {
-		args = scripts.Args(scripts.Release, l.rkeys, l.token, announce)
+		args = scripts.Args(scripts.Release, l.rkeys, l.token, announce, l.ttlArg)
 	}
 	// The wait for an outstanding acquire is bounded by its own timeout,
 	// hence the round's two node timeouts; a release sent after such a wait
@@ -798,7 +803,7 @@ func guarded(v int64, err error) error {
 // refused reports whether an acquire's outcome says that the node did not set
 // the keys.
 func refused(err error) bool {
-	return errors.Is(err, ErrTaken) || errors.Is(err, ErrGuarded) || err == errNotSent
+	return errors.Is(err, ErrTaken) || errors.Is(err, ErrGuarded) || err == errNotSent || err == errGone
 }
 
 // releaseAsync releases a lock that was not obtained. Callers hold c.mu for

@@ -71,6 +71,10 @@ var errPending = errors.New("no answer yet when the outcome was decided")
 // flight were at the limit (see Client.enter). The node cannot hold the keys.
 var errNotSent = errors.New("not sent: the node was busy and the round did not need it")
 
+// errGone is the per-node outcome of an acquire that reached its node after
+// the release of its round had: the node refused it (see release.lua).
+var errGone = errors.New("refused: this round had already released the node")
+
 // errSkipped is the per-node outcome of a release, extend or fence write-back
 // not sent because the node did not grant the acquire.
 var errSkipped = errors.New("not sent: the node did not grant the acquire")

@@ -38,7 +38,7 @@ func lockOn(t *testing.T, c *cluster, cl *Client, key string, ttl time.Duration,
 		h.set(nil, nil)
 	}
 	for i := range c.srv {
-		require.Equal(t, on[i], c.srv[i].Exists(key), "node %d", i)
+		require.Equal(t, on[i], held(c.srv[i], key), "node %d", i)
 	}
 	return l
 }
@@ -108,7 +108,7 @@ func TestRestartGuard(t *testing.T) {
 			c.setTime(now.Add(DefaultRestartGuard - time.Millisecond))
 			_, err = b.TryLock(t.Context(), "other", ttl)
 			require.NoError(t, err, "four nodes grant")
-			assert.False(t, c.srv[2].Exists("other"), "the guarded node granted")
+			assert.False(t, held(c.srv[2], "other"), "the guarded node granted")
 
 			// Once the guard has passed, A's keys have expired and the node
 			// grants again.
@@ -266,7 +266,7 @@ func TestExtendStartsGuard(t *testing.T) {
 	require.NoError(t, l.Extend(t.Context(), 10*time.Second))
 	require.NoError(t, cl.Close()) // node 0's answer has come
 	assert.Equal(t, strconv.FormatInt(now.Add(DefaultRestartGuard).UnixMilli(), 10), c.srv[0].HGet(reservedKey, "g"))
-	assert.False(t, c.srv[0].Exists("k"), "a failed extend sets nothing")
+	assert.False(t, held(c.srv[0], "k"), "a failed extend sets nothing")
 	assert.Equal(t, "0", c.srv[1].HGet(reservedKey, "g"), "a node in service is left alone")
 
 	unsafe := c.client(t, &Options{UnsafeNoRestartGuard: true})
@@ -316,7 +316,7 @@ func TestRestartDuringBootstrap(t *testing.T) {
 	l, err := cl.TryLock(t.Context(), "k", time.Second)
 	require.NoError(t, err)
 	require.NoError(t, cl.Close())
-	assert.False(t, c.srv[2].Exists("k"), "the restarted node granted")
+	assert.False(t, held(c.srv[2], "k"), "the restarted node granted")
 	assert.Equal(t, 4, c.holders("k", l.Token()))
 	g := c.srv[2].HGet(reservedKey, "g")
 	assert.NotEqual(t, "0", g, "the restarted node left its guard")
@@ -370,7 +370,7 @@ func TestGuardScript(t *testing.T) {
 	// client's establish must not end the new guard.
 	m.FlushAll()
 	assert.Equal(t, []any{int64(-2), int64(60_000), "t3"}, run("t3", "t1", "0"))
-	assert.False(t, m.Exists("k"))
+	assert.False(t, held(m, "k"))
 	assert.Equal(t, []any{int64(0), int64(0)}, run("t4", "t3", "1"), "established: granted, counter known")
 	m.Del("k")
 
@@ -617,7 +617,7 @@ func TestLockManyAllOrNone(t *testing.T) {
 	require.NoError(t, cl.Close())
 	for i := range 5 {
 		for _, k := range []string{"a", "c"} {
-			assert.Equal(t, i >= 2, c.srv[i].Exists(k), "node %d key %s", i, k)
+			assert.Equal(t, i >= 2, held(c.srv[i], k), "node %d key %s", i, k)
 		}
 	}
 	assert.Equal(t, 3, c.holders("b", l.Token()))

@@ -30,6 +30,7 @@ type Lock struct {
 	fence   uint64
 	turn    *turn // the local queue's turn this lock keeps (queue.go); nil for TryLock
 	acqArgs []any // the acquire's EVALSHA arguments shared by the round's plain nodes
+	ttlArg  any   // the acquire's ttl in ms, boxed
 	prevArg any   // the acquire's ARGV[6]: the token of the lock handed over to this round, or ""
 
 	// decided is set once the acquire round has its quorum: acquires still

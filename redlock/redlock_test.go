@@ -103,7 +103,7 @@ func TestNodesDown(t *testing.T) {
 			}
 			require.NoError(t, cl.Close())
 			for i := tc.down; i < 5; i++ {
-				assert.False(t, c.srv[i].Exists("k"), "key left on node %d", i)
+				assert.False(t, held(c.srv[i], "k"), "key left on node %d", i)
 			}
 		})
 	}
@@ -189,11 +189,11 @@ func TestLateSetAfterFailedRound(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotObtained)
 	assert.ErrorIs(t, err, ErrTaken)
 	assert.ErrorIs(t, err, errBroken)
-	assert.False(t, c.srv[2].Exists("k"), "the stalled SET has not landed yet")
+	assert.False(t, held(c.srv[2], "k"), "the stalled SET has not landed yet")
 
 	release()
 	require.NoError(t, cl.Close())
-	assert.False(t, c.srv[2].Exists("k"), "the late SET outlived the release")
+	assert.False(t, held(c.srv[2], "k"), "the late SET outlived the release")
 	v, _ := c.srv[0].Get("k")
 	assert.Equal(t, "other", v, "another owner's key was touched")
 }
@@ -255,6 +255,39 @@ func TestAcquireTakesOverOnlyPrev(t *testing.T) {
 			assert.Equal(t, tc.held, got, "%+v", tc)
 		}
 	}
+}
+
+// TestTombstone: a release that finds its key missing leaves a tombstone
+// for its token, so that the token's SET, arriving late (a partition that
+// delayed it), is refused instead of leaving a key nobody holds; any other
+// token takes the key as free; the tombstone expires with the lock's TTL.
+func TestTombstone(t *testing.T) {
+	c := newCluster(t, 1)
+	c.establish("")
+	n, m := c.nodes[0], c.srv[0]
+	release := func(token string) {
+		_, err := scripts.Release.Run(t.Context(), n, []string{"k"}, token, "0", 2000).Result()
+		require.NoError(t, err)
+	}
+	release("late")
+	assert.False(t, held(m, "k"))
+	assert.True(t, m.Exists("k"), "no tombstone")
+	assert.InDelta(t, 2.0, m.TTL("k").Seconds(), 0.1, "the tombstone lives as long as the lock")
+
+	v, err := runAcquire(t.Context(), n, "k", "late", 10000).Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(-3), v, "the late SET of a released token")
+	assert.False(t, held(m, "k"), "the late SET took the key")
+
+	v, err = runAcquire(t.Context(), n, "k", "other", 10000).Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), v, "another token finds the key free")
+	got, _ := m.Get("k")
+	assert.Equal(t, "other", got)
+
+	// A release of a key that is there deletes it and leaves nothing.
+	release("other")
+	assert.False(t, m.Exists("k"))
 }
 
 func TestIdempotentAcquire(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,9 +88,11 @@ func (ns *nodes) holding(t *testing.T, key, value string, skip ...int) []int {
 
 // present returns the indexes of the nodes that have key, whatever its value,
 // leaving out the nodes in skip.
+// present returns the nodes where key is held: it exists and is not a
+// release's tombstone (free for every other token).
 func (ns *nodes) present(t *testing.T, key string, skip ...int) []int {
 	t.Helper()
-	return ns.find(t, key, func(string) bool { return true }, skip)
+	return ns.find(t, key, func(v string) bool { return !strings.HasPrefix(v, "redquorum:gone:") }, skip)
 }
 
 func (ns *nodes) find(t *testing.T, key string, match func(string) bool, skip []int) []int {
@@ -151,9 +154,13 @@ func TestIntegration(t *testing.T) {
 		// the network and delivered when the partition heals, in either
 		// order, so the late SET can land after its release: the key stays
 		// until its TTL though nobody holds it (a liveness cost, not a
-		// safety one). Known issue: with REDQUORUM_REPRO=1 this test
-		// demands that nothing be left once the client has closed, and
-		// fails today.
+		// safety one). A release that reaches the node before the late SET
+		// leaves a tombstone that makes the node refuse it
+		// (release.lua); here the release times out inside the partition
+		// too and is never delivered, so the SET still lands. Known issue:
+		// with REDQUORUM_REPRO=1 this test demands that nothing be left
+		// once the client has closed, and fails today (the fix would be a
+		// release retried in the background until the TTL has passed).
 		const ttl = 2 * time.Second
 		c := ns.client(t, &redlock.Options{NodeTimeout: 100 * time.Millisecond})
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"strings"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -84,6 +85,10 @@ func inspect(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
+// gonePrefix starts the value of a tombstone that a release leaves where the
+// key was missing (internal/scripts/release.lua): the key is free.
+const gonePrefix = "redquorum:gone:"
+
 // stateKey is the node state hash of the restart guard and the fence counter
 // (field f), after the key prefix; see redlock.ErrGuarded and Lock.Fence.
 const stateKey = "redquorum:node"
@@ -110,8 +115,8 @@ func read(ctx context.Context, n redis.UniversalClient, key, state string) (hold
 	if fence == "" {
 		fence = "-"
 	}
-	if errors.Is(get.Err(), redis.Nil) {
-		return "", 0, fence, nil
+	if errors.Is(get.Err(), redis.Nil) || strings.HasPrefix(get.Val(), gonePrefix) {
+		return "", 0, fence, nil // free (a tombstone is free for every other token)
 	}
 	ttl = pttl.Val()
 	if ttl < 0 {

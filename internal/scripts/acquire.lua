@@ -13,7 +13,10 @@
 --     reply or a retry, in which case the TTL is reset), or {0, f} when ARGV[5]
 --     is '1', f = -1 when the counter is unknown;
 --   the largest remaining TTL in ms (≥ 1) of the keys that another token holds,
---     or -1 when one of them has no expiry;
+--     or -1 when one of them has no expiry (a tombstone, "redquorum:gone:" ..
+--     a token, counts as free; see release.lua);
+--   -3 when a key holds the tombstone of this very token: the round gave up
+--     on this node and released it before this request arrived;
 --   {-2, ms left in the guard, id} when the node is in its restart guard.
 local state = KEYS[#KEYS]
 local guard = tonumber(ARGV[3])
@@ -43,10 +46,14 @@ if guard > 0 then
 end
 local prev = ARGV[6]
 if prev == '' then prev = nil end
+local gone = 'redquorum:gone:'
 local wait = 0
 for i = 1, #KEYS - 1 do
   local v = redis.call('GET', KEYS[i])
-  if v ~= false and v ~= ARGV[1] and v ~= prev then
+  if v == gone .. ARGV[1] then
+    return -3 -- this token was released already (see release.lua): a late SET
+  end
+  if v ~= false and v ~= ARGV[1] and v ~= prev and string.sub(v, 1, #gone) ~= gone then
     local ttl = redis.call('PTTL', KEYS[i])
     if ttl == -1 then return -1 end
     if ttl < 1 then ttl = 1 end

@@ -5,13 +5,22 @@
 -- deletion is announced on the channel "redquorum:released:" .. the key, so
 -- that waiting clients retry at once; a failed PUBLISH (for example an ACL
 -- without channel rights) does not fail the release.
+-- ARGV[3], when given, is the lock's TTL in ms: a key that does not exist
+-- gets a tombstone, the value "redquorum:gone:" .. ARGV[1], for that long,
+-- so that this token's SET, if the network still delivers it (a partition
+-- that delayed it beyond the round's timeout), is refused by the acquire
+-- script instead of leaving a key that nobody holds. Every other token takes
+-- a tombstone for a free key.
 local n = 0
 for i = 1, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[1] then
+  local v = redis.call('GET', KEYS[i])
+  if v == ARGV[1] then
     n = n + redis.call('DEL', KEYS[i])
     if ARGV[2] == '1' then
       redis.pcall('PUBLISH', 'redquorum:released:' .. KEYS[i], '')
     end
+  elseif v == false and ARGV[3] then
+    redis.call('SET', KEYS[i], 'redquorum:gone:' .. ARGV[1], 'PX', ARGV[3])
   end
 end
 if n == #KEYS then return 1 end
