@@ -15,8 +15,8 @@ import (
 	"errors"
 	"os"
 	"slices"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 

@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"strings"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
