@@ -17,6 +17,12 @@ import (
 // cost; a command alone pays a mutex. Commands to one node are also sent in
 // the order in which they were queued.
 //
+// Commands queue only behind a batch sent less than batchWindow ago: behind
+// a node that is slow or failing (a stalled socket, a dial that go-redis
+// retries) they go out on their own, concurrently, as without batching, so
+// that one bad node does not serialise its commands and hold up the rounds
+// that still wait for its vote.
+//
 // A batch is bounded by the latest deadline among its commands: a command
 // may wait for the batch ahead of it, so its own deadline could pass before
 // its batch is sent, and a pipeline cut short by the earliest deadline would
@@ -25,6 +31,7 @@ import (
 type batcher struct {
 	mu      sync.Mutex
 	busy    bool        // a command or a batch is in flight
+	since   time.Time   // when it was sent
 	pending []*batchReq // waiting for it, in arrival order
 	spare   []*batchReq // the last batch's slice, for the next pending
 
@@ -42,6 +49,10 @@ type batchReq struct {
 	skip  bool          // not sent: its context had ended
 }
 
+// batchWindow is how long after a batch was sent later commands still queue
+// behind it.
+var batchWindow = 5 * time.Millisecond // a variable for the tests
+
 var batchReqs = sync.Pool{New: func() any { return &batchReq{wake: make(chan struct{}, 1)} }}
 
 // batchedNode is a node client whose Process goes through its batcher.
@@ -56,13 +67,20 @@ func (n *batchedNode) Process(ctx context.Context, cmd redis.Cmder) error {
 
 // do runs cmd on node, alone or in a batch, and returns its error.
 func (b *batcher) do(ctx context.Context, node redis.UniversalClient, cmd redis.Cmder) error {
+	now := time.Now()
 	b.mu.Lock()
 	if !b.busy {
-		b.busy = true
+		b.busy, b.since = true, now
 		b.mu.Unlock()
 		err := node.Process(ctx, cmd)
 		b.next(nil)
 		return err
+	}
+	if now.Sub(b.since) > batchWindow {
+		// The node is slow or failing (a dial that retries, a stalled
+		// socket): do not queue behind it, go out on a connection of its own.
+		b.mu.Unlock()
+		return node.Process(ctx, cmd)
 	}
 	r := batchReqs.Get().(*batchReq)
 	r.ctx, r.cmd = ctx, cmd
@@ -95,6 +113,7 @@ func (b *batcher) next(done []*batchReq) {
 	}
 	batch := b.pending
 	b.pending, b.spare = b.spare, nil
+	b.since = time.Now()
 	leader := batch[0]
 	leader.batch = batch
 	b.mu.Unlock()

@@ -51,6 +51,8 @@ func (h *pipeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // a command alone goes out alone.
 func TestBatcher(t *testing.T) {
 	leakcheck.Check(t)
+	defer func(w time.Duration) { batchWindow = w }(batchWindow)
+	batchWindow = time.Hour // the first command is held at a gate while the others queue
 	m := miniredis.RunT(t)
 	n := redis.NewClient(NodeOptions(m.Addr()))
 	t.Cleanup(func() { _ = n.Close() })
@@ -161,4 +163,39 @@ func TestBatchSkipsEndedContexts(t *testing.T) {
 	assert.Equal(t, int64(2), c3.Val())
 	v, _ := m.Get("n")
 	assert.Equal(t, "2", v, "the ended command was sent")
+}
+
+// TestBatchBypassesSlowNode: behind a command in flight for longer than
+// batchWindow (a slow or failing node), later commands do not queue: they go
+// out on their own at once.
+func TestBatchBypassesSlowNode(t *testing.T) {
+	leakcheck.Check(t)
+	m := miniredis.RunT(t)
+	n := redis.NewClient(NodeOptions(m.Addr()))
+	t.Cleanup(func() { _ = n.Close() })
+	h := &pipeCounter{sizes: make(chan int, 10), gate: make(chan struct{})}
+	n.AddHook(h)
+	bn := &batchedNode{b: new(batcher), node: n}
+	ctx := t.Context()
+	stalled := make(chan error, 1)
+	go func() { stalled <- bn.Process(ctx, redis.NewIntCmd(ctx, "incr", "n")) }() // held at the gate
+	require.Eventually(t, func() bool { return h.singles.Load() == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(2 * batchWindow)
+
+	done := make(chan error, 1)
+	go func() { done <- bn.Process(ctx, redis.NewStatusCmd(ctx, "set", "other", "v")) }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a command queued behind a command in flight for longer than batchWindow")
+	}
+	select {
+	case <-stalled:
+		t.Fatal("the stalled command returned")
+	default:
+	}
+	close(h.gate)
+	require.NoError(t, <-stalled)
+	assert.Zero(t, h.pipes.Load())
 }
