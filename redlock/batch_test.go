@@ -46,6 +46,18 @@ func (h *pipeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 
+// gatedNode returns a miniredis node and a batcher on a client of it whose
+// INCR commands wait at the hook's gate until it is closed.
+func gatedNode(t *testing.T) (*miniredis.Miniredis, *pipeCounter, *batchedNode) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	n := redis.NewClient(NodeOptions(m.Addr()))
+	t.Cleanup(func() { _ = n.Close() })
+	h := &pipeCounter{sizes: make(chan int, 10), gate: make(chan struct{})}
+	n.AddHook(h)
+	return m, h, &batchedNode{b: new(batcher), node: n}
+}
+
 // TestBatcher: commands that arrive while one is in flight wait, and go
 // out together as one pipeline, in arrival order, each with its own result;
 // a command alone goes out alone.
@@ -53,12 +65,7 @@ func TestBatcher(t *testing.T) {
 	leakcheck.Check(t)
 	defer func(w time.Duration) { batchWindow = w }(batchWindow)
 	batchWindow = time.Hour // the first command is held at a gate while the others queue
-	m := miniredis.RunT(t)
-	n := redis.NewClient(NodeOptions(m.Addr()))
-	t.Cleanup(func() { _ = n.Close() })
-	h := &pipeCounter{sizes: make(chan int, 10), gate: make(chan struct{})}
-	n.AddHook(h)
-	bn := &batchedNode{b: new(batcher), node: n}
+	m, h, bn := gatedNode(t)
 	require.NoError(t, m.Set("text", "not a number"))
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -170,12 +177,7 @@ func TestBatchSkipsEndedContexts(t *testing.T) {
 // out on their own at once.
 func TestBatchBypassesSlowNode(t *testing.T) {
 	leakcheck.Check(t)
-	m := miniredis.RunT(t)
-	n := redis.NewClient(NodeOptions(m.Addr()))
-	t.Cleanup(func() { _ = n.Close() })
-	h := &pipeCounter{sizes: make(chan int, 10), gate: make(chan struct{})}
-	n.AddHook(h)
-	bn := &batchedNode{b: new(batcher), node: n}
+	_, h, bn := gatedNode(t)
 	ctx := t.Context()
 	stalled := make(chan error, 1)
 	go func() { stalled <- bn.Process(ctx, redis.NewIntCmd(ctx, "incr", "n")) }() // held at the gate
