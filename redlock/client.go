@@ -35,9 +35,9 @@ type Client struct {
 	sharded bool   // some node is a Cluster or a Ring: a lock's keys must share a hash tag or slot
 	// The acquire script's constant arguments, boxed once: an interface
 	// holding a string or a large integer costs an allocation per call.
-	guardArg, fenceArg, noEstablish any
-	stateKey                        string // Options.KeyPrefix + reservedKey
-	lastTTL                         atomic.Pointer[boxedTTL]
+	guardArg, fenceArg, emptyArg any    // emptyArg: "" (no state to establish, no lock handed over)
+	stateKey                     string // Options.KeyPrefix + reservedKey
+	lastTTL                      atomic.Pointer[boxedTTL]
 
 	// inService is set once a node answered an acquire out of its guard:
 	// from then on this Client never takes the nodes for a new deployment.
@@ -54,7 +54,7 @@ type Client struct {
 	// (see Client.enter); nil for a node without a limit.
 	slots []chan struct{}
 
-	procs []scripts.Processor // per node, its batcher (batch.go), boxed once
+	procs []scripts.Processor // per node, the batcher (batch.go) that sends its acquires and releases, boxed once
 
 	turns *turns // local queue per key (queue.go)
 	wake  waker  // pub/sub listeners that end retry waits early (wake.go)
@@ -78,7 +78,7 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg, slotted: make([]bool, len(nodes)), slots: make([]chan struct{}, len(nodes)), procs: make([]scripts.Processor, len(nodes)),
-		guardArg: cfg.guard.Milliseconds(), fenceArg: "0", noEstablish: "", turns: newTurns(), stateKey: cfg.prefix + reservedKey, workers: quorum.NewWorkers()}
+		guardArg: cfg.guard.Milliseconds(), fenceArg: "0", emptyArg: "", turns: newTurns(), stateKey: cfg.prefix + reservedKey, workers: quorum.NewWorkers()}
 	if cfg.fencing {
 		c.fenceArg = "1"
 	}
@@ -360,7 +360,7 @@ type nodeReply struct {
 // acquire runs the acquire script for l on node i, with the id of a guarded
 // state to establish ("" for none), and records what it reported.
 func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, ttlMS any) error {
-	est := c.noEstablish
+	est := c.emptyArg
 	if establish != "" {
 		est = establish
 	}
@@ -371,7 +371,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, i int, establish string, 
 	var v any
 	var err error
 	if l.acqArgs != nil && establish == "" && !c.slotted[i] {
-		v, err = scripts.Run(ctx, c.proc(i), l.acqArgs) // the round's shared arguments
+		v, err = scripts.Run(ctx, c.procs[i], l.acqArgs) // the round's shared arguments
 	} else {
 		v, err = scripts.Acquire.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, ttlMS, c.guardArg, est, c.fenceArg, l.prevArg).Result()
 	}
@@ -560,7 +560,7 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	l, replies := alloc.WithSlice[Lock, nodeReply](n) // one allocation for up to alloc.Small nodes
 	l.replies = replies
 	l.c, l.keys, l.token = c, keys, retry.Token()
-	l.prevArg = c.noEstablish // ""
+	l.prevArg = c.emptyArg
 	if prev != nil {
 		l.prevArg = prev.token
 	}
@@ -578,7 +578,7 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	if establish == nil {
 		// By SHA, with the arguments built once for the nodes that are not
 		// a Cluster (see Client.acquire).
-		l.acqArgs = scripts.Args(scripts.Acquire, l.akeys, l.token, ttlMS, c.guardArg, c.noEstablish, c.fenceArg, l.prevArg)
+		l.acqArgs = scripts.Args(scripts.Acquire, l.akeys, l.token, ttlMS, c.guardArg, c.emptyArg, c.fenceArg, l.prevArg)
 	}
 	start := c.cfg.clock.Now()
 	r := c.workers.Start(ctx, n, c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
@@ -774,7 +774,7 @@ func (c *Client) releaseExcept(ctx context.Context, l *Lock, after *Lock) *quoru
 			return err
 		}
 		defer c.exit(i)
-		v, err := scripts.RunInt(ctx, c.proc(i), args)
+		v, err := scripts.RunInt(ctx, c.procs[i], args)
 		if err != nil {
 			c.cfg.log.Debug("redlock: release failed", "addr", c.addrs[i], "key", l.name(), "err", err)
 			return err
@@ -809,7 +809,3 @@ func refused(err error) bool {
 // releaseAsync releases a lock that was not obtained. Callers hold c.mu for
 // reading.
 func (c *Client) releaseAsync(l *Lock) { c.release(context.Background(), l) }
-
-// proc returns what sends node i's acquires and releases: its batcher
-// (batch.go).
-func (c *Client) proc(i int) scripts.Processor { return c.procs[i] }
