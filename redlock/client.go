@@ -729,9 +729,10 @@ func (c *Client) releaseHandedOver(prev, next *Lock) {
 // the same keys that took over l's, was granted.
 func (c *Client) releaseExcept(ctx context.Context, l *Lock, after *Lock) *quorum.Round {
 	// Unlock (l.released), not the clean-up of a failed round, announces
-	// the release to waiting clients (wake.go).
+	// the release to waiting clients (wake.go); so does nothing whose keys
+	// after holds: the key is not free.
 	announce := "0"
-	if l.released {
+	if l.released && after == nil {
 		announce = "1"
 	}
 	// By SHA, built once per round, from the acquire's boxed keys, token and
