@@ -114,7 +114,9 @@ func Start(ctx context.Context, n int, timeout time.Duration, fn func(ctx contex
 // saves starting a goroutine per call (and the allocation each go statement
 // makes). A call is handed to an idle worker if there is one, else to a new
 // worker; a worker waits for its next call once its call has returned, until
-// [Workers.Close]. There are never more workers than calls that ran at once.
+// [Workers.Close]. There are about as many workers as calls that ran at once:
+// a call can also find a worker whose call has returned but that is not yet
+// waiting again, and then starts one more.
 // A nil *Workers starts a goroutine per call.
 type Workers struct {
 	jobs chan job      // unbuffered: a send succeeds only to an idle worker

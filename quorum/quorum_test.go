@@ -258,7 +258,9 @@ func TestWorkers(t *testing.T) {
 		r.Wait()
 	}
 	mu.Lock()
-	assert.LessOrEqual(t, len(ids), 3, "60 calls, 3 at a time, on at most 3 goroutines: %v", ids)
+	// 3 when every worker is back in time for the next round; a worker whose
+	// call has returned may not be waiting yet when the next round starts.
+	assert.LessOrEqual(t, len(ids), 6, "60 calls, 3 at a time, on a few goroutines, not one per call: %v", ids)
 	mu.Unlock()
 
 	hang := make(chan struct{})
