@@ -56,6 +56,9 @@ type Client struct {
 
 	procs []scripts.Processor // per node, the batcher (batch.go) that sends its acquires and releases, boxed once
 
+	redeliveries []redelivery  // per node, the releases in doubt that are being retried (redeliver.go)
+	closeCh      chan struct{} // closed when Close begins
+
 	turns *turns // local queue per key (queue.go)
 	wake  waker  // pub/sub listeners that end retry waits early (wake.go)
 }
@@ -78,7 +81,8 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{nodes: nodes, addrs: make([]string, len(nodes)), cfg: cfg, slotted: make([]bool, len(nodes)), slots: make([]chan struct{}, len(nodes)), procs: make([]scripts.Processor, len(nodes)),
-		guardArg: cfg.guard.Milliseconds(), fenceArg: "0", emptyArg: "", turns: newTurns(), stateKey: cfg.prefix + reservedKey, workers: quorum.NewWorkers()}
+		guardArg: cfg.guard.Milliseconds(), fenceArg: "0", emptyArg: "", turns: newTurns(), stateKey: cfg.prefix + reservedKey, workers: quorum.NewWorkers(),
+		redeliveries: make([]redelivery, len(nodes)), closeCh: make(chan struct{})}
 	if cfg.fencing {
 		c.fenceArg = "1"
 	}
@@ -122,7 +126,9 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 }
 
 // Close waits for the Client's outstanding background requests (late node
-// answers and the releases that follow them) and makes every later operation
+// answers and the releases that follow them), sends once more, at once, the
+// releases that nodes have not answered yet and that the Client retries in
+// the background (see [Client.TryLock]), and makes every later operation
 // return [ErrClosed]. It also stops the goroutines that the Client keeps
 // between lock rounds to call the nodes (at most one per call that ran at
 // once): close every Client you no longer use. Unlock the locks you hold
@@ -130,6 +136,9 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 // more than once.
 func (c *Client) Close() error {
 	c.mu.Lock()
+	if !c.closed {
+		close(c.closeCh) // redeliver.go: one last attempt for the releases in doubt
+	}
 	c.closed = true
 	c.mu.Unlock()
 	c.turns.close() // queue.go: waiters return ErrClosed
@@ -148,10 +157,13 @@ func (c *Client) track(r *quorum.Round) { r.Own(&c.bg) }
 //
 // On failure every node that granted the lock, or whose answer did not come,
 // is sent a token-guarded release, after its answer (or its timeout) for
-// nodes still outstanding. One case remains: a network that delays a request
-// beyond the node timeout instead of losing it (a partition that heals) can
-// deliver the late SET after its release; the key then blocks the lock on
-// that node until its TTL passes, without anybody holding it. That costs
+// nodes still outstanding. A release that gets no answer (the node is
+// down or cut off) is sent again in the background until the node answers
+// or the TTL has passed; the answer deletes the key, or, where the key is
+// missing, leaves a tombstone for the TTL that refuses this round's SET if
+// the network still delivers it (a partition that holds packets and heals).
+// A SET delivered later than that, or a node that stays unreachable for the
+// TTL, leaves a key that nobody holds until its TTL passes: that costs
 // availability, never safety. The error is an [*Error] that wraps
 // [ErrNotObtained] (and ctx.Err() when ctx ended the attempt); bad arguments
 // (empty key, ttl that is not positive, too small to survive the drift
@@ -772,12 +784,16 @@ func (c *Client) releaseExcept(ctx context.Context, l *Lock, after *Lock) *quoru
 		}
 		if err := c.enter(ctx, i, nil); err != nil {
 			c.cfg.log.Debug("redlock: release not sent: the node stayed busy", "addr", c.addrs[i], "key", l.name(), "err", err)
+			c.redeliver(i, l, args, err)
 			return err
 		}
-		defer c.exit(i)
 		v, err := scripts.RunInt(ctx, c.procs[i], args)
+		c.exit(i)
 		if err != nil {
 			c.cfg.log.Debug("redlock: release failed", "addr", c.addrs[i], "key", l.name(), "err", err)
+			if inDoubt(err) {
+				c.redeliver(i, l, args, err) // redeliver.go
+			}
 			return err
 		}
 		if v == 0 {
