@@ -25,8 +25,12 @@ import (
 //
 // Each node has one queue and, while the queue is not empty, one goroutine
 // that retries it with a doubling delay; an answered or expired release
-// leaves the queue, and the goroutine ends with the queue. Close makes one
-// last attempt for what is queued, at once, and waits for it.
+// leaves the queue, and the goroutine ends with the queue. An attempt sends
+// the oldest release alone and, if the node answers it, the rest as one
+// pipeline; it takes one of the node's request slots (Client.enter), and
+// a node whose slots are all taken is left for the next attempt. Close
+// makes one last attempt for what is queued, at once, and waits for it (at
+// most redeliverTimeout).
 
 // redeliveryLimit bounds a node's queue: beyond it, the oldest releases are
 // dropped (their keys expire with their TTL, as without redelivery).
@@ -66,7 +70,7 @@ func inDoubt(err error) bool {
 	if !errors.As(err, &re) {
 		return true // a timeout, a dial or connection failure, a closed pool
 	}
-	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "MOVED", "ASK"} {
+	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "MOVED", "ASK", "NOSCRIPT"} {
 		if redis.HasErrorPrefix(err, p) {
 			return true
 		}
@@ -86,7 +90,7 @@ func (c *Client) redeliver(i int, l *Lock, args []any, cause error) {
 	q.mu.Lock()
 	if len(q.pending) >= redeliveryLimit {
 		if !q.dropping {
-			c.cfg.log.Warn("redlock: too many releases in doubt on one node: the oldest are dropped and their keys expire with their TTL",
+			c.cfg.log.Info("redlock: too many releases in doubt on one node: the oldest are dropped and their keys expire with their TTL",
 				"addr", c.addrs[i], "limit", redeliveryLimit)
 		}
 		q.dropping = true
@@ -138,21 +142,12 @@ func (c *Client) redeliverLoop(i int) {
 		}
 		q.pending = nil
 		q.mu.Unlock()
-		var left []pendingRelease
-		for k, p := range batch {
-			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
-			_, err := scripts.RunInt(ctx, c.nodes[i], p.args)
-			cancel()
-			if err != nil && inDoubt(err) {
-				left = batch[k:] // still unreachable: keep this one and the rest
-				break
-			}
-		}
+		left := c.redeliverBatch(i, batch, last)
 		q.mu.Lock()
 		q.pending = append(left, q.pending...)
 		if last || len(q.pending) == 0 {
 			if last && len(q.pending) > 0 {
-				c.cfg.log.Warn("redlock: Close could not deliver releases in doubt: their keys expire with their TTL",
+				c.cfg.log.Info("redlock: Close could not deliver releases in doubt: their keys expire with their TTL",
 					"addr", c.addrs[i], "count", len(q.pending))
 			}
 			q.pending, q.running, q.dropping = nil, false, false
@@ -167,4 +162,66 @@ func (c *Client) redeliverLoop(i int) {
 		}
 		t.Reset(delay/2 + retry.Jitter(delay))
 	}
+}
+
+// redeliverBatch sends batch to node i and returns the releases still in
+// doubt. The first goes alone (it also loads the script on a node that lost
+// it); if the node answers it, the rest go as one pipeline, so that a slow
+// node drains its queue in a round trip or two. The attempt's time is
+// bounded by redeliverTimeout.
+func (c *Client) redeliverBatch(i int, batch []pendingRelease, last bool) []pendingRelease {
+	if len(batch) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.redeliverTimeout())
+	defer cancel()
+	// One of the node's request slots (see Client.enter): a redelivery
+	// must not push the node's requests beyond its connection pool. When
+	// the node is saturated there is no attempt this time, except Close's
+	// last, which waits for a slot.
+	if s := c.slots[i]; s != nil {
+		if last {
+			select {
+			case s <- struct{}{}:
+			case <-ctx.Done():
+				return batch
+			}
+		} else {
+			select {
+			case s <- struct{}{}:
+			default:
+				return batch
+			}
+		}
+		defer func() { <-s }()
+	}
+	if _, err := scripts.RunInt(ctx, c.nodes[i], batch[0].args); inDoubt(err) {
+		return batch // still unreachable
+	}
+	rest := batch[1:]
+	if len(rest) == 0 {
+		return nil
+	}
+	pipe := c.nodes[i].Pipeline()
+	cmds := make([]*redis.IntCmd, len(rest))
+	for k, p := range rest {
+		cmds[k] = redis.NewIntCmd(ctx, p.args...)
+		_ = pipe.Process(ctx, cmds[k])
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	var left []pendingRelease
+	for k, cmd := range cmds {
+		if inDoubt(cmd.Err()) {
+			left = append(left, rest[k])
+		}
+	}
+	return left
+}
+
+// redeliverTimeout bounds one redelivery attempt to a node, and so how long
+// Close waits for a node that does not answer. It is longer than the node
+// timeout: nothing waits for a redelivery but Close, and a node slower than
+// the node timeout should still get its releases.
+func (c *Client) redeliverTimeout() time.Duration {
+	return max(4*c.cfg.nodeTimeout, 500*time.Millisecond)
 }
