@@ -228,10 +228,16 @@ func (h *faultHook) intercept(cmd redis.Cmder) error {
 // Client batches concurrent commands to a node); the commands it fails are
 // not sent.
 func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return interceptPipeline(next, h.intercept)
+}
+
+// interceptPipeline is a pipeline hook that applies intercept to each
+// command and sends only the commands it lets through.
+func interceptPipeline(next redis.ProcessPipelineHook, intercept func(redis.Cmder) error) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		send := make([]redis.Cmder, 0, len(cmds))
 		for _, cmd := range cmds {
-			if h.intercept(cmd) == nil {
+			if intercept(cmd) == nil {
 				send = append(send, cmd)
 			}
 		}

@@ -95,18 +95,7 @@ func (h *lateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 func (h *lateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		send := make([]redis.Cmder, 0, len(cmds))
-		for _, cmd := range cmds {
-			if h.intercept(cmd) == nil {
-				send = append(send, cmd)
-			}
-		}
-		if len(send) == 0 {
-			return nil
-		}
-		return next(ctx, send)
-	}
+	return interceptPipeline(next, h.intercept)
 }
 
 func (h *lateHook) intercept(cmd redis.Cmder) error {

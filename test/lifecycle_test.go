@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,7 +27,10 @@ var errCut = errors.New("cut off by the test")
 
 // cutHook fails every command of one node client while on: a way to keep one
 // client's requests from one node while other clients reach it.
-type cutHook struct{ on atomic.Bool }
+type cutHook struct {
+	on   atomic.Bool
+	cuts atomic.Int64 // commands failed so far
+}
 
 func (h *cutHook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
@@ -35,6 +39,7 @@ func (h *cutHook) DialHook(next redis.DialHook) redis.DialHook {
 func (h *cutHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if h.on.Load() {
+			h.cuts.Add(1)
 			cmd.SetErr(errCut)
 			return errCut
 		}
@@ -47,6 +52,7 @@ func (h *cutHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *cutHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if h.on.Load() {
+			h.cuts.Add(1)
 			for _, cmd := range cmds {
 				cmd.SetErr(errCut)
 			}
@@ -86,13 +92,20 @@ func newLockClient(t *testing.T, c *rig.Cluster, opts *redlock.Options) *lockCli
 // others fail.
 func (lc *lockClient) lockOn(t *testing.T, key string, ttl time.Duration, nodes ...int) *redlock.Lock {
 	t.Helper()
-	for _, h := range lc.cuts {
-		h.on.Store(true)
-	}
-	for _, i := range nodes {
-		lc.cuts[i].on.Store(false)
+	before := make([]int64, len(lc.cuts))
+	for i, h := range lc.cuts {
+		before[i] = h.cuts.Load()
+		h.on.Store(!slices.Contains(nodes, i))
 	}
 	l, err := lc.TryLock(t.Context(), key, ttl)
+	// The round returns at its quorum: its acquires to the other nodes may
+	// not have reached their hooks yet. Keep those nodes cut until they have.
+	for i, h := range lc.cuts {
+		if h.on.Load() {
+			require.Eventually(t, func() bool { return h.cuts.Load() > before[i] }, 5*time.Second, time.Millisecond,
+				"the acquire to node %d was not cut", i)
+		}
+	}
 	for _, h := range lc.cuts {
 		h.on.Store(false)
 	}
