@@ -30,7 +30,9 @@ import (
 // pipeline; it takes one of the node's request slots (Client.enter), and
 // a node whose slots are all taken is left for the next attempt. Close
 // makes one last attempt for what is queued, at once, and waits for it (at
-// most redeliverTimeout).
+// most redeliverTimeout). What it could not deliver, and a queue that
+// overflows, are logged at Debug level: the keys expire with their TTL,
+// as they would without redelivery.
 
 // redeliveryLimit bounds a node's queue: beyond it, the oldest releases are
 // dropped (their keys expire with their TTL, as without redelivery).
@@ -90,7 +92,7 @@ func (c *Client) redeliver(i int, l *Lock, args []any, cause error) {
 	q.mu.Lock()
 	if len(q.pending) >= redeliveryLimit {
 		if !q.dropping {
-			c.cfg.log.Info("redlock: too many releases in doubt on one node: the oldest are dropped and their keys expire with their TTL",
+			c.cfg.log.Debug("redlock: too many releases in doubt on one node: the oldest are dropped and their keys expire with their TTL",
 				"addr", c.addrs[i], "limit", redeliveryLimit)
 		}
 		q.dropping = true
@@ -147,7 +149,7 @@ func (c *Client) redeliverLoop(i int) {
 		q.pending = append(left, q.pending...)
 		if last || len(q.pending) == 0 {
 			if last && len(q.pending) > 0 {
-				c.cfg.log.Info("redlock: Close could not deliver releases in doubt: their keys expire with their TTL",
+				c.cfg.log.Debug("redlock: Close could not deliver releases in doubt: their keys expire with their TTL",
 					"addr", c.addrs[i], "count", len(q.pending))
 			}
 			q.pending, q.running, q.dropping = nil, false, false
