@@ -55,7 +55,6 @@ type redelivery struct {
 
 type pendingRelease struct {
 	args  []any     // the release's EVALSHA arguments, as first sent
-	key   string    // for the log
 	until time.Time // give up after this (the lock's TTL after the first failure)
 }
 
@@ -98,7 +97,7 @@ func (c *Client) redeliver(i int, l *Lock, args []any, cause error) {
 		q.dropping = true
 		q.pending = q.pending[1:]
 	}
-	q.pending = append(q.pending, pendingRelease{args: args, key: l.name(), until: time.Now().Add(ttl)})
+	q.pending = append(q.pending, pendingRelease{args: args, until: time.Now().Add(ttl)})
 	start := !q.running
 	q.running = true
 	q.mu.Unlock()
