@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"net"
 	"sync"
 	"syscall"
@@ -119,4 +120,32 @@ func TestNewNodesConnCheck(t *testing.T) {
 
 	_, isSys := net.Conn(&checkedConn{}).(syscall.Conn)
 	assert.True(t, isSys)
+}
+
+// TestNodeOptionsDialOnce: a request to a node that refuses connections
+// dials it once and fails, instead of go-redis's default of five dials
+// 100 ms apart; the negative control shows the default's retries.
+func TestNodeOptionsDialOnce(t *testing.T) {
+	leakcheck.Check(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now: dials are refused
+	dials := func(opts *redis.Options) int {
+		var n int
+		d := &net.Dialer{}
+		opts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			n++
+			return d.DialContext(ctx, network, addr)
+		}
+		opts.DialerRetryTimeout = time.Millisecond
+		cl := redis.NewClient(opts)
+		defer cl.Close()
+		require.Error(t, cl.Ping(t.Context()).Err())
+		return n
+	}
+	assert.Equal(t, 1, dials(NodeOptions(addr)))
+	def := NodeOptions(addr)
+	def.DialerRetries = 0 // go-redis's default
+	assert.Equal(t, 5, dials(def), "go-redis's default")
 }
