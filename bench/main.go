@@ -56,7 +56,7 @@ func run(ctx context.Context) error {
 	mdFile := flag.String("md", "results/latest.md", "write the comparison table (Markdown) here (empty: don't)")
 	rounds := flag.Int("rounds", 3, "split each scenario into this many short runs per library, alternating the libraries, and pool them (so that both see the same drift in machine load)")
 	only := flag.String("only", "", "run only these scenarios, by ID, comma-separated (distinct-1, distinct-8, hotkey-8, hotkey-8-clients, slow-1)")
-	implName := flag.String("impl", "", "run only this library: redsync or redquorum")
+	implName := flag.String("impl", "", "run only these, comma-separated: redsync, redquorum, and the floors bare-scripts and bare-noop (see bare.go; 1-caller scenario only)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run here")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the run here")
 	flag.Parse()
@@ -79,9 +79,14 @@ func run(ctx context.Context) error {
 
 	impls := []loadtest.Impl{redsyncImpl(), loadtest.Redquorum(nil)}
 	if *implName != "" {
-		impls = slices.DeleteFunc(impls, func(i loadtest.Impl) bool { return i.Name != *implName })
-		if len(impls) == 0 {
-			return fmt.Errorf("--impl %q: want redsync or redquorum", *implName)
+		all := append(impls, bareImpl("bare-scripts", true), bareImpl("bare-noop", false))
+		impls = nil
+		for _, name := range strings.Split(*implName, ",") {
+			i := slices.IndexFunc(all, func(i loadtest.Impl) bool { return i.Name == name })
+			if i < 0 {
+				return fmt.Errorf("--impl %q: want redsync, redquorum, bare-scripts or bare-noop", name)
+			}
+			impls = append(impls, all[i])
 		}
 	}
 	scenarios := loadtest.Scenarios(*duration, *callers, *slow)
@@ -93,6 +98,11 @@ func run(ctx context.Context) error {
 			}
 		}
 		scenarios = slices.DeleteFunc(scenarios, func(s loadtest.Scenario) bool { return !slices.Contains(ids, s.ID) })
+	}
+	for _, im := range impls {
+		if strings.HasPrefix(im.Name, "bare-") && slices.ContainsFunc(scenarios, func(s loadtest.Scenario) bool { return s.ID != "distinct-1" }) {
+			return fmt.Errorf("--impl %s: not a lock (it never waits for a key), only for --only distinct-1", im.Name)
+		}
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -146,7 +156,9 @@ func run(ctx context.Context) error {
 	}
 	fmt.Println()
 	var table strings.Builder
-	compare(&table, results, impls[0].Name, impls[1].Name)
+	if len(impls) >= 2 { // each figure of the second against the first
+		compare(&table, results, impls[0].Name, impls[1].Name, impls[0].Name == "redsync" && impls[1].Name == "redquorum")
+	}
 	fmt.Print(table.String())
 	if *mdFile != "" {
 		if err := os.WriteFile(*mdFile, []byte(table.String()), 0o644); err != nil {
