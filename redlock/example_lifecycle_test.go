@@ -106,6 +106,11 @@ func Example_restartGuard() {
 	a, err := client.TryLock(ctx, "job", 10*time.Second)
 	fmt.Println("A:", err)
 	_ = srv[2].Restart()
+	// Connections to node 2 from before its restart are dead; NewNodes'
+	// clients find that out once a connection has been idle for 100 ms.
+	// Without the wait, B's request could fail on one at once, and B would be
+	// decided (node 1 and node 2 refusing) before node 0 answers.
+	time.Sleep(150 * time.Millisecond)
 
 	srv[0].FlushAll() // node 0 restarts without persistence
 	_, err = client.TryLock(ctx, "job", 10*time.Second)
