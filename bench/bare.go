@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,13 +31,22 @@ import (
 func bareImpl(name string, real bool) loadtest.Impl {
 	return loadtest.Impl{Name: name, New: func(addrs []string) (loadtest.Locker, func(), error) {
 		nodes := redlock.NewNodes(addrs...)
-		b := &bare{nodes: nodes, workers: quorum.NewWorkers(), real: real}
-		return b, func() {
-			b.workers.Close()
+		closeNodes := func() {
 			for _, n := range nodes {
 				_ = n.Close()
 			}
-		}, nil
+		}
+		// The node state of an established deployment (what a Client's
+		// first rounds on new nodes write), so that the acquire takes its
+		// usual path instead of reporting the restart guard.
+		for _, n := range nodes {
+			if err := n.HSetNX(context.Background(), stateKey, "g", "0").Err(); err != nil {
+				closeNodes()
+				return nil, nil, err
+			}
+		}
+		b := &bare{nodes: nodes, workers: quorum.NewWorkers(), real: real}
+		return b, func() { b.workers.Close(); closeNodes() }, nil
 	}}
 }
 
@@ -49,15 +59,19 @@ type bare struct {
 // noop is the script of bare-noop.
 var noop = redis.NewScript("return 0")
 
+// stateKey is the node state that redlock's acquire script reads (without
+// Options.KeyPrefix).
+const stateKey = "redquorum:node"
+
 func (b *bare) Lock(ctx context.Context, key string, ttl time.Duration) (loadtest.Unlocker, error) {
 	var acquire, release []any // nil: the no-op script
 	if b.real {
 		token, ms := retry.Token(), ttl.Milliseconds()
 		guard := redlock.DefaultRestartGuard.Milliseconds()
-		acquire = scripts.Args(scripts.Acquire, []string{key, "redquorum:state"}, token, ms, guard, "", "0", "")
+		acquire = scripts.Args(scripts.Acquire, []string{key, stateKey}, token, ms, guard, "", "0", "")
 		release = scripts.Args(scripts.Release, []string{key}, token, "1", ms)
 	}
-	if err := b.round(ctx, acquire); err != nil {
+	if err := b.round(ctx, acquire, 0); err != nil {
 		return nil, err
 	}
 	return bareUnlock{b, release}, nil
@@ -68,15 +82,21 @@ type bareUnlock struct {
 	args []any
 }
 
-func (u bareUnlock) Unlock(ctx context.Context) error { return u.b.round(ctx, u.args) }
+func (u bareUnlock) Unlock(ctx context.Context) error { return u.b.round(ctx, u.args, 1) }
 
-// round sends args to every node and returns once a majority has answered.
-func (b *bare) round(ctx context.Context, args []any) error {
+// round sends args to every node and returns once a majority has answered
+// want (a no-op round: anything).
+func (b *bare) round(ctx context.Context, args []any, want int64) error {
 	r := b.workers.Start(ctx, len(b.nodes), redlock.DefaultNodeTimeout, func(ctx context.Context, i int) error {
 		if args == nil {
 			return noop.Run(ctx, b.nodes[i], nil).Err() // EVALSHA, EVAL on NOSCRIPT
 		}
-		_, err := scripts.Run(ctx, b.nodes[i], args)
+		// 0 from the acquire (granted), 1 from the release (deleted):
+		// anything else means the round did not do a lock's work.
+		v, err := scripts.RunInt(ctx, b.nodes[i], args)
+		if err == nil && v != want {
+			err = fmt.Errorf("bare-scripts: node %d answered %d, want %d", i, v, want)
+		}
 		return err
 	})
 	_, err := r.Await(ctx, len(b.nodes)/2+1)
