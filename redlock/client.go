@@ -87,6 +87,7 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 		c.fenceArg = "1"
 	}
 	seenAddr := map[string]int{}
+	sharded := 0 // Cluster and Ring nodes
 	for i, n := range nodes {
 		if n == nil {
 			return nil, fmt.Errorf("redlock: nodes[%d] is nil", i)
@@ -99,8 +100,10 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 		switch n := n.(type) {
 		case *redis.ClusterClient:
 			c.slotted[i], c.sharded = true, true
+			sharded++
 		case *redis.Ring:
 			c.sharded = true
+			sharded++
 		case *redis.Client:
 			if size := n.Options().PoolSize; size > 0 {
 				c.slots[i] = make(chan struct{}, size)
@@ -121,6 +124,9 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 		for _, p := range problems {
 			cfg.log.Warn("redlock: node client configured against the lock algorithm", "node", i, "addr", c.addrs[i], "problem", p)
 		}
+	}
+	if plain := len(nodes) - sharded; cfg.fencing && cfg.guard > 0 && plain < cfg.quorum {
+		return nil, fmt.Errorf("redlock: Options.Fencing needs at least %d plain masters among the %d nodes, and %d are a Redis Cluster or Ring: there the fence counters are kept per hash slot or shard, one that the deployment has not used yet has an unknown counter, and fenced locks on its keys would fail with ErrFenceUnknown", cfg.quorum, len(nodes), sharded)
 	}
 	return c, nil
 }

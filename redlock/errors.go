@@ -44,6 +44,12 @@ var (
 	// of them between the losses (with requests coming, within 5 seconds),
 	// seen by a Client created after the losses; a lock held then is
 	// forgotten everywhere.
+	//
+	// On a Redis Cluster node the state is one per hash slot, and a slot
+	// that the deployment has not used yet has none: its first lock is
+	// refused for RestartGuard, unless it is the first slot of a Client
+	// that takes the nodes for a new deployment. Give lock keys few hash
+	// tags so that few slots wait.
 	ErrGuarded = errors.New("redlock: node in its restart guard")
 	// ErrFenceUnknown is the per-node outcome of a node that granted a
 	// fenced lock while its fence counter was unknown, because the node lost

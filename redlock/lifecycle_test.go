@@ -674,6 +674,24 @@ func TestClusterNodeKeys(t *testing.T) {
 	_, err = cl.TryLockMany(t.Context(), []string{"{order:1}:a", "{order:2}:b"}, time.Second)
 	assert.EqualError(t, err, `redlock: keys[1] "{order:2}:b" and keys[0] "{order:1}:a" have different hash tags: a node is a Redis Cluster or Ring, so every key of one lock needs the same hash tag, as in {order:42}:a and {order:42}:b`)
 
+	// Fencing needs a quorum of plain masters (test/cluster_test.go shows
+	// why), unless the restart guard is off and unknown counters read as 0.
+	_, err = New(nodes, &Options{Fencing: true})
+	assert.EqualError(t, err, "redlock: Options.Fencing needs at least 2 plain masters among the 3 nodes, and 3 are a Redis Cluster or Ring: there the fence counters are kept per hash slot or shard, one that the deployment has not used yet has an unknown counter, and fenced locks on its keys would fail with ErrFenceUnknown")
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:4"}})
+	p5, p6 := redis.NewClient(NodeOptions("127.0.0.1:5")), redis.NewClient(NodeOptions("127.0.0.1:6"))
+	t.Cleanup(func() { _, _, _ = ring.Close(), p5.Close(), p6.Close() })
+	_, err = New([]redis.UniversalClient{nodes[0], ring, p5}, &Options{Fencing: true})
+	assert.ErrorContains(t, err, "needs at least 2 plain masters among the 3 nodes, and 2 are a Redis Cluster or Ring")
+	for _, o := range []*Options{{Fencing: true, UnsafeNoRestartGuard: true}, {}} {
+		ok, err := New(nodes, o)
+		require.NoError(t, err)
+		require.NoError(t, ok.Close())
+	}
+	mixed, err := New([]redis.UniversalClient{nodes[0], p5, p6}, &Options{Fencing: true})
+	require.NoError(t, err, "two plain masters of three: a quorum knows every counter")
+	require.NoError(t, mixed.Close())
+
 	for _, key := range []string{"plain", "{order:1}:a"} {
 		l := &Lock{rkeys: []string{"lock:" + key}}
 		k := cl.scriptKeys(l, 0)

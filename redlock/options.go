@@ -88,6 +88,11 @@ type Options struct {
 	// Fencing makes every lock carry a fencing token, [Lock.Fence], that
 	// strictly increases from one holder of a key to the next. Obtaining a
 	// lock then takes a second round trip to the nodes (see [Lock.Fence]).
+	// New refuses it (while the restart guard is on) unless a quorum of the
+	// nodes are plain masters: on a Redis Cluster the counters live in the
+	// per-slot node state (on a Ring, per shard; see [ErrGuarded]), and a
+	// slot or shard not used before has an unknown counter there, so fenced
+	// locks on it would fail if a quorum of nodes were such.
 	Fencing bool
 
 	// Logger receives warnings about node clients configured against the

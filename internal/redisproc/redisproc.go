@@ -1,6 +1,6 @@
 // Package redisproc starts native redis-server processes on 127.0.0.1 for
-// benchmarks: independent masters without persistence, stopped and removed
-// by [Servers.Stop].
+// benchmarks and tests: independent masters, or the masters of one Redis
+// Cluster, without persistence, stopped and removed by [Servers.Stop].
 package redisproc
 
 import (
@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -30,6 +31,52 @@ type Servers struct {
 // without persistence, and waits until each accepts connections. On failure
 // it stops those it started.
 func Start(ctx context.Context, n int) (*Servers, error) {
+	return start(ctx, n)
+}
+
+// StartCluster starts one Redis Cluster of n masters (no replicas, no
+// persistence), the hash slots split evenly between them in order, and
+// waits until every master reports the cluster ok and knows every other.
+// Addrs lists the masters; any of them is a seed for a cluster client.
+func StartCluster(ctx context.Context, n int) (*Servers, error) {
+	s, err := start(ctx, n, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+	if err != nil {
+		return nil, err
+	}
+	const slots = 16384
+	for i, a := range s.Addrs {
+		lo, hi := i*slots/n, (i+1)*slots/n-1
+		if err := command(a, "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)); err != nil {
+			s.Stop()
+			return nil, err
+		}
+		if i > 0 {
+			host, port, _ := net.SplitHostPort(s.Addrs[0])
+			if err := command(a, "CLUSTER", "MEET", host, port); err != nil {
+				s.Stop()
+				return nil, err
+			}
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, a := range s.Addrs {
+		for {
+			info, err := reply(a, "CLUSTER", "INFO")
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)+"\r") {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				s.Stop()
+				return nil, fmt.Errorf("redisproc: cluster of %d on %v not ok after 20s: %q, %v", n, s.Addrs, info, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return s, nil
+}
+
+// start starts n servers with extra arguments.
+func start(ctx context.Context, n int, extra ...string) (*Servers, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errors.New("redisproc: redis-server not found on PATH: run scripts/ensure-redis-server.sh (make bench does)")
@@ -53,8 +100,9 @@ func Start(ctx context.Context, n int) (*Servers, error) {
 			s.Stop()
 			return nil, err
 		}
-		cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
-			"--dir", dir, "--protected-mode", "no", "--maxmemory-policy", "noeviction", "--loglevel", "warning")
+		args := []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
+			"--dir", dir, "--protected-mode", "no", "--maxmemory-policy", "noeviction", "--loglevel", "warning"}
+		cmd := exec.Command(bin, append(args, extra...)...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // no orphans if the bench dies
 		if err := cmd.Start(); err != nil {
 			s.Stop()
@@ -109,6 +157,56 @@ func waitPing(ctx context.Context, addr string) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// command sends one command to addr and wants +OK.
+func command(addr string, args ...string) error {
+	r, err := reply(addr, args...)
+	if err == nil && r != "OK" {
+		err = fmt.Errorf("redisproc: %s on %s: %q", strings.Join(args, " "), addr, r)
+	}
+	return err
+}
+
+// reply sends one command to addr and returns its simple or bulk string
+// reply; an error reply is an error.
+func reply(addr string, args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	req := fmt.Sprintf("*%d\r\n", len(args))
+	for _, a := range args {
+		req += fmt.Sprintf("$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(req)); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	switch {
+	case strings.HasPrefix(line, "+"):
+		return line[1:], nil
+	case strings.HasPrefix(line, "-"):
+		return "", fmt.Errorf("redisproc: %s on %s: %s", strings.Join(args, " "), addr, line[1:])
+	case strings.HasPrefix(line, "$"):
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return "", fmt.Errorf("redisproc: %s on %s: reply %q", strings.Join(args, " "), addr, line)
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	return "", fmt.Errorf("redisproc: %s on %s: unexpected reply %q", strings.Join(args, " "), addr, line)
 }
 
 func ping(addr string) error {

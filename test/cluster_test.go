@@ -1,0 +1,203 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/internal/hashslot"
+	"github.com/redquorum/redquorum/internal/leakcheck"
+	"github.com/redquorum/redquorum/internal/redisproc"
+	"github.com/redquorum/redquorum/redlock"
+)
+
+// clusters starts one Redis Cluster per size in sizes (native redis-server
+// processes: a Cluster needs no proxy here) and returns a go-redis cluster
+// client for each, with the settings redlock.NodeOptions gives a plain
+// node. Without redis-server it skips, or fails under CI=true.
+func clusters(t *testing.T, sizes ...int) []*redis.ClusterClient {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis-server not found (%v); CI=true, and in CI tests against real Redis must run, not skip", err)
+		}
+		t.Skipf("redis-server not found (%v); run scripts/ensure-redis-server.sh (with CI=true this fails)", err)
+	}
+	var out []*redis.ClusterClient
+	for _, n := range sizes {
+		s, err := redisproc.StartCluster(t.Context(), n)
+		require.NoError(t, err)
+		t.Cleanup(s.Stop)
+		cl := redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: s.Addrs, Protocol: 2, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
+			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		})
+		t.Cleanup(func() { _ = cl.Close() })
+		require.NoError(t, cl.ForEachShard(t.Context(), func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }))
+		out = append(out, cl)
+	}
+	return out
+}
+
+// keyOnShard returns a key with a hash tag of its own whose slot lies in the
+// i-th of n even slot ranges (the i-th master of redisproc.StartCluster).
+func keyOnShard(i, n int, name string) string {
+	for j := 0; ; j++ {
+		k := "{" + name + strconv.Itoa(j) + "}"
+		if s := hashslot.Slot(k); s >= i*16384/n && s < (i+1)*16384/n {
+			return k
+		}
+	}
+}
+
+// TestClusterNodes: lock nodes that are Redis Clusters, against real
+// redis-server: node 0 a cluster of three masters (keys on each of its
+// shards), nodes 1 and 2 clusters of one. Lock, Extend, LockMany and
+// Unlock work on every shard; each hash slot has its own node state (the
+// scripts may only touch one slot), so the restart guard begins anew for
+// every slot that a deployment has not used yet (see the README, "Restart
+// guard"); a shard that loses its data is guarded while the others grant.
+// (Fencing, whose counters are kept in the same per-slot state, needs a
+// quorum of plain masters: see TestClusterNodeFencing.)
+func TestClusterNodes(t *testing.T) {
+	leakcheck.Check(t)
+	cls := clusters(t, 3, 1, 1)
+	nodes := make([]redis.UniversalClient, len(cls))
+	for i, c := range cls {
+		nodes[i] = c
+	}
+	const guard, ttl = 3 * time.Second, 2 * time.Second
+	newClient := func() *redlock.Client {
+		cl, err := redlock.New(nodes, &redlock.Options{RestartGuard: guard, NodeTimeout: time.Second})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = cl.Close() })
+		return cl
+	}
+	ctx := t.Context()
+	holds := func(key, token string) int {
+		n := 0
+		for _, c := range cls {
+			if v, err := c.Get(ctx, key).Result(); err == nil && v == token {
+				n++
+			}
+		}
+		return n
+	}
+
+	// A key on each shard of node 0. A Client that has never seen a node in
+	// service takes the first slot it finds guarded on every node for a new
+	// deployment: one fresh Client per key.
+	for shard := range 3 {
+		key := keyOnShard(shard, 3, "stock")
+		cl := newClient()
+		l, err := cl.TryLock(ctx, key, ttl)
+		require.NoError(t, err, "shard %d", shard)
+		require.Eventually(t, func() bool { return holds(key, l.Token()) == 3 }, 2*time.Second, 10*time.Millisecond, "shard %d: every node holds the token", shard)
+		require.NoError(t, l.Extend(ctx, guard))
+		assert.Eventually(t, func() bool { return cls[0].PTTL(ctx, key).Val() > ttl }, 2*time.Second, 10*time.Millisecond, "extended on node 0")
+		require.NoError(t, l.Unlock(ctx))
+		require.Eventually(t, func() bool { return holds(key, l.Token()) == 0 }, 2*time.Second, 10*time.Millisecond)
+
+		// The slot is now in service: the same Client locks it again at once.
+		l2, err := cl.TryLock(ctx, key, ttl)
+		require.NoError(t, err, "shard %d, again", shard)
+		require.NoError(t, l2.Unlock(ctx))
+	}
+
+	// Several keys with one hash tag: one slot, one lock.
+	cl := newClient()
+	tag := keyOnShard(1, 3, "order")
+	many, err := cl.TryLockMany(ctx, []string{tag + ":stock", tag + ":payment"}, ttl)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holds(tag+":payment", many.Token()) == 3 }, 2*time.Second, 10*time.Millisecond)
+	require.NoError(t, many.Unlock(ctx))
+
+	// A slot this deployment has not used yet is guarded on every node,
+	// until the guard has passed.
+	fresh := keyOnShard(2, 3, "fresh")
+	_, err = cl.TryLock(ctx, fresh, ttl)
+	require.ErrorIs(t, err, redlock.ErrGuarded, "a new slot on an established deployment")
+	var last error
+	if !assert.Eventually(t, func() bool {
+		l, err := cl.TryLock(ctx, fresh, ttl)
+		if last = err; err != nil {
+			return false
+		}
+		last = l.Unlock(ctx)
+		return true
+	}, 3*guard, 100*time.Millisecond) {
+		t.Fatalf("after the guard: %v", last)
+	}
+
+	// The shard of node 0 that holds key loses its data: node 0 is guarded
+	// for that slot, the two others grant.
+	key := keyOnShard(0, 3, "stock")
+	require.NoError(t, cls[0].ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		if err := c.Get(ctx, key).Err(); err == nil || errors.Is(err, redis.Nil) {
+			return c.FlushAll(ctx).Err() // the master that serves key
+		}
+		return nil // MOVED: another shard
+	}))
+	l, err := cl.TryLock(ctx, key, ttl)
+	require.NoError(t, err)
+	assert.NotEqual(t, l.Token(), cls[0].Get(ctx, key).Val(), "node 0, whose shard lost its data, did not grant")
+	require.NoError(t, l.Unlock(ctx)) // a quorum released it
+
+	// Nothing is left but the nodes' states.
+	for i, c := range cls {
+		require.NoError(t, c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			keys, err := m.Keys(ctx, "*").Result()
+			for _, k := range keys {
+				if len(k) < len("redquorum:") || k[:len("redquorum:")] != "redquorum:" {
+					t.Errorf("node %d: key %q left", i, k)
+				}
+			}
+			return err
+		}))
+	}
+}
+
+// TestClusterNodeFencing: fencing with one Cluster node among plain masters
+// (a quorum of plain masters, which New requires). The first slot is taken
+// as a new deployment on every node; the others are guarded on the Cluster
+// node (new slots), and the plain masters make the quorum of the lock and of
+// the fence without it. Fences increase across every shard and slot.
+func TestClusterNodeFencing(t *testing.T) {
+	leakcheck.Check(t)
+	cluster := clusters(t, 3)[0]
+	plain, err := redisproc.Start(t.Context(), 2)
+	require.NoError(t, err)
+	t.Cleanup(plain.Stop)
+	nodes := append([]redis.UniversalClient{cluster}, redlock.NewNodes(plain.Addrs...)...)
+	for _, n := range nodes[1:] {
+		t.Cleanup(func() { _ = n.Close() })
+	}
+	cl, err := redlock.New(nodes, &redlock.Options{Fencing: true, NodeTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cl.Close() })
+	ctx := t.Context()
+	var last uint64
+	for shard := range 3 {
+		key := keyOnShard(shard, 3, "fenced")
+		for round := range 2 {
+			l, err := cl.Lock(ctx, key, 10*time.Second)
+			require.NoError(t, err, "shard %d, round %d", shard, round)
+			assert.Greater(t, l.Fence(), last, "shard %d, round %d", shard, round)
+			last = l.Fence()
+			require.NoError(t, l.Unlock(ctx))
+		}
+	}
+	// The first slot's state on the Cluster node: established, its counter
+	// known (the new deployment set it, write-backs raise it).
+	first := "redquorum:node:{" + hashslot.Tag(hashslot.Slot(keyOnShard(0, 3, "fenced"))) + "}"
+	st := cluster.HGetAll(ctx, first).Val()
+	assert.Equal(t, "0", st["g"], "established: %v", st)
+	assert.Contains(t, st, "f", "counter known: %v", st)
+}
