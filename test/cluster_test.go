@@ -201,3 +201,92 @@ func TestClusterNodeFencing(t *testing.T) {
 	assert.Equal(t, "0", st["g"], "established: %v", st)
 	assert.Contains(t, st, "f", "counter known: %v", st)
 }
+
+// TestRingNode: a go-redis Ring of two shards as one lock node, beside two
+// plain masters, against real redis-server. The Ring routes each key, and
+// the node state beside it, to one shard: each shard keeps one state. The
+// first lock, on a new deployment, establishes every node's state for its
+// key's shard; a key on the other shard finds that shard new, so the Ring
+// refuses it (guarded) while the plain masters grant; once the guard has
+// passed, the Ring grants keys on both shards.
+func TestRingNode(t *testing.T) {
+	leakcheck.Check(t)
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		clusters(t) // skips, or fails under CI=true
+	}
+	srv, err := redisproc.Start(t.Context(), 4)
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	ringOpts := &redis.RingOptions{
+		Addrs:    map[string]string{"a": srv.Addrs[0], "b": srv.Addrs[1]},
+		Protocol: 2, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+	}
+	ring := redis.NewRing(ringOpts)
+	t.Cleanup(func() { _ = ring.Close() })
+	nodes := append([]redis.UniversalClient{ring}, redlock.NewNodes(srv.Addrs[2:]...)...)
+	for _, n := range nodes[1:] {
+		t.Cleanup(func() { _ = n.Close() })
+	}
+	const guard = 2 * time.Second
+	cl, err := redlock.New(nodes, &redlock.Options{RestartGuard: guard, NodeTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cl.Close() })
+	ctx := t.Context()
+	direct := make([]*redis.Client, 2)
+	for i := range direct {
+		direct[i] = redis.NewClient(redlock.NodeOptions(srv.Addrs[i]))
+		t.Cleanup(func() { _ = direct[i].Close() })
+	}
+	// The shard that holds key, or -1 when neither does.
+	holder := func(key string) int {
+		for i, d := range direct {
+			if d.Exists(ctx, key).Val() == 1 {
+				return i
+			}
+		}
+		return -1
+	}
+	// The first lock establishes the first key's shard as a new
+	// deployment; the Ring holds that key.
+	first, err := cl.TryLock(ctx, "job0", time.Second)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holder("job0") >= 0 }, 2*time.Second, 10*time.Millisecond)
+	established := holder("job0")
+	require.NoError(t, first.Unlock(ctx))
+	// A key on the other shard: the Ring refuses it (that shard's state is
+	// new, so it begins its guard), the plain masters grant it.
+	other := ""
+	for i := 1; other == ""; i++ {
+		require.Less(t, i, 100, "no key on the second shard")
+		key := "job" + strconv.Itoa(i)
+		l, err := cl.TryLock(ctx, key, time.Second)
+		require.NoError(t, err, key)
+		// The Ring answers after the quorum: wait until the key is held on
+		// a shard, or the other shard has begun its guard.
+		where := -1
+		require.Eventually(t, func() bool {
+			where = holder(key)
+			return where >= 0 || direct[1-established].Exists(ctx, "redquorum:node").Val() == 1
+		}, 2*time.Second, 10*time.Millisecond, key)
+		if where == -1 {
+			other = key
+			g := direct[1-established].HGet(ctx, "redquorum:node", "g").Val()
+			assert.NotEqual(t, "0", g, "the second shard is guarded")
+		}
+		require.NoError(t, l.Unlock(ctx))
+	}
+	keys := []string{"job0", other}
+	// Once both shards' guards have passed, both keys are held on the Ring too.
+	time.Sleep(guard + 200*time.Millisecond)
+	for _, key := range keys {
+		l, err := cl.TryLock(ctx, key, time.Second)
+		require.NoError(t, err, key)
+		assert.Equal(t, l.Token(), ring.Get(ctx, key).Val(), "%s: the Ring granted", key)
+		require.NoError(t, l.Unlock(ctx))
+	}
+	// One state per shard, none per key.
+	for i, d := range direct {
+		assert.Equal(t, []string{"redquorum:node"}, d.Keys(ctx, "*").Val(), "shard %d", i)
+	}
+}
