@@ -689,7 +689,7 @@ func TestClusterNodeKeys(t *testing.T) {
 		require.NoError(t, ok.Close())
 	}
 	mixed, err := New([]redis.UniversalClient{nodes[0], p5, p6}, &Options{Fencing: true})
-	require.NoError(t, err, "two plain masters of three: a quorum knows every counter")
+	require.NoError(t, err, "two plain masters of three: a quorum of known counters")
 	require.NoError(t, mixed.Close())
 
 	for _, key := range []string{"plain", "{order:1}:a"} {
