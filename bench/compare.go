@@ -79,6 +79,19 @@ func compare(w io.Writer, results []loadtest.Result, baseName, ourName string, t
 			figure{n + "failed Lock calls", float64(b.Errors), float64(r.Errors), "", "", nil},
 		)
 	}
+	for _, r := range results {
+		if r.Impl != ourName || !strings.HasPrefix(r.Scenario, "shared-") {
+			continue
+		}
+		b := get(baseName, r.Scenario)
+		n := strings.TrimSuffix(r.Title, " (wait)") + ": "
+		figs = append(figs,
+			figure{n + "acquisitions/s", b.PerSec, r.PerSec, "/s", "", nil},
+			figure{n + "wait p50", ms(b, 50), ms(&r, 50), "ms", "", nil},
+			figure{n + "wait p99", ms(b, 99), ms(&r, 99), "ms", "", nil},
+			figure{n + "failed Lock calls", float64(b.Errors), float64(r.Errors), "", "", nil},
+		)
+	}
 	fmt.Fprintf(w, "| figure | %s | %s | ratio | target |\n|---|---:|---:|---:|---|\n", baseName, ourName)
 	for _, f := range figs {
 		ratio := "-"

@@ -14,31 +14,32 @@ import (
 
 // The release script publishes every deletion on the channel
 // releasedChannel+key. A Client whose Lock waits for a key held elsewhere
-// listens on each node (one pattern subscription per node per Client,
-// started at the first such wait) and retries as soon as a node announces
-// that the key was released, instead of sleeping until its next retry. A
-// missed message (a listener not yet subscribed, a broken connection, a
-// holder whose key simply expires) only means waiting for the timed retry as
-// before. Safety does not depend on the messages: they only trigger a round.
-// The listeners stop once no Lock has waited for wakeIdle, so that a Client
-// whose keys are no longer contended does not keep receiving (and parsing)
-// every release announced under its prefix.
+// subscribes to that key's channel on each node (one pub/sub connection per
+// node per Client, opened at the first such wait) and retries as soon as a
+// node announces that the key was released, instead of sleeping until its
+// next retry. A missed message (a subscription not yet in place, a broken
+// connection, a holder whose key simply expires) only means waiting for the
+// timed retry as before. Safety does not depend on the messages: they only
+// trigger a round. A key stays subscribed until no Lock has waited for it
+// for wakeIdle, and the connections close once no key is subscribed, so that
+// a Client receives only the releases of keys it waits for (a pattern
+// subscription would deliver every release under its prefix to every
+// Client that waited recently, for every key).
 const releasedChannel = "redquorum:released:"
 
-// wakeIdle is how long the listeners outlive the last wait.
+// wakeIdle is how long a key stays subscribed after its last wait.
 var wakeIdle = 5 * time.Second // a variable for the tests
 
-// waker is a Client's pub/sub listeners and the Lock calls waiting for a
+// waker is a Client's pub/sub subscriptions and the Lock calls waiting for a
 // key's release. Its zero value is ready to use.
 type waker struct {
 	mu      sync.Mutex
-	started bool
 	closed  bool
-	subs    []*redis.PubSub
+	subs    []*redis.PubSub       // one per node while a key is subscribed, else nil
+	keys    map[string]time.Time  // subscribed keys (as on the nodes) and their last wait (monotonic)
 	waiters map[string]*wakeEntry // by key on the nodes
-	wg      sync.WaitGroup        // the listeners
-	last    time.Time             // the last wait (monotonic)
-	idle    *time.Timer           // stops the listeners after wakeIdle without waits
+	wg      sync.WaitGroup        // the listeners and the (un)subscribing goroutines
+	idle    *time.Timer           // drops the keys not waited for in wakeIdle
 }
 
 // wakeEntry is the channel of the Lock calls waiting for one key's release,
@@ -49,8 +50,8 @@ type wakeEntry struct {
 }
 
 // wakeOn returns a channel that is closed when a node announces the release
-// of rkey, starting the listeners if need be; nil after Close. Call wakeDone
-// when the wait is over.
+// of rkey, subscribing to it if need be; nil after Close. Call wakeDone when
+// the wait is over.
 func (c *Client) wakeOn(rkey string) <-chan struct{} {
 	w := &c.wake
 	w.mu.Lock()
@@ -58,23 +59,32 @@ func (c *Client) wakeOn(rkey string) <-chan struct{} {
 	if w.closed {
 		return nil
 	}
-	w.last = time.Now()
-	if !w.started {
-		w.started = true
-		pattern := releasedChannel + c.cfg.prefix + "*"
+	if w.subs == nil {
 		for _, n := range c.nodes {
-			// PSubscribe connects in the background; a node that is down
-			// is retried by go-redis on each receive.
-			ps := n.PSubscribe(context.Background(), pattern)
+			ps := n.Subscribe(context.Background()) // no channel yet: connects on the first
 			w.subs = append(w.subs, ps)
 			w.wg.Go(func() { w.listen(ps) })
 		}
 		if w.idle == nil {
-			w.idle = time.AfterFunc(wakeIdle, w.stopIfIdle)
+			w.idle = time.AfterFunc(wakeIdle, w.dropIdle)
 		} else {
 			w.idle.Reset(wakeIdle)
 		}
 	}
+	if w.keys == nil {
+		w.keys = map[string]time.Time{}
+	}
+	if _, ok := w.keys[rkey]; !ok {
+		// In the background: a node that is down would hold this Lock
+		// for its dial. go-redis subscribes again after a reconnect.
+		subs := w.subs
+		w.wg.Go(func() {
+			for _, ps := range subs {
+				_ = ps.Subscribe(context.Background(), releasedChannel+rkey)
+			}
+		})
+	}
+	w.keys[rkey] = time.Now()
 	if w.waiters == nil {
 		w.waiters = map[string]*wakeEntry{}
 	}
@@ -116,7 +126,7 @@ func (w *waker) listen(ps *redis.PubSub) {
 		current := slices.Contains(w.subs, ps)
 		w.mu.Unlock()
 		if closed || !current {
-			return // Close, or stopIfIdle
+			return // Close, or dropIdle
 		}
 		if err != nil {
 			time.Sleep(100 * time.Millisecond) // the node is down: go-redis reconnects on the next receive
@@ -124,24 +134,42 @@ func (w *waker) listen(ps *redis.PubSub) {
 	}
 }
 
-// stopIfIdle stops the listeners when no Lock is waiting and none has waited
-// for wakeIdle; otherwise it checks again later. The next wait starts them
-// anew.
-func (w *waker) stopIfIdle() {
+// dropIdle unsubscribes the keys that no Lock waits for and none has waited
+// for in wakeIdle, and closes the connections when no key is left; it runs
+// again later while keys are left. The next wait subscribes anew.
+func (w *waker) dropIdle() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.closed || !w.started {
+	if w.closed || w.subs == nil {
 		return
 	}
-	if left := wakeIdle - time.Since(w.last); len(w.waiters) > 0 || left > 0 {
-		w.idle.Reset(max(left, wakeIdle/10))
+	now := time.Now()
+	var drop []string
+	next := wakeIdle
+	for k, last := range w.keys {
+		if left := wakeIdle - now.Sub(last); left > 0 || w.waiters[k] != nil {
+			next = min(next, max(left, wakeIdle/10))
+			continue
+		}
+		delete(w.keys, k)
+		drop = append(drop, releasedChannel+k)
+	}
+	if len(w.keys) == 0 {
+		for _, ps := range w.subs {
+			_ = ps.Close() // ends ReceiveMessage; the listener sees it is no longer current
+		}
+		w.subs = nil
 		return
 	}
-	w.started = false
-	for _, ps := range w.subs {
-		_ = ps.Close() // ends ReceiveMessage; the listener sees it is no longer current
+	w.idle.Reset(next)
+	if len(drop) > 0 {
+		subs := w.subs
+		w.wg.Go(func() {
+			for _, ps := range subs {
+				_ = ps.Unsubscribe(context.Background(), drop...)
+			}
+		})
 	}
-	w.subs = nil
 }
 
 // close stops the listeners and waits for them. Waiters are not woken: their

@@ -117,9 +117,11 @@ func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	}
 }
 
-// TestWakeListenersStopWhenIdle: the listeners run while a Lock waits, stop
-// once nobody has waited for wakeIdle, and start again with the next wait,
-// which a release then wakes.
+// TestWakeListenersStopWhenIdle: a waited-for key stays subscribed while a
+// Lock waits, is unsubscribed once nobody has waited for it for wakeIdle
+// (the connections close when no key is left), and is subscribed again by
+// the next wait, which a release then wakes. Only the waited-for keys are
+// subscribed: the release of another key reaches no listener.
 func TestWakeListenersStopWhenIdle(t *testing.T) {
 	leakcheck.Check(t)
 	defer func(d time.Duration) { wakeIdle = d }(wakeIdle)
@@ -129,34 +131,45 @@ func TestWakeListenersStopWhenIdle(t *testing.T) {
 	running := func() bool {
 		cl.wake.mu.Lock()
 		defer cl.wake.mu.Unlock()
-		return cl.wake.started && len(cl.wake.subs) == 3
+		return len(cl.wake.subs) == 3
+	}
+	// subscribed returns how many nodes have a subscriber on key's channel,
+	// and how many channels the nodes have in all.
+	subscribed := func(key string) (int, int) {
+		n, all := 0, 0
+		for _, m := range c.srv {
+			n += m.PubSubNumSub(releasedChannel + key)[releasedChannel+key]
+			all += len(m.PubSubChannels(""))
+		}
+		return n, all
 	}
 	ch := cl.wakeOn("k")
+	other := cl.wakeOn("other")
+	require.Eventually(t, func() bool { n, all := subscribed("k"); return n == 3 && all == 6 }, 5*time.Second, time.Millisecond)
+	cl.wakeDone("other", other)
+	// "other" is dropped once idle; "k", still waited for, stays.
+	require.Eventually(t, func() bool { n, _ := subscribed("other"); return n == 0 }, 5*time.Second, time.Millisecond, "an idle key still subscribed")
 	time.Sleep(4 * wakeIdle)
-	assert.True(t, running(), "listeners stopped while a Lock waits")
+	n, all := subscribed("k")
+	assert.Equal(t, 3, n, "unsubscribed while a Lock waits")
+	assert.Equal(t, 3, all, "only the waited-for key")
+	assert.True(t, running())
 	cl.wakeDone("k", ch)
-	require.Eventually(t, func() bool { return !running() }, 5*time.Second, time.Millisecond, "listeners still running")
-	numPat := func() int {
-		n := 0
-		for _, m := range c.srv {
-			n += m.PubSubNumPat()
-		}
-		return n
-	}
-	require.Eventually(t, func() bool { return numPat() == 0 }, 5*time.Second, time.Millisecond, "subscriptions left on the nodes")
+	require.Eventually(t, func() bool { return !running() }, 5*time.Second, time.Millisecond, "connections still open")
+	require.Eventually(t, func() bool { _, all := subscribed("k"); return all == 0 }, 5*time.Second, time.Millisecond, "subscriptions left on the nodes")
 
 	holder := c.client(t, nil)
 	l, err := holder.TryLock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
 	ch = cl.wakeOn("k")
 	require.True(t, running())
-	// The listeners subscribe in the background: unlock once they have.
-	require.Eventually(t, func() bool { return numPat() == 3 }, 5*time.Second, time.Millisecond)
+	// The subscriptions are made in the background: unlock once they are.
+	require.Eventually(t, func() bool { n, _ := subscribed("k"); return n == 3 }, 5*time.Second, time.Millisecond)
 	require.NoError(t, l.Unlock(t.Context()))
 	select {
 	case <-ch:
 	case <-time.After(5 * time.Second):
-		t.Fatal("no wake after the restart of the listeners")
+		t.Fatal("no wake after subscribing again")
 	}
 	cl.wakeDone("k", ch)
 }

@@ -394,7 +394,7 @@ var aclArgs = []string{
 	"--user", "locker", "on", ">locker-secret", "resetkeys", "~lock:*",
 	"resetchannels", "&redquorum:released:lock:*",
 	"-@all", "+evalsha", "+eval", "+get", "+set", "+pttl", "+pexpire", "+del", "+exists",
-	"+hget", "+hset", "+hsetnx", "+time", "+publish", "+psubscribe", "+punsubscribe", "+ping",
+	"+hget", "+hset", "+hsetnx", "+time", "+publish", "+subscribe", "+unsubscribe", "+ping",
 	"--user", "admin", "on", ">admin-secret", "~*", "&*", "+@all",
 }
 
@@ -436,7 +436,9 @@ func TestACL(t *testing.T) {
 	}()
 	for i, n := range ns.c.Nodes {
 		admin := ns.direct[i]
-		require.Eventually(t, func() bool { return admin.PubSubNumPat(ctx).Val() > 0 }, 10*time.Second, 10*time.Millisecond,
+		require.Eventually(t, func() bool {
+			return admin.PubSubNumSub(ctx, "redquorum:released:lock:acl").Val()["redquorum:released:lock:acl"] > 0
+		}, 10*time.Second, 10*time.Millisecond,
 			"the waiting client subscribed on %s", n.Name())
 	}
 	require.NoError(t, l.Unlock(ctx), "unlock as the least-privilege user")

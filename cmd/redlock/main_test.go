@@ -58,7 +58,7 @@ func TestBench(t *testing.T) {
 	code, out, errOut := runCLI(t, "bench", "--duration", "300ms", "--callers", "2", "--slow-node", "5ms",
 		"--json", jsonFile, "--svg", svgFile)
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
-	for _, row := range []string{"lock+unlock, 1 caller", "lock+unlock, 2 callers, distinct keys", "one hot key, 2 contenders", "one hot key, 2 separate clients", "one node +5ms each way"} {
+	for _, row := range []string{"lock+unlock, 1 caller", "lock+unlock, 2 callers, distinct keys", "one hot key, 2 contenders", "one hot key, 2 separate clients", "2 separate clients, 64 shared keys", "one node +5ms each way"} {
 		assert.Contains(t, out, row)
 	}
 	assert.Contains(t, errOut, "done", "progress goes to stderr")
@@ -67,7 +67,7 @@ func TestBench(t *testing.T) {
 	b, err := os.ReadFile(jsonFile)
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(b, &rep))
-	require.Len(t, rep.Results, 5)
+	require.Len(t, rep.Results, 6)
 	for _, r := range rep.Results {
 		assert.Positive(t, r.Ops, r.Title)
 		assert.Positive(t, r.Latency.P50, r.Title)
@@ -77,7 +77,7 @@ func TestBench(t *testing.T) {
 	svg, err := os.ReadFile(svgFile)
 	require.NoError(t, err)
 	assert.True(t, bytes.HasPrefix(svg, []byte("<svg")))
-	assert.Equal(t, 5, bytes.Count(svg, []byte("<polyline")), "one curve per scenario")
+	assert.Equal(t, 6, bytes.Count(svg, []byte("<polyline")), "one curve per scenario")
 }
 
 func TestInspect(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strconv"
@@ -51,18 +52,23 @@ type Scenario struct {
 	TTL      time.Duration
 	Slow     time.Duration // latency added each way in front of the first node
 	Separate bool          // each caller has its own Locker, like separate processes
+	Shared   int           // > 0: callers lock random keys of one pool of this many, holding Hold
 }
 
 // Scenarios returns the standard set: lock+unlock on distinct keys by one
 // caller and by callers concurrent callers, one hot key with callers
-// contenders holding it 1 ms, and, when slow > 0, one caller with the first
-// node slow by that much each way.
+// contenders holding it 1 ms (in one client, and in a client each), callers
+// separate clients locking random keys of a pool of sharedKeys and holding
+// each 1 ms (occasional contention, as many service instances over many
+// keys), and, when slow > 0, one caller with the first node slow by that
+// much each way.
 func Scenarios(d time.Duration, callers int, slow time.Duration) []Scenario {
 	s := []Scenario{
 		{ID: "distinct-1", Title: "lock+unlock, 1 caller", Callers: 1, Duration: d, TTL: 10 * time.Second},
 		{ID: fmt.Sprintf("distinct-%d", callers), Title: fmt.Sprintf("lock+unlock, %d callers, distinct keys", callers), Callers: callers, Duration: d, TTL: 10 * time.Second},
 		{ID: fmt.Sprintf("hotkey-%d", callers), Title: fmt.Sprintf("one hot key, %d contenders holding 1ms (wait)", callers), Callers: callers, HotKey: true, Hold: time.Millisecond, Duration: d, TTL: 10 * time.Second},
 		{ID: fmt.Sprintf("hotkey-%d-clients", callers), Title: fmt.Sprintf("one hot key, %d separate clients holding 1ms (wait)", callers), Callers: callers, HotKey: true, Hold: time.Millisecond, Duration: d, TTL: 10 * time.Second, Separate: true},
+		{ID: fmt.Sprintf("shared-%d-clients", callers), Title: fmt.Sprintf("%d separate clients, %d shared keys, holding 1ms (wait)", callers, sharedKeys), Callers: callers, Shared: sharedKeys, Hold: time.Millisecond, Duration: d, TTL: 10 * time.Second, Separate: true},
 	}
 	if slow > 0 {
 		s = append(s, Scenario{ID: "slow-1", Title: fmt.Sprintf("lock+unlock, 1 caller, one node +%v each way", slow), Callers: 1, Duration: d, TTL: 10 * time.Second, Slow: slow})
@@ -205,6 +211,9 @@ func (r *Runner) progress(name string, sc Scenario) (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
+// sharedKeys is the pool of keys of the shared-keys scenario.
+const sharedKeys = 64
+
 // keyRing is the number of distinct keys each caller cycles through.
 const keyRing = 512
 
@@ -223,9 +232,15 @@ func run(ctx context.Context, lockers []Locker, sc Scenario, prefix string, d ti
 		if sc.HotKey {
 			n = 1
 		}
+		if sc.Shared > 0 {
+			n = sc.Shared
+		}
 		keys[w] = make([]string, n)
 		for i := range n {
 			keys[w][i] = prefix + strconv.Itoa(w) + ":" + strconv.Itoa(i)
+			if sc.Shared > 0 {
+				keys[w][i] = prefix + "shared:" + strconv.Itoa(i)
+			}
 			if sc.HotKey {
 				keys[w][i] = prefix + "hot"
 			}
@@ -243,15 +258,19 @@ func run(ctx context.Context, lockers []Locker, sc Scenario, prefix string, d ti
 			for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 				t0 := time.Now()
 				lctx, lcancel := context.WithDeadline(ctx, deadline.Add(10*time.Second))
-				l, err := lockers[w].Lock(lctx, keys[w][i%len(keys[w])], sc.TTL)
+				k := keys[w][i%len(keys[w])]
+				if sc.Shared > 0 {
+					k = keys[w][rand.IntN(len(keys[w]))]
+				}
+				l, err := lockers[w].Lock(lctx, k, sc.TTL)
 				lcancel()
-				if err == nil && sc.HotKey {
+				if err == nil && (sc.HotKey || sc.Shared > 0) {
 					wk.samples = append(wk.samples, time.Since(t0))
 					time.Sleep(sc.Hold)
 				}
 				if err == nil {
 					err = l.Unlock(ctx)
-					if err == nil && !sc.HotKey {
+					if err == nil && !sc.HotKey && sc.Shared == 0 {
 						wk.samples = append(wk.samples, time.Since(t0))
 					}
 				}
