@@ -61,6 +61,13 @@ func (c *Client) wakeOn(rkey string) <-chan struct{} {
 	}
 	if w.subs == nil {
 		for _, n := range c.nodes {
+			if _, ring := n.(*redis.Ring); ring {
+				// A Ring routes a channel by its name, not to the shard
+				// of the key whose release is published there (and
+				// panics on a subscription without a channel): its
+				// waiters rely on the other nodes and the timed retry.
+				continue
+			}
 			ps := n.Subscribe(context.Background()) // no channel yet: connects on the first
 			w.subs = append(w.subs, ps)
 			w.wg.Go(func() { w.listen(ps) })
@@ -75,14 +82,12 @@ func (c *Client) wakeOn(rkey string) <-chan struct{} {
 		w.keys = map[string]time.Time{}
 	}
 	if _, ok := w.keys[rkey]; !ok {
-		// In the background: a node that is down would hold this Lock
-		// for its dial. go-redis subscribes again after a reconnect.
-		subs := w.subs
-		w.wg.Go(func() {
-			for _, ps := range subs {
-				_ = ps.Subscribe(context.Background(), releasedChannel+rkey)
-			}
-		})
+		// In the background, each node on its own: a node that is down
+		// would hold this Lock, or the other nodes' subscriptions, for its
+		// dial. go-redis subscribes again after a reconnect.
+		for _, ps := range w.subs {
+			w.wg.Go(func() { _ = ps.Subscribe(context.Background(), releasedChannel+rkey) })
+		}
 	}
 	w.keys[rkey] = time.Now()
 	if w.waiters == nil {
@@ -163,12 +168,9 @@ func (w *waker) dropIdle() {
 	}
 	w.idle.Reset(next)
 	if len(drop) > 0 {
-		subs := w.subs
-		w.wg.Go(func() {
-			for _, ps := range subs {
-				_ = ps.Unsubscribe(context.Background(), drop...)
-			}
-		})
+		for _, ps := range w.subs {
+			w.wg.Go(func() { _ = ps.Unsubscribe(context.Background(), drop...) })
+		}
 	}
 }
 

@@ -285,6 +285,33 @@ func TestRingNode(t *testing.T) {
 		assert.Equal(t, l.Token(), ring.Get(ctx, key).Val(), "%s: the Ring granted", key)
 		require.NoError(t, l.Unlock(ctx))
 	}
+	// A Lock that waits is woken by the release, announced by the plain
+	// masters (the Ring is not subscribed: it routes a channel by its name,
+	// not to the key's shard).
+	held, err := cl.TryLock(ctx, "job0", guard)
+	require.NoError(t, err)
+	waiter, err := redlock.New(nodes, &redlock.Options{RestartGuard: guard, NodeTimeout: time.Second,
+		MinRetryDelay: 10 * time.Second, MaxRetryDelay: 10 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = waiter.Close() })
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, "job0", time.Second)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter's first round has been refused and it has subscribed
+	require.NoError(t, held.Unlock(ctx))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(time.Second):
+		t.Fatal("the waiter slept through the release, until the key's expiry 1.7s later")
+	}
+	require.NoError(t, waiter.Close())
+
 	// One state per shard, none per key.
 	for i, d := range direct {
 		assert.Equal(t, []string{"redquorum:node"}, d.Keys(ctx, "*").Val(), "shard %d", i)
