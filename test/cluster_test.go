@@ -150,6 +150,31 @@ func TestClusterNodes(t *testing.T) {
 	assert.NotEqual(t, l.Token(), cls[0].Get(ctx, key).Val(), "node 0, whose shard lost its data, did not grant")
 	require.NoError(t, l.Unlock(ctx)) // a quorum released it
 
+	// A Lock that waits is woken by the release: a Redis Cluster carries a
+	// PUBLISH to the subscribers on every one of its masters.
+	held, err := cl.TryLock(ctx, key, ttl)
+	require.NoError(t, err)
+	waiter, err := redlock.New(nodes, &redlock.Options{RestartGuard: guard, NodeTimeout: time.Second,
+		MinRetryDelay: 10 * time.Second, MaxRetryDelay: 10 * time.Second})
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, key, ttl)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter's first round has been refused and it has subscribed
+	require.NoError(t, held.Unlock(ctx))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(time.Second):
+		t.Fatal("the waiter slept through the release, until the key's expiry 1.7s later")
+	}
+	require.NoError(t, waiter.Close())
+
 	// Nothing is left but the nodes' states.
 	for i, c := range cls {
 		require.NoError(t, c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
