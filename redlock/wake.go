@@ -35,7 +35,7 @@ var wakeIdle = 5 * time.Second // a variable for the tests
 type waker struct {
 	mu      sync.Mutex
 	closed  bool
-	subs    []*redis.PubSub       // one per node while a key is subscribed, else nil
+	subs    []*redis.PubSub       // one per node but Rings while a key is subscribed, else nil
 	keys    map[string]time.Time  // subscribed keys (as on the nodes) and their last wait (monotonic)
 	waiters map[string]*wakeEntry // by key on the nodes
 	wg      sync.WaitGroup        // the listeners and the (un)subscribing goroutines
