@@ -152,28 +152,7 @@ func TestClusterNodes(t *testing.T) {
 
 	// A Lock that waits is woken by the release: a Redis Cluster carries a
 	// PUBLISH to the subscribers on every one of its masters.
-	held, err := cl.TryLock(ctx, key, ttl)
-	require.NoError(t, err)
-	waiter, err := redlock.New(nodes, &redlock.Options{RestartGuard: guard, NodeTimeout: time.Second,
-		MinRetryDelay: 10 * time.Second, MaxRetryDelay: 10 * time.Second})
-	require.NoError(t, err)
-	got := make(chan error, 1)
-	go func() {
-		l, err := waiter.Lock(ctx, key, ttl)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		got <- err
-	}()
-	time.Sleep(300 * time.Millisecond) // the waiter's first round has been refused and it has subscribed
-	require.NoError(t, held.Unlock(ctx))
-	select {
-	case err := <-got:
-		require.NoError(t, err)
-	case <-time.After(time.Second):
-		t.Fatal("the waiter slept through the release, until the key's expiry 1.7s later")
-	}
-	require.NoError(t, waiter.Close())
+	wokenByRelease(t, cl, nodes, guard, key, ttl)
 
 	// Nothing is left but the nodes' states.
 	for i, c := range cls {
@@ -313,15 +292,31 @@ func TestRingNode(t *testing.T) {
 	// A Lock that waits is woken by the release, announced by the plain
 	// masters (the Ring is not subscribed: it routes a channel by its name,
 	// not to the key's shard).
-	held, err := cl.TryLock(ctx, "job0", guard)
+	wokenByRelease(t, cl, nodes, guard, "job0", guard)
+
+	// One state per shard, none per key.
+	for i, d := range direct {
+		assert.Equal(t, []string{"redquorum:node"}, d.Keys(ctx, "*").Val(), "shard %d", i)
+	}
+}
+
+// wokenByRelease locks key through cl for ttl, starts a Lock of key in a
+// second Client on nodes whose retry delay is 10 s, unlocks, and checks
+// that the waiter was woken by the release: it must hold the key within 1 s,
+// while the key would have expired only ttl - 300 ms later. ttl must be
+// well above 1.3 s.
+func wokenByRelease(t *testing.T, cl *redlock.Client, nodes []redis.UniversalClient, guard time.Duration, key string, ttl time.Duration) {
+	t.Helper()
+	ctx := t.Context()
+	held, err := cl.TryLock(ctx, key, ttl)
 	require.NoError(t, err)
 	waiter, err := redlock.New(nodes, &redlock.Options{RestartGuard: guard, NodeTimeout: time.Second,
 		MinRetryDelay: 10 * time.Second, MaxRetryDelay: 10 * time.Second})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = waiter.Close() })
+	defer waiter.Close()
 	got := make(chan error, 1)
 	go func() {
-		l, err := waiter.Lock(ctx, "job0", time.Second)
+		l, err := waiter.Lock(ctx, key, ttl)
 		if err == nil {
 			err = l.Unlock(ctx)
 		}
@@ -333,12 +328,6 @@ func TestRingNode(t *testing.T) {
 	case err := <-got:
 		require.NoError(t, err)
 	case <-time.After(time.Second):
-		t.Fatal("the waiter slept through the release, until the key's expiry 1.7s later")
-	}
-	require.NoError(t, waiter.Close())
-
-	// One state per shard, none per key.
-	for i, d := range direct {
-		assert.Equal(t, []string{"redquorum:node"}, d.Keys(ctx, "*").Val(), "shard %d", i)
+		t.Fatalf("the waiter slept through the release, until the key's expiry %v later", ttl-300*time.Millisecond)
 	}
 }
