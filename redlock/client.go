@@ -125,10 +125,25 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 			cfg.log.Warn("redlock: node client configured against the lock algorithm", "node", i, "addr", c.addrs[i], "problem", p)
 		}
 	}
+	if slotted := countTrue(c.slotted); cfg.guard > 0 && len(nodes)-slotted < cfg.quorum {
+		cfg.log.Warn("redlock: a quorum of the nodes are Redis Clusters, whose restart guard is per hash slot: the first lock on a slot that this deployment has not used yet waits Options.RestartGuard (only a new Client's first slot is taken at once); give lock keys few hash tags, such as {locks}:order:42",
+			"clusters", slotted, "nodes", len(nodes), "restart_guard", cfg.guard)
+	}
 	if plain := len(nodes) - sharded; cfg.fencing && cfg.guard > 0 && plain < cfg.quorum {
 		return nil, fmt.Errorf("redlock: Options.Fencing needs at least %d plain masters among the %d nodes, and %d are a Redis Cluster or Ring: there the fence counters are kept per hash slot or shard, one that the deployment has not used yet has an unknown counter, and fenced locks on its keys would fail with ErrFenceUnknown", cfg.quorum, len(nodes), sharded)
 	}
 	return c, nil
+}
+
+// countTrue returns how many of bs are true.
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 // Close waits for the Client's outstanding background requests (late node

@@ -688,9 +688,16 @@ func TestClusterNodeKeys(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, ok.Close())
 	}
-	mixed, err := New([]redis.UniversalClient{nodes[0], p5, p6}, &Options{Fencing: true})
+	var mixedLogs, clusterLogs logBuffer
+	mixed, err := New([]redis.UniversalClient{nodes[0], p5, p6}, &Options{Fencing: true, Logger: mixedLogs.logger()})
 	require.NoError(t, err, "two plain masters of three: a quorum of known counters")
 	require.NoError(t, mixed.Close())
+	// A quorum of Cluster nodes is warned about the per-slot guard.
+	all, err := New(nodes, &Options{Logger: clusterLogs.logger()})
+	require.NoError(t, err)
+	require.NoError(t, all.Close())
+	assert.Contains(t, clusterLogs.String(), "a quorum of the nodes are Redis Clusters, whose restart guard is per hash slot")
+	assert.NotContains(t, mixedLogs.String(), "Redis Clusters", "two plain masters of three make a quorum")
 
 	for _, key := range []string{"plain", "{order:1}:a"} {
 		l := &Lock{rkeys: []string{"lock:" + key}}
