@@ -78,18 +78,21 @@ func (c *Client) wakeOn(rkey string) <-chan struct{} {
 			w.idle.Reset(wakeIdle)
 		}
 	}
-	if w.keys == nil {
-		w.keys = map[string]time.Time{}
-	}
-	if _, ok := w.keys[rkey]; !ok {
-		// In the background, each node on its own: a node that is down
-		// would hold this Lock, or the other nodes' subscriptions, for its
-		// dial. go-redis subscribes again after a reconnect.
-		for _, ps := range w.subs {
-			w.wg.Go(func() { _ = ps.Subscribe(context.Background(), releasedChannel+rkey) })
+	if len(w.subs) > 0 { // none when every node is a Ring
+		if w.keys == nil {
+			w.keys = map[string]time.Time{}
 		}
+		if _, ok := w.keys[rkey]; !ok {
+			// In the background, each node on its own: a node that is
+			// down would hold this Lock, or the other nodes'
+			// subscriptions, for its dial. go-redis subscribes again
+			// after a reconnect.
+			for _, ps := range w.subs {
+				w.wg.Go(func() { _ = ps.Subscribe(context.Background(), releasedChannel+rkey) })
+			}
+		}
+		w.keys[rkey] = time.Now()
 	}
-	w.keys[rkey] = time.Now()
 	if w.waiters == nil {
 		w.waiters = map[string]*wakeEntry{}
 	}

@@ -173,3 +173,37 @@ func TestWakeListenersStopWhenIdle(t *testing.T) {
 	}
 	cl.wakeDone("k", ch)
 }
+
+// TestWakeAllRings: a Client whose nodes are all Rings subscribes to nothing
+// (a Ring routes a channel by its name, not to the key's shard; go-redis
+// panics on a Ring subscription without a channel) and keeps no key for
+// it: its waiting Lock ends by its own retry or context, without a panic.
+func TestWakeAllRings(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	var rings []redis.UniversalClient
+	for _, m := range c.srv {
+		r := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": m.Addr()}, Protocol: 2, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true})
+		t.Cleanup(func() { _ = r.Close() })
+		rings = append(rings, r)
+	}
+	holder, err := New(rings, nil)
+	require.NoError(t, err)
+	waiter, err := New(rings, &Options{MinRetryDelay: 10 * time.Millisecond, MaxRetryDelay: 10 * time.Millisecond})
+	require.NoError(t, err)
+	l, err := holder.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	for _, key := range []string{"k", "k"} {
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		_, err = waiter.Lock(ctx, key, time.Second)
+		cancel()
+		require.ErrorIs(t, err, ErrNotObtained)
+	}
+	waiter.wake.mu.Lock()
+	assert.Empty(t, waiter.wake.subs)
+	assert.Empty(t, waiter.wake.keys)
+	waiter.wake.mu.Unlock()
+	require.NoError(t, l.Unlock(t.Context()))
+	require.NoError(t, waiter.Close())
+	require.NoError(t, holder.Close())
+}
