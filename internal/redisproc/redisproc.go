@@ -210,23 +210,11 @@ func reply(addr string, args ...string) (string, error) {
 }
 
 func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return err
+	r, err := reply(addr, "PING")
+	if err == nil && r != "PONG" {
+		err = fmt.Errorf("unexpected reply %q", r)
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if !strings.HasPrefix(line, "+PONG") {
-		return fmt.Errorf("unexpected reply %q", line)
-	}
-	return nil
+	return err
 }
 
 // versionOf extracts "7.0.15" from redis-server --version.
