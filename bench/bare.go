@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redquorum/redquorum/internal/loadtest"
+	"github.com/redquorum/redquorum/internal/testkit/loadtest"
 	"github.com/redquorum/redquorum/internal/retry"
 	"github.com/redquorum/redquorum/internal/scripts"
 	"github.com/redquorum/redquorum/quorum"

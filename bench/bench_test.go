@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redquorum/redquorum/internal/loadtest"
-	"github.com/redquorum/redquorum/internal/redisproc"
+	"github.com/redquorum/redquorum/internal/testkit/loadtest"
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
 // BenchmarkLockUnlock measures one lock+unlock by one caller through each

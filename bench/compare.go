@@ -5,7 +5,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/redquorum/redquorum/internal/loadtest"
+	"github.com/redquorum/redquorum/internal/testkit/loadtest"
 )
 
 // figure is one number compared between the two implementations.

@@ -32,8 +32,8 @@ import (
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 
-	"github.com/redquorum/redquorum/internal/loadtest"
-	"github.com/redquorum/redquorum/internal/redisproc"
+	"github.com/redquorum/redquorum/internal/testkit/loadtest"
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
 func main() {

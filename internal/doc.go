@@ -1,5 +1,7 @@
-// Package internal holds what redquorum's packages share and users must not
-// depend on: the Lua scripts each node runs (internal/scripts), lock tokens and
-// retry delays with jitter (internal/retry), a value allocated together with
-// its slice (internal/alloc), and test helpers.
+// Package internal holds what the redquorum library imports and users must
+// not depend on: the node protocol (internal/protocol), one lock node
+// (internal/node), lock tokens and retry delays (internal/retry), hash slots
+// (internal/hashslot) and a value allocated together with its slice
+// (internal/alloc). Tools for tests and benchmarks live apart, in
+// internal/testkit, which the library never imports.
 package internal

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/redquorum/redquorum/internal/alloc"
-	"github.com/redquorum/redquorum/internal/leakcheck"
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

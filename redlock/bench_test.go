@@ -10,7 +10,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 
-	"github.com/redquorum/redquorum/internal/redisproc"
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 	"github.com/redquorum/redquorum/redlock"
 )
 

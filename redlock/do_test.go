@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/clock"
-	"github.com/redquorum/redquorum/internal/leakcheck"
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 )
 
 // doHarness runs Client.Do in the background with a fake clock; fn reports its

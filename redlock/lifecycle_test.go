@@ -14,7 +14,7 @@ import (
 
 	"github.com/redquorum/redquorum/clock"
 	"github.com/redquorum/redquorum/internal/hashslot"
-	"github.com/redquorum/redquorum/internal/leakcheck"
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/internal/scripts"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/alloc"
-	"github.com/redquorum/redquorum/internal/leakcheck"
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 )
 
 // TestScriptsReloaded shows that rounds, which run the scripts by SHA, load

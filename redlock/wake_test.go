@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redquorum/redquorum/internal/leakcheck"
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 )
 
 // TestWakeOnUnlock shows that a Lock waiting for a key held by another

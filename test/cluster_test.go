@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/hashslot"
-	"github.com/redquorum/redquorum/internal/leakcheck"
-	"github.com/redquorum/redquorum/internal/redisproc"
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 	"github.com/redquorum/redquorum/redlock"
 )
 

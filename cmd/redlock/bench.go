@@ -6,7 +6,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/redquorum/redquorum/internal/loadtest"
+	"github.com/redquorum/redquorum/internal/testkit/loadtest"
 	"github.com/redquorum/redquorum/redlock"
 )
 

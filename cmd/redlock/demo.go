@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redquorum/redquorum/internal/faultproxy"
-	"github.com/redquorum/redquorum/internal/loadtest"
+	"github.com/redquorum/redquorum/internal/testkit/faultproxy"
+	"github.com/redquorum/redquorum/internal/testkit/loadtest"
 	"github.com/redquorum/redquorum/internal/retry"
 	"github.com/redquorum/redquorum/redlock"
 )

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redquorum/redquorum/internal/leakcheck"
-	"github.com/redquorum/redquorum/internal/loadtest"
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
+	"github.com/redquorum/redquorum/internal/testkit/loadtest"
 	"github.com/redquorum/redquorum/redlock"
 )
 

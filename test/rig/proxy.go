@@ -1,6 +1,6 @@
 package rig
 
-import "github.com/redquorum/redquorum/internal/faultproxy"
+import "github.com/redquorum/redquorum/internal/testkit/faultproxy"
 
 // Proxy is the in-process TCP fault proxy in front of each node: see
 // [faultproxy.Proxy]. It lives in an internal package so that the redlock

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redquorum/redquorum/internal/leakcheck"
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/test/rig"
 )
 

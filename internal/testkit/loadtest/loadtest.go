@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redquorum/redquorum/internal/faultproxy"
+	"github.com/redquorum/redquorum/internal/testkit/faultproxy"
 )
 
 // Locker is a lock implementation under test. Lock blocks until it holds
