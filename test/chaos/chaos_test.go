@@ -7,8 +7,6 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/redquorum/redquorum/redlock"
 )
 
 // TestChaos is the main suite: two processes of four contenders each lock
@@ -30,15 +28,15 @@ func TestChaos(t *testing.T) {
 	}
 }
 
-// TestNegativeControl runs the suite with an unsafe setting, a quorum of 2
-// of 5, and splits the two processes so that each sees its own three nodes:
-// each can gather its "quorum" alone. Both checkers, and the oversell
-// scenario, must report the resulting double holds.
+// TestNegativeControl runs the suite misconfigured: the two processes are
+// split so that each sees its own three of the five nodes, and each has a
+// Client over only those three (OwnNodes), with the default quorum of 2 of 3.
+// Every setting passes redlock's validation, but the two node lists have
+// disjoint majorities, so each process can gather its quorum alone. Both
+// checkers, and the oversell scenario, must report the resulting double
+// holds.
 func TestNegativeControl(t *testing.T) {
-	r := Run(t, Options{
-		Target: 1000, MaxDuration: time.Minute, Split: true,
-		MinorityQuorum: true, Client: redlock.Options{Quorum: 2},
-	})
+	r := Run(t, Options{Target: 1000, MaxDuration: time.Minute, Split: true, OwnNodes: true})
 	require.GreaterOrEqual(t, r.Acquisitions, 1000)
 	assert.NotEmpty(t, r.Overlaps, "the interval check must find the overlaps")
 	assert.Equal(t, porcupine.Illegal, r.Linearizable, "porcupine must reject the history")

@@ -39,9 +39,10 @@
 // the same stock, so at the end sold + stock = S fails. The stock never
 // goes below zero.
 //
-// Both checkers are shown to fail on a run with an unsafe setting (a quorum
-// of 2 of 5 and a partition that gives two processes disjoint pairs of
-// nodes): see TestNegativeControl. A checker that cannot fail proves nothing.
+// Both checkers are shown to fail on a misconfigured run (two processes whose
+// Clients have different node lists, 0–2 and 2–4 of five, so that each can
+// gather a majority of its own list on a pair the other never touches): see
+// TestNegativeControl. A checker that cannot fail proves nothing.
 //
 // # Assumptions of the suite
 //

@@ -23,7 +23,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
-	"github.com/redquorum/redquorum/internal/testhook"
 	"github.com/redquorum/redquorum/redlock"
 	"github.com/redquorum/redquorum/test/rig"
 )
@@ -101,15 +100,18 @@ type Options struct {
 	// (redlock's minute would keep every killed node out for the rest of
 	// the run).
 	Client redlock.Options
-	// MinorityQuorum sets [testhook.AllowMinorityQuorum] in every process,
-	// so that Client.Quorum may be unsafe (negative controls).
-	MinorityQuorum bool
 	// Split cuts process 0 off from the last Nodes/2 nodes and process 1
 	// from the first Nodes/2 for the whole run (their connections are
 	// refused): the two see different majorities. It needs Procs = 2. With
-	// a majority quorum they still share a node; with Quorum 2 of 5 they
-	// do not.
+	// a majority quorum of all the nodes they still share a node.
 	Split bool
+	// OwnNodes, with Split, gives each process a Client over only the nodes
+	// Split leaves it (with 5 nodes: 0, 1, 2 and 2, 3, 4), as if the two
+	// were misconfigured with different node lists. Each Client's default
+	// quorum is a majority of its own list (2 of 3), which redlock accepts,
+	// but the two lists' majorities can be disjoint ({0, 1} and {3, 4}), so
+	// both processes can hold one lock at once (negative controls).
+	OwnNodes bool
 	// Stock is the initial stock of each key in the oversell scenario (1<<30).
 	Stock int64
 }
@@ -144,6 +146,18 @@ func (o *Options) defaults() {
 	if o.Stock == 0 {
 		o.Stock = 1 << 30
 	}
+}
+
+// cutOff reports whether Split cuts process p off from lock node i: process 0
+// from the last Nodes/2 nodes, process 1 from the first Nodes/2.
+func (o *Options) cutOff(p, i int) bool {
+	if !o.Split {
+		return false
+	}
+	if p == 0 {
+		return i >= o.Nodes-o.Nodes/2
+	}
+	return i < o.Nodes/2
 }
 
 // Result is what a [Run] observed.
@@ -193,19 +207,18 @@ func verdict(c porcupine.CheckResult) string {
 
 // procConfig is one contender process's part of a run.
 type procConfig struct {
-	Proc           int
-	Nodes          []string // the process's own view of the lock nodes
-	Resource       string
-	Keys           []string
-	Workers        int
-	TTL, Hold      time.Duration
-	Target         int
-	Start          time.Time
-	MinDuration    time.Duration
-	MaxDuration    time.Duration
-	Client         redlock.Options
-	MinorityQuorum bool
-	Out            string // where a child writes its procResult
+	Proc        int
+	Nodes       []string // the process's own view of the lock nodes
+	Resource    string
+	Keys        []string
+	Workers     int
+	TTL, Hold   time.Duration
+	Target      int
+	Start       time.Time
+	MinDuration time.Duration
+	MaxDuration time.Duration
+	Client      redlock.Options
+	Out         string // where a child writes its procResult
 }
 
 // procResult is what one contender process reports.
@@ -229,9 +242,8 @@ func Run(t *testing.T, o Options) *Result {
 	if o.Split && o.Procs != 2 {
 		t.Fatalf("chaos: Split needs Procs = 2, not %d", o.Procs)
 	}
-	if o.MinorityQuorum {
-		testhook.AllowMinorityQuorum.Store(true)
-		t.Cleanup(func() { testhook.AllowMinorityQuorum.Store(false) })
+	if o.OwnNodes && !o.Split {
+		t.Fatal("chaos: OwnNodes needs Split")
 	}
 	leakcheck.Check(t)
 	c := rig.Start(t, o.Nodes+1)
@@ -251,9 +263,12 @@ func Run(t *testing.T, o Options) *Result {
 	if o.Split {
 		// Connections are refused rather than stalled, so that a whole run
 		// of split does not pile up stalled connections.
-		for i := range o.Nodes / 2 {
-			views[0][o.Nodes-1-i].SetTarget("")
-			views[1][i].SetTarget("")
+		for p, view := range views {
+			for i, px := range view {
+				if o.cutOff(p, i) {
+					px.SetTarget("")
+				}
+			}
 		}
 	}
 
@@ -279,16 +294,18 @@ func Run(t *testing.T, o Options) *Result {
 	cfgs := make([]procConfig, o.Procs)
 	dir := t.TempDir()
 	for p := range cfgs {
-		addrs := make([]string, o.Nodes)
+		var addrs []string
 		for i, px := range views[p] {
-			addrs[i] = px.Addr()
+			if !o.OwnNodes || !o.cutOff(p, i) {
+				addrs = append(addrs, px.Addr())
+			}
 		}
 		cfgs[p] = procConfig{
 			Proc: p, Nodes: addrs, Resource: resNode.Addr(), Keys: keys, Workers: o.Workers,
 			TTL: o.TTL, Hold: o.Hold, Target: o.Target, Start: start,
 			MinDuration: o.MinDuration, MaxDuration: o.MaxDuration,
-			Client: o.Client, MinorityQuorum: o.MinorityQuorum,
-			Out: filepath.Join(dir, fmt.Sprintf("proc%d.json", p)),
+			Client: o.Client,
+			Out:    filepath.Join(dir, fmt.Sprintf("proc%d.json", p)),
 		}
 	}
 	children := make([]*exec.Cmd, 0, o.Procs-1)
@@ -409,9 +426,6 @@ func child(raw string) int {
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos child:", err)
 		return 2
-	}
-	if cfg.MinorityQuorum {
-		testhook.AllowMinorityQuorum.Store(true)
 	}
 	r := contend(context.Background(), cfg)
 	b, err := json.Marshal(r)
