@@ -1,0 +1,691 @@
+package arch
+
+import (
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The limits and places the checks enforce.
+const (
+	maxFileLines = 400                    // per non-test .go file in sizeDir
+	sizeDir      = "redlock"              // where maxFileLines applies
+	maxFuncLines = 60                     // per function or method in library code
+	toolsDir     = "internal/testkit"     // test and bench tools: not library code
+	archDoc      = "docs/ARCHITECTURE.md" // checked by TestArchitectureDoc
+)
+
+// libraryRoots returns the directories whose packages, and those below
+// them, hold library code; toolsDir is left out.
+func libraryRoots() []string { return []string{"redlock", "quorum", "clock", "internal"} }
+
+// importRule forbids the library code in one directory tree to import a
+// package tree.
+type importRule struct {
+	from   string // directory the rule applies to, with those below it; "" for all library code
+	forbid string // import path that may not be imported, with those below it
+	why    string // the failure message
+}
+
+// importRules returns the dependency directions for the module whose path
+// is module. The rule for all library code covers redlock's imports of test/.
+// Go does not let main packages be imported, so the cmd/ rule matters once
+// cmd/ holds another package.
+func importRules(module string) []importRule {
+	return []importRule{
+		{"quorum", "github.com/redis/go-redis", "quorum knows nothing about Redis"},
+		{"clock", module, "clock knows nothing about locks"},
+		{"internal", module + "/redlock", "dependencies point from redlock to internal, not back"},
+		{"", module + "/" + toolsDir, "test and bench tools are not for library code"},
+		{"", module + "/test", "test packages are not for library code"},
+		{"redlock", module + "/cmd", "the API does not depend on its command"},
+	}
+}
+
+// finding is one violation, at a file (slash-separated, relative to the
+// module root) and line.
+type finding struct {
+	pos  token.Position
+	name string // the identifier, import path or doc path at fault
+	msg  string
+}
+
+func (f finding) String() string {
+	return fmt.Sprintf("%s:%d: %s: %s", f.pos.Filename, f.pos.Line, f.name, f.msg)
+}
+
+// under reports whether p is dir or lies below it; every p is under "".
+func under(p, dir string) bool {
+	return dir == "" || p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// parseLibrary parses the library code in fsys, a module's root: the non-test
+// .go files below libraryRoots, leaving out toolsDir, testdata, directories
+// whose names start with "." or "_", and nested modules. File names in the
+// FileSet are paths relative to the root. A missing root is an error, so that
+// a rename cannot switch the checks off unnoticed.
+func parseLibrary(fsys fs.FS) (*token.FileSet, []*ast.File, error) {
+	fset := token.NewFileSet()
+	var files []*ast.File
+	for _, root := range libraryRoots() {
+		err := fs.WalkDir(fsys, root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				if p != root && (skippedDir(d.Name()) || p == toolsDir || exists(fsys, p+"/go.mod")) {
+					return fs.SkipDir
+				}
+				return nil
+			}
+			if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+				return nil
+			}
+			src, err := fs.ReadFile(fsys, p)
+			if err != nil {
+				return err
+			}
+			f, err := parser.ParseFile(fset, p, src, parser.ParseComments|parser.SkipObjectResolution)
+			if err != nil {
+				return err
+			}
+			files = append(files, f)
+			return nil
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("library root %s: %w", root, err)
+		}
+	}
+	return fset, files, nil
+}
+
+func skippedDir(name string) bool {
+	return name == "testdata" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")
+}
+
+func exists(fsys fs.FS, p string) bool {
+	_, err := fs.Stat(fsys, p)
+	return err == nil
+}
+
+func fileName(fset *token.FileSet, f *ast.File) string { return fset.File(f.Pos()).Name() }
+
+// packageVars reports every package-level var except sentinel errors (the
+// initializer is a call to errors.New or fmt.Errorf), vars carrying a
+// //go:embed directive, and the blank identifier (`var _ I = (*T)(nil)`).
+func packageVars(fset *token.FileSet, files []*ast.File) []finding {
+	var out []finding
+	for _, f := range files {
+		std := stdNames(f)
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.VAR {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				if embeds(vs.Doc) || (!gd.Lparen.IsValid() && embeds(gd.Doc)) {
+					continue
+				}
+				for i, name := range vs.Names {
+					if name.Name == "_" || len(vs.Values) == len(vs.Names) && sentinel(vs.Values[i], std) {
+						continue
+					}
+					out = append(out, finding{fset.Position(name.Pos()), name.Name,
+						"package-level var: make it a const, a field or an option " +
+							"(only sentinel errors, //go:embed and var _ are allowed)"})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// stdNames maps the names under which f imports "errors" and "fmt" to their
+// paths.
+func stdNames(f *ast.File) map[string]string {
+	names := map[string]string{}
+	for _, imp := range f.Imports {
+		p, _ := strconv.Unquote(imp.Path.Value)
+		if p != "errors" && p != "fmt" {
+			continue
+		}
+		name := p
+		if imp.Name != nil {
+			name = imp.Name.Name
+		}
+		names[name] = p
+	}
+	return names
+}
+
+func sentinel(e ast.Expr, std map[string]string) bool {
+	call, ok := e.(*ast.CallExpr)
+	if !ok {
+		return false
+	}
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	pkg, ok := sel.X.(*ast.Ident)
+	if !ok {
+		return false
+	}
+	fn := std[pkg.Name] + "." + sel.Sel.Name
+	return fn == "errors.New" || fn == "fmt.Errorf"
+}
+
+func embeds(doc *ast.CommentGroup) bool {
+	if doc == nil {
+		return false
+	}
+	for _, c := range doc.List {
+		if strings.HasPrefix(c.Text, "//go:embed ") || strings.HasPrefix(c.Text, "//go:embed\t") {
+			return true
+		}
+	}
+	return false
+}
+
+// initFuncs reports every func init.
+func initFuncs(fset *token.FileSet, files []*ast.File) []finding {
+	var out []finding
+	for _, f := range files {
+		for _, decl := range f.Decls {
+			if fd, ok := decl.(*ast.FuncDecl); ok && fd.Recv == nil && fd.Name.Name == "init" {
+				out = append(out, finding{fset.Position(fd.Pos()), "init",
+					"func init: initialize where the value is made, or lazily"})
+			}
+		}
+	}
+	return out
+}
+
+// longFiles reports the files in sizeDir (and below it) of more than
+// maxFileLines lines.
+func longFiles(fset *token.FileSet, files []*ast.File) []finding {
+	var out []finding
+	for _, f := range files {
+		tf := fset.File(f.Pos())
+		if !under(path.Dir(tf.Name()), sizeDir) || tf.LineCount() <= maxFileLines {
+			continue
+		}
+		out = append(out, finding{token.Position{Filename: tf.Name(), Line: 1}, path.Base(tf.Name()),
+			fmt.Sprintf("%d lines (max %d): split it by concept", tf.LineCount(), maxFileLines)})
+	}
+	return out
+}
+
+// longFuncs reports the functions and methods of more than maxFuncLines
+// lines, counted from the line of `func` to that of the closing brace. A
+// function is exempt when it is mostly a table: more than half of its lines
+// lie within composite literals (from the line of `{` to that of `}`).
+// Function literals count towards the function that contains them.
+func longFuncs(fset *token.FileSet, files []*ast.File) []finding {
+	var out []finding
+	for _, f := range files {
+		for _, decl := range f.Decls {
+			fd, ok := decl.(*ast.FuncDecl)
+			if !ok || fd.Body == nil {
+				continue
+			}
+			n := fset.Position(fd.Body.Rbrace).Line - fset.Position(fd.Pos()).Line + 1
+			if n <= maxFuncLines || 2*tableLines(fset, fd.Body) > n {
+				continue
+			}
+			out = append(out, finding{fset.Position(fd.Pos()), funcName(fd),
+				fmt.Sprintf("%d lines (max %d, unless more than half are composite literals)", n, maxFuncLines)})
+		}
+	}
+	return out
+}
+
+// tableLines counts the lines of body that lie within composite literals.
+func tableLines(fset *token.FileSet, body *ast.BlockStmt) int {
+	lines := map[int]bool{}
+	ast.Inspect(body, func(n ast.Node) bool {
+		lit, ok := n.(*ast.CompositeLit)
+		if !ok {
+			return true
+		}
+		for l := fset.Position(lit.Lbrace).Line; l <= fset.Position(lit.Rbrace).Line; l++ {
+			lines[l] = true
+		}
+		return false // nested literals lie within this one
+	})
+	return len(lines)
+}
+
+// funcName returns "F" for a function and "T.M" for a method.
+func funcName(fd *ast.FuncDecl) string {
+	if fd.Recv == nil || len(fd.Recv.List) == 0 {
+		return fd.Name.Name
+	}
+	t := fd.Recv.List[0].Type
+	for {
+		switch x := t.(type) {
+		case *ast.StarExpr:
+			t = x.X
+		case *ast.IndexExpr:
+			t = x.X
+		case *ast.IndexListExpr:
+			t = x.X
+		case *ast.Ident:
+			return x.Name + "." + fd.Name.Name
+		default:
+			return fd.Name.Name
+		}
+	}
+}
+
+// badImports reports the imports that break one of rules.
+func badImports(fset *token.FileSet, files []*ast.File, rules []importRule) []finding {
+	var out []finding
+	for _, f := range files {
+		dir := path.Dir(fileName(fset, f))
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			for _, r := range rules {
+				if under(dir, r.from) && under(p, r.forbid) {
+					out = append(out, finding{fset.Position(imp.Pos()), p, r.why})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// missingDocPaths reports the repository paths that the Markdown file doc
+// names in inline code spans and that do not exist in fsys, the module root.
+// Fenced code blocks are not read. A span is taken for a repository path
+// when it is made only of path characters (letters, digits, "_", "-", "."
+// and "/"), after dropping a leading "./" and a trailing ":line", and either
+// ends in .go, .lua or .md or contains a "/" after a first element that
+// exists at the root (so that `redlock/client.go`, `internal/protocol/` and
+// `README.md` are checked, while `github.com/redis/go-redis/v9`,
+// `go test ./...` and `N/2` are not).
+func missingDocPaths(fsys fs.FS, doc string) ([]finding, error) {
+	text, err := fs.ReadFile(fsys, doc)
+	if err != nil {
+		return nil, err
+	}
+	var out []finding
+	fenced := false
+	for i, line := range strings.Split(string(text), "\n") {
+		if t := strings.TrimSpace(line); strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~") {
+			fenced = !fenced
+			continue
+		}
+		if fenced {
+			continue
+		}
+		parts := strings.Split(line, "`")
+		for j := 1; j < len(parts)-1; j += 2 { // odd parts lie between backquotes
+			if p, ok := repoPath(fsys, parts[j]); ok && !exists(fsys, strings.TrimSuffix(p, "/")) {
+				out = append(out, finding{token.Position{Filename: doc, Line: i + 1}, parts[j],
+					"no such file or directory in the repository"})
+			}
+		}
+	}
+	return out, nil
+}
+
+// repoPath returns the repository path that span names, and whether it names
+// one, as [missingDocPaths] describes.
+func repoPath(fsys fs.FS, span string) (string, bool) {
+	p := strings.TrimPrefix(span, "./")
+	if i := strings.LastIndexByte(p, ':'); i >= 0 {
+		if _, err := strconv.Atoi(p[i+1:]); err == nil {
+			p = p[:i]
+		}
+	}
+	if p == "" || strings.HasPrefix(p, "/") || strings.Trim(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./") != "" {
+		return "", false
+	}
+	elems := strings.Split(strings.TrimSuffix(p, "/"), "/")
+	for _, e := range elems {
+		if strings.Trim(e, ".") == "" { // "", ".", "..", "..."
+			return "", false
+		}
+	}
+	switch {
+	case strings.HasSuffix(p, ".go"), strings.HasSuffix(p, ".lua"), strings.HasSuffix(p, ".md"):
+		return p, true
+	case len(elems) > 1 && exists(fsys, elems[0]):
+		return p, true
+	}
+	return "", false
+}
+
+// moduleRoot returns the directory of the go.mod found by walking up from the
+// working directory, and the module path it declares.
+func moduleRoot(t *testing.T) (root, module string) {
+	t.Helper()
+	dir, err := os.Getwd()
+	require.NoError(t, err)
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil {
+			for _, line := range strings.Split(string(data), "\n") {
+				if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
+					return dir, strings.Trim(f[1], `"`)
+				}
+			}
+			require.FailNow(t, "no module line", "%s", filepath.Join(dir, "go.mod"))
+		}
+		require.ErrorIs(t, err, fs.ErrNotExist)
+		parent := filepath.Dir(dir)
+		require.NotEqual(t, dir, parent, "no go.mod above the working directory")
+		dir = parent
+	}
+}
+
+// library parses the module's library code.
+func library(t *testing.T) (*token.FileSet, []*ast.File, string) {
+	t.Helper()
+	root, module := moduleRoot(t)
+	fset, files, err := parseLibrary(os.DirFS(root))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	return fset, files, module
+}
+
+func report(t *testing.T, findings []finding) {
+	t.Helper()
+	for _, f := range findings {
+		t.Error(f.String())
+	}
+}
+
+func TestNoPackageVars(t *testing.T) {
+	fset, files, _ := library(t)
+	report(t, packageVars(fset, files))
+	report(t, initFuncs(fset, files))
+}
+
+func TestFileSize(t *testing.T) {
+	fset, files, _ := library(t)
+	report(t, longFiles(fset, files))
+}
+
+func TestFuncSize(t *testing.T) {
+	fset, files, _ := library(t)
+	report(t, longFuncs(fset, files))
+}
+
+func TestImports(t *testing.T) {
+	fset, files, module := library(t)
+	report(t, badImports(fset, files, importRules(module)))
+}
+
+func TestArchitectureDoc(t *testing.T) {
+	root, _ := moduleRoot(t)
+	findings, err := missingDocPaths(os.DirFS(root), archDoc)
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skip(archDoc + " does not exist yet: no paths to check")
+	}
+	require.NoError(t, err)
+	report(t, findings)
+}
+
+// The fixture tests below run each check on a small module in memory, with
+// and without a violation, to show that the check sees it.
+
+// fixture returns a module root in memory holding files (path to content)
+// beside a go.mod.
+func fixture(files map[string]string) fstest.MapFS {
+	fsys := fstest.MapFS{"go.mod": {Data: []byte("module example.com/m\n")}}
+	for _, root := range libraryRoots() {
+		fsys[root+"/doc.go"] = &fstest.MapFile{Data: []byte("package " + path.Base(root) + "\n")}
+	}
+	for p, src := range files {
+		fsys[p] = &fstest.MapFile{Data: []byte(src)}
+	}
+	return fsys
+}
+
+// run parses the library code of fixture(files) and returns where check
+// reports findings, as "file:line name".
+func run(t *testing.T, files map[string]string, check func(*token.FileSet, []*ast.File) []finding) []string {
+	t.Helper()
+	fset, parsed, err := parseLibrary(fixture(files))
+	require.NoError(t, err)
+	return where(check(fset, parsed))
+}
+
+func where(findings []finding) []string {
+	out := []string{}
+	for _, f := range findings {
+		out = append(out, fmt.Sprintf("%s:%d %s", f.pos.Filename, f.pos.Line, f.name))
+	}
+	return out
+}
+
+func TestParseLibraryMissingRoot(t *testing.T) {
+	fsys := fixture(nil)
+	delete(fsys, "quorum/doc.go")
+	_, _, err := parseLibrary(fsys)
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+}
+
+func TestPackageVarsFixtures(t *testing.T) {
+	tests := []struct {
+		name string
+		src  map[string]string
+		want []string
+	}{
+		{"tunable", map[string]string{"redlock/a.go": "package redlock\n\nimport \"time\"\n\nvar batchWindow = 5 * time.Millisecond\n"},
+			[]string{"redlock/a.go:5 batchWindow"}},
+		{"pool and map in a group", map[string]string{"quorum/a.go": "package quorum\n\nimport \"sync\"\n\nvar (\n\tpool = sync.Pool{}\n\tm    = map[int]int{}\n)\n"},
+			[]string{"quorum/a.go:6 pool", "quorum/a.go:7 m"}},
+		{"closed channel and init", map[string]string{"internal/x/a.go": "package x\n\nvar closed = make(chan struct{})\n\nfunc init() { close(closed) }\n"},
+			[]string{"internal/x/a.go:3 closed", "internal/x/a.go:5 init"}},
+		{"declared without a value", map[string]string{"clock/a.go": "package clock\n\nvar n int\n"},
+			[]string{"clock/a.go:3 n"}},
+		{"blank beside a named var", map[string]string{"redlock/a.go": "package redlock\n\nvar _, n = 1, 2\n"},
+			[]string{"redlock/a.go:3 n"}},
+		{"error from another function", map[string]string{"redlock/a.go": "package redlock\n\nimport \"errors\"\n\nvar err = errors.Join(nil)\n"},
+			[]string{"redlock/a.go:5 err"}},
+		{"New of another package", map[string]string{"redlock/a.go": "package redlock\n\nimport errors \"strings\"\n\nvar r = errors.New(\"\")\n"},
+			[]string{"redlock/a.go:5 r"}},
+		{"go:embed in a group does not cover its neighbour", map[string]string{"internal/s/a.go": "package s\n\nimport _ \"embed\"\n\nvar (\n\t//go:embed a.lua\n\tsrc string\n\tn = 1\n)\n"},
+			[]string{"internal/s/a.go:8 n"}},
+		{"sentinels, embeds and assertions", map[string]string{"redlock/a.go": `package redlock
+
+import (
+	_ "embed"
+	"errors"
+	xerr "fmt"
+)
+
+var ErrA = errors.New("a")
+
+var (
+	// ErrB is b.
+	ErrB = xerr.Errorf("b: %w", ErrA)
+	errC = errors.New("c")
+)
+
+//go:embed a.lua
+var src string
+
+var (
+	//go:embed b.lua
+	srcB string
+)
+
+var _ error = (*E)(nil)
+
+type E struct{}
+
+func (*E) Error() string { return "" }
+`}, nil},
+		{"not library code", map[string]string{
+			"redlock/a_test.go":         "package redlock\n\nvar hook = 1\n\nfunc init() {}\n",
+			"internal/testkit/x/a.go":   "package x\n\nvar n = 1\n",
+			"cmd/redlock/main.go":       "package main\n\nvar n = 1\n",
+			"test/a.go":                 "package test\n\nvar n = 1\n",
+			"redlock/testdata/a.go":     "package a\n\nvar n = 1\n",
+			"internal/nested/go.mod":    "module example.com/nested\n",
+			"internal/nested/nested.go": "package nested\n\nvar n = 1\n",
+		}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := run(t, tt.src, func(fset *token.FileSet, files []*ast.File) []finding {
+				return append(packageVars(fset, files), initFuncs(fset, files)...)
+			})
+			assert.ElementsMatch(t, tt.want, got)
+		})
+	}
+}
+
+// lines returns a source of n lines: head, filler lines and tail.
+func lines(n int, head, filler, tail string) string {
+	return head + strings.Repeat(filler, n-strings.Count(head, "\n")-strings.Count(tail, "\n")) + tail
+}
+
+func TestFileSizeFixtures(t *testing.T) {
+	tests := []struct {
+		name string
+		src  map[string]string
+		want []string
+	}{
+		{"401 lines", map[string]string{"redlock/big.go": lines(401, "package redlock\n", "// x\n", "")},
+			[]string{"redlock/big.go:1 big.go"}},
+		{"401 lines without a final newline", map[string]string{"redlock/big.go": lines(400, "package redlock\n", "// x\n", "// x")},
+			[]string{"redlock/big.go:1 big.go"}},
+		{"400 lines", map[string]string{"redlock/big.go": lines(400, "package redlock\n", "\n", "")}, nil},
+		{"elsewhere or a test", map[string]string{
+			"redlock/big_test.go": lines(900, "package redlock\n", "\n", ""),
+			"quorum/big.go":       lines(900, "package quorum\n", "\n", ""),
+		}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.ElementsMatch(t, tt.want, run(t, tt.src, longFiles))
+		})
+	}
+}
+
+func TestFuncSizeFixtures(t *testing.T) {
+	const head = "package redlock\n\n"
+	tests := []struct {
+		name string
+		src  string
+		want []string
+	}{
+		{"61-line function", head + lines(61, "func f() {\n", "\t_ = 0\n", "}\n"), []string{"redlock/f.go:3 f"}},
+		{"61-line generic method", head + "type T[K any] struct{}\n\n" + lines(61, "func (t *T[K]) M() {\n", "\t_ = 0\n", "}\n"),
+			[]string{"redlock/f.go:5 T.M"}},
+		{"60-line function", head + lines(60, "func f() {\n", "\t_ = 0\n", "}\n"), nil},
+		{"61-line table", head + lines(61, "func f() []int {\n\treturn []int{\n", "\t\t1,\n", "\t}\n}\n"), nil},
+		{"exactly half a table is not enough", head +
+			lines(30, "func f() []int {\n", "\t_ = 0\n", "") + lines(32, "\treturn []int{\n", "\t\t1,\n", "\t}\n}\n"),
+			[]string{"redlock/f.go:3 f"}},
+		{"function literals count", head + lines(61, "func f() {\n\tg := func() {\n", "\t\t_ = 0\n", "\t}\n\tg()\n}\n"),
+			[]string{"redlock/f.go:3 f"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.ElementsMatch(t, tt.want, run(t, map[string]string{"redlock/f.go": tt.src}, longFuncs))
+		})
+	}
+}
+
+func TestImportsFixtures(t *testing.T) {
+	imports := func(pkg string, paths ...string) string {
+		return "package " + pkg + "\n\nimport (\n\t_ \"" + strings.Join(paths, "\"\n\t_ \"") + "\"\n)\n"
+	}
+	tests := []struct {
+		name string
+		src  map[string]string
+		want []string
+	}{
+		{"quorum imports go-redis", map[string]string{"quorum/a.go": imports("quorum", "context", "github.com/redis/go-redis/v9")},
+			[]string{"quorum/a.go:5 github.com/redis/go-redis/v9"}},
+		{"clock imports the module", map[string]string{"clock/a.go": imports("clock", "example.com/m/internal/retry")},
+			[]string{"clock/a.go:4 example.com/m/internal/retry"}},
+		{"internal imports redlock", map[string]string{"internal/node/a.go": imports("node", "example.com/m/redlock")},
+			[]string{"internal/node/a.go:4 example.com/m/redlock"}},
+		{"library imports test tools", map[string]string{
+			"redlock/a.go":      imports("redlock", "example.com/m/internal/testkit/leakcheck", "example.com/m/test/rig"),
+			"internal/x/a.go":   imports("x", "example.com/m/test"),
+			"quorum/a.go":       imports("quorum", "example.com/m/internal/testkit"),
+			"redlock/b.go":      imports("redlock", "example.com/m/cmd/redlock"),
+			"redlock/b_test.go": imports("redlock", "example.com/m/internal/testkit/leakcheck"),
+		}, []string{
+			"redlock/a.go:4 example.com/m/internal/testkit/leakcheck", "redlock/a.go:5 example.com/m/test/rig",
+			"internal/x/a.go:4 example.com/m/test", "quorum/a.go:4 example.com/m/internal/testkit",
+			"redlock/b.go:4 example.com/m/cmd/redlock",
+		}},
+		{"dependencies that point the right way", map[string]string{
+			"redlock/a.go":            imports("redlock", "example.com/m/quorum", "example.com/m/clock", "example.com/m/internal/retry", "github.com/redis/go-redis/v9"),
+			"quorum/a.go":             imports("quorum", "example.com/m/internal/alloc", "github.com/hashicorp/go-multierror"),
+			"clock/a.go":              imports("clock", "time", "example.com/mother"),
+			"internal/x/a.go":         imports("x", "example.com/m/redlockish", "github.com/redis/go-redis/v9"),
+			"internal/testkit/x/a.go": imports("x", "example.com/m/redlock", "example.com/m/test/rig"),
+			"quorum/a_test.go":        imports("quorum", "github.com/redis/go-redis/v9"),
+		}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := run(t, tt.src, func(fset *token.FileSet, files []*ast.File) []finding {
+				return badImports(fset, files, importRules("example.com/m"))
+			})
+			assert.ElementsMatch(t, tt.want, got)
+		})
+	}
+}
+
+func TestArchitectureDocFixtures(t *testing.T) {
+	tests := []struct {
+		name string
+		doc  string
+		want []string
+	}{
+		{"missing files", "# Layout\n\n" +
+			"The scripts live in `internal/protocol/acquire.lua`, the API in `redlock/client.go`.\n" +
+			"See `redlock/gone.go:12`, `internal/node/`, `NOTES.md` and `acquire.lua`.\n",
+			[]string{
+				"docs/ARCHITECTURE.md:3 internal/protocol/acquire.lua", "docs/ARCHITECTURE.md:4 redlock/gone.go:12",
+				"docs/ARCHITECTURE.md:4 internal/node/", "docs/ARCHITECTURE.md:4 NOTES.md", "docs/ARCHITECTURE.md:4 acquire.lua",
+			}},
+		{"existing files and what is not a path", "# Layout\n\n" +
+			"`redlock/client.go:40` and `./redlock/client.go` hold [redlock.Client]; `internal/scripts/` the scripts;\n" +
+			"`README.md`, `docs/ARCHITECTURE.md` and `redlock` are documented.\n" +
+			"Not paths: `github.com/redis/go-redis/v9`, `go test ./...`, `N/2`, `redlock/...`, `errors.Is`, `/tmp/x.go`, `$HOME/a.md`.\n" +
+			"An unclosed `redlock/nothing.go\n" +
+			"```\ngo run ./cmd/gone\n`redlock/gone.go`\n```\n",
+			nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fsys := fixture(map[string]string{
+				"redlock/client.go":        "package redlock\n",
+				"internal/scripts/call.go": "package scripts\n",
+				"README.md":                "# m\n",
+				archDoc:                    tt.doc,
+			})
+			findings, err := missingDocPaths(fsys, archDoc)
+			require.NoError(t, err)
+			assert.ElementsMatch(t, tt.want, where(findings))
+		})
+	}
+	_, err := missingDocPaths(fixture(nil), archDoc)
+	assert.ErrorIs(t, err, fs.ErrNotExist, "a missing doc is reported as such, so that TestArchitectureDoc can skip")
+}

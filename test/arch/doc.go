@@ -1,0 +1,15 @@
+// Package arch checks, as ordinary tests that CI runs, that the library's
+// source keeps the shape the architecture promises, because a rule that no
+// test enforces erodes one convenient exception at a time. Library code (the
+// non-test files of redlock, quorum, clock and internal, except the test and
+// bench tools in internal/testkit) declares no package-level variables other
+// than sentinel errors, //go:embed sources and `var _` assertions, and no init
+// functions; no file in redlock exceeds 400 lines and no function exceeds 60
+// unless it is mostly a table; dependencies point one way (quorum knows
+// nothing about go-redis, clock nothing about this module, internal nothing
+// about redlock, and no library package imports internal/testkit or test);
+// and every repository path that docs/ARCHITECTURE.md names in backquotes
+// exists. The checks parse the source with go/parser, so they need neither a
+// build nor Redis, and each one also runs on small fixtures that break it, so
+// a check that stops seeing violations fails too.
+package arch
