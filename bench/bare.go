@@ -7,9 +7,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redquorum/redquorum/internal/testkit/loadtest"
+	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/retry"
-	"github.com/redquorum/redquorum/internal/scripts"
+	"github.com/redquorum/redquorum/internal/testkit/loadtest"
 	"github.com/redquorum/redquorum/quorum"
 	"github.com/redquorum/redquorum/redlock"
 )
@@ -40,12 +40,12 @@ func bareImpl(name string, real bool) loadtest.Impl {
 		// first rounds on new nodes write), so that the acquire takes its
 		// usual path instead of reporting the restart guard.
 		for _, n := range nodes {
-			if err := n.HSetNX(context.Background(), stateKey, "g", "0").Err(); err != nil {
+			if err := n.HSetNX(context.Background(), protocol.StateKey, "g", "0").Err(); err != nil {
 				closeNodes()
 				return nil, nil, err
 			}
 		}
-		b := &bare{nodes: nodes, workers: quorum.NewWorkers(), real: real}
+		b := &bare{nodes: nodes, workers: quorum.NewWorkers(), real: real, proto: protocol.New(redlock.DefaultRestartGuard, false)}
 		return b, func() { b.workers.Close(); closeNodes() }, nil
 	}}
 }
@@ -54,22 +54,18 @@ type bare struct {
 	nodes   []redis.UniversalClient
 	workers *quorum.Workers
 	real    bool
+	proto   *protocol.Protocol // the lock scripts, as redlock runs them with its default restart guard
 }
 
 // noop is the script of bare-noop.
 var noop = redis.NewScript("return 0")
 
-// stateKey is the node state that redlock's acquire script reads (without
-// Options.KeyPrefix).
-const stateKey = "redquorum:node"
-
 func (b *bare) Lock(ctx context.Context, key string, ttl time.Duration) (loadtest.Unlocker, error) {
 	var acquire, release []any // nil: the no-op script
 	if b.real {
-		token, ms := retry.Token(), ttl.Milliseconds()
-		guard := redlock.DefaultRestartGuard.Milliseconds()
-		acquire = scripts.Args(scripts.Acquire, []string{key, stateKey}, token, ms, guard, "", "0", "")
-		release = scripts.Args(scripts.Release, []string{key}, token, "1", ms)
+		token := retry.Token()
+		acquire = b.proto.AcquireCmd(protocol.Acquire{Keys: []string{key, protocol.StateKey}, Token: token, TTL: ttl})
+		release = b.proto.Release([]string{key}, token, ttl, true)
 	}
 	if err := b.round(ctx, acquire, 0); err != nil {
 		return nil, err
@@ -93,7 +89,7 @@ func (b *bare) round(ctx context.Context, args []any, want int64) error {
 		}
 		// 0 from the acquire (granted), 1 from the release (deleted):
 		// anything else means the round did not do a lock's work.
-		v, err := scripts.RunInt(ctx, b.nodes[i], args)
+		v, err := b.proto.RunInt(ctx, b.nodes[i], args)
 		if err == nil && v != want {
 			err = fmt.Errorf("bare-scripts: node %d answered %d, want %d", i, v, want)
 		}

@@ -83,24 +83,17 @@ type Round struct {
 	left    atomic.Int32 // calls still running; the last one to return cancels their context
 	nctx    context.Context
 	cancel  context.CancelFunc
+	calls   *sync.WaitGroup // the Workers' count of calls in flight; nil without Workers
 
-	ownMu    sync.Mutex      // guards owner, finished and the outcomes' done channels
-	owner    *sync.WaitGroup // see Own
-	finished bool            // every call has returned
+	mu sync.Mutex // guards the outcomes' done channels
 }
 
 // outcome is one node's call and what it returned.
 type outcome struct {
 	err      error         // valid once returned is set
 	returned atomic.Bool   // the call has returned
-	done     chan struct{} // made by Done on demand (guarded by Round.ownMu); closed when the call returns
+	done     chan struct{} // made by Outcome on demand (guarded by Round.mu); closed when the call returns
 }
-
-// closed is the channel Done returns for a call that has already returned,
-// which saves a channel per call that nobody waits for.
-var closed = make(chan struct{})
-
-func init() { close(closed) }
 
 // Start calls fn(nctx, i) for every i in [0, n) in its own goroutine and
 // returns at once. nctx is derived from ctx and expires after timeout, which
@@ -118,11 +111,16 @@ func Start(ctx context.Context, n int, timeout time.Duration, fn func(ctx contex
 // a call can also find a worker whose call has returned but that is not yet
 // waiting again, and then starts one more.
 // A nil *Workers starts a goroutine per call.
+//
+// Workers also counts the calls in flight of every round it started, late
+// answers included, so that their owner can wait for them ([Workers.Wait],
+// [Workers.Close]) without a goroutine per round.
 type Workers struct {
-	jobs chan job      // unbuffered: a send succeeds only to an idle worker
-	quit chan struct{} // closed by Close
-	stop sync.Once
-	wg   sync.WaitGroup
+	jobs  chan job      // unbuffered: a send succeeds only to an idle worker
+	quit  chan struct{} // closed by Close
+	stop  sync.Once
+	wg    sync.WaitGroup // the workers
+	calls sync.WaitGroup // the calls started and not yet returned
 }
 
 type job struct {
@@ -135,9 +133,16 @@ func NewWorkers() *Workers {
 	return &Workers{jobs: make(chan job), quit: make(chan struct{})}
 }
 
-// Close stops the workers once their calls have returned and waits for them.
-// It is safe to call more than once. Start must not be called after Close.
+// Wait blocks until every call of the rounds started so far has returned.
+// Start must not run concurrently with a Wait that could find no call in
+// flight (the rule of [sync.WaitGroup]).
+func (w *Workers) Wait() { w.calls.Wait() }
+
+// Close waits for every call in flight to return, then stops the workers
+// and waits for them. It is safe to call more than once. Start must not be
+// called after Close.
 func (w *Workers) Close() {
+	w.calls.Wait()
 	w.stop.Do(func() { close(w.quit) })
 	w.wg.Wait()
 }
@@ -163,6 +168,10 @@ func (w *Workers) Start(ctx context.Context, n int, timeout time.Duration, fn fu
 	r.nctx, r.cancel = context.WithTimeout(ctx, timeout)
 	r.left.Store(int32(n))
 	r.wg.Add(n)
+	if w != nil {
+		r.calls = &w.calls
+		w.calls.Add(n)
+	}
 	for i := range n {
 		if w == nil {
 			go r.run(i)
@@ -177,7 +186,6 @@ func (w *Workers) Start(ctx context.Context, n int, timeout time.Duration, fn fu
 	}
 	if n == 0 {
 		r.cancel()
-		r.finished = true
 	}
 	return r
 }
@@ -188,41 +196,18 @@ func (r *Round) run(i int) {
 	err := r.fn(r.nctx, i)
 	o := &r.nodes[i]
 	o.err = err
-	r.ownMu.Lock()
+	r.mu.Lock()
 	o.returned.Store(true)
 	if o.done != nil {
 		close(o.done)
 	}
-	r.ownMu.Unlock()
+	r.mu.Unlock()
 	r.results <- result{i, err}
 	if r.left.Add(-1) == 0 {
 		r.cancel()
-		r.ownMu.Lock()
-		r.finished = true
-		owner := r.owner
-		r.ownMu.Unlock()
-		if owner != nil {
-			owner.Done()
-		}
 	}
-}
-
-// Own makes wg wait for the round's calls: it adds one to wg, and the last
-// call to return marks it done (at once if all have returned). It saves a
-// goroutine per round that would only call [Round.Wait]. A Round has at most
-// one owner; Own panics if called twice.
-func (r *Round) Own(wg *sync.WaitGroup) {
-	wg.Add(1)
-	r.ownMu.Lock()
-	if r.owner != nil {
-		r.ownMu.Unlock()
-		panic("quorum: Round.Own called twice")
-	}
-	r.owner = wg
-	finished := r.finished
-	r.ownMu.Unlock()
-	if finished {
-		wg.Done()
+	if r.calls != nil {
+		r.calls.Done()
 	}
 }
 
@@ -283,18 +268,25 @@ func (r *Round) Await(ctx context.Context, need int) (int, error) {
 	return ok, nil
 }
 
-// Done returns a channel that is closed when node i's call has returned.
-func (r *Round) Done(i int) <-chan struct{} {
-	r.ownMu.Lock()
-	defer r.ownMu.Unlock()
+// Outcome blocks until node i's call has returned and returns what it
+// returned.
+func (r *Round) Outcome(i int) error {
 	o := &r.nodes[i]
 	if o.returned.Load() {
-		return closed
+		return o.err
+	}
+	r.mu.Lock()
+	if o.returned.Load() {
+		r.mu.Unlock()
+		return o.err
 	}
 	if o.done == nil {
 		o.done = make(chan struct{})
 	}
-	return o.done
+	done := o.done
+	r.mu.Unlock()
+	<-done
+	return o.err
 }
 
 // Result returns what node i's call returned and true, or nil and false if

@@ -132,7 +132,7 @@ func TestDoneAndResult(t *testing.T) {
 	_, returned := r.Result(2)
 	assert.False(t, returned, "node 2 is still outstanding")
 	close(release)
-	<-r.Done(2)
+	assert.Equal(t, errNo, r.Outcome(2), "Outcome waits for the call")
 	got, returned := r.Result(2)
 	assert.True(t, returned)
 	assert.Equal(t, errNo, got)
@@ -196,38 +196,37 @@ func TestAwaitAfterAllReturned(t *testing.T) {
 	}
 }
 
-func TestOwn(t *testing.T) {
+// TestWorkersWait: Workers.Wait and Close wait for every call in flight of
+// the rounds they started, including the calls whose answers come after
+// their round was decided.
+func TestWorkersWait(t *testing.T) {
 	leakcheck.Check(t)
+	w := NewWorkers()
 	release := make(chan struct{})
-	r := Start(t.Context(), 2, long, func(_ context.Context, i int) error {
+	r := w.Start(t.Context(), 2, long, func(_ context.Context, i int) error {
 		if i == 1 {
 			<-release
 		}
 		return nil
 	})
-	var wg sync.WaitGroup
-	r.Own(&wg)
+	_, err := r.Await(t.Context(), 1)
+	require.NoError(t, err)
 	waited := make(chan struct{})
-	go func() { wg.Wait(); close(waited) }()
-	<-r.Done(0)
-	assert.False(t, r.AllDone())
+	go func() { w.Wait(); close(waited) }()
+	assert.NoError(t, r.Outcome(0))
 	select {
 	case <-waited:
-		t.Fatal("the owner stopped waiting before the last call returned")
+		t.Fatal("Wait returned before the last call returned")
 	case <-time.After(20 * time.Millisecond):
 	}
+	assert.False(t, r.AllDone())
 	close(release)
 	<-waited
 	assert.True(t, r.AllDone())
 
-	assert.Panics(t, func() { r.Own(&sync.WaitGroup{}) }, "a second owner")
-
-	// Owning a finished round does not wait.
-	r = Start(t.Context(), 1, long, func(context.Context, int) error { return nil })
-	r.Wait()
-	var wg2 sync.WaitGroup
-	r.Own(&wg2)
-	wg2.Wait()
+	// Wait with nothing in flight returns at once; so does Close.
+	w.Wait()
+	w.Close()
 }
 
 // goid returns the calling goroutine's id, from its stack header.

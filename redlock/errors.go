@@ -64,18 +64,9 @@ var (
 	ErrClosed = errors.New("redlock: client closed")
 )
 
-// errNotOurs is the per-node outcome of an unlock or extend on a node whose
-// key is gone or holds another token.
-var errNotOurs = errors.New("key missing or held by another token")
-
 // errPending is the per-node outcome of a node that had not answered when the
 // outcome was decided without it.
 var errPending = errors.New("no answer yet when the outcome was decided")
-
-// errNotSent is the per-node outcome of an acquire that was never sent: the
-// round had its quorum, or its time ran out, while the node's requests in
-// flight were at the limit (see Client.enter). The node cannot hold the keys.
-var errNotSent = errors.New("not sent: the node was busy and the round did not need it")
 
 // errGone is the per-node outcome of an acquire that reached its node after
 // the release of its round had: the node refused it (see release.lua).

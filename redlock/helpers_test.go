@@ -25,6 +25,8 @@ type cluster struct {
 	nodes []redis.UniversalClient
 	hooks []*faultHook
 	fresh bool // client does not establish the nodes' state: they start as a new deployment
+	// tune, when set, changes the tunables of the clients made by client.
+	tune func(*tunables)
 }
 
 // establish gives every running node that has no state yet the state of a
@@ -72,17 +74,11 @@ func (c *cluster) client(t *testing.T, opts *Options) *Client {
 		// milliseconds, not microseconds.
 		opts.NodeTimeout = 2 * time.Second
 	}
-	cl, err := New(c.nodes, opts)
+	cl, err := newTuned(c.nodes, opts, c.tune)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cl.Close() })
 	return cl
 }
-
-// settle waits until cl's requests still in flight (answers that came after
-// a round's decision, releases of failed rounds and of unlocks) have landed,
-// so that a test's next step (a restart, a clock move, a fresh node state)
-// cannot race with them.
-func settle(cl *Client) { cl.bg.Wait() }
 
 // setTime sets the time of every node (TIME and key expiry) to now.
 func (c *cluster) setTime(now time.Time) {

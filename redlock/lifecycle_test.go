@@ -15,7 +15,6 @@ import (
 	"github.com/redquorum/redquorum/clock"
 	"github.com/redquorum/redquorum/internal/hashslot"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
-	"github.com/redquorum/redquorum/internal/scripts"
 )
 
 // lockOn obtains key for ttl on exactly the given nodes: the others fail
@@ -153,7 +152,8 @@ func TestNewDeployment(t *testing.T) {
 // within newDeploymentWindow, a round finds all five newly guarded and
 // locks; if later, the nodes serve once their own guards have run out.
 func TestNewDeploymentNodeDown(t *testing.T) {
-	for _, late := range []time.Duration{newDeploymentWindow - time.Second, newDeploymentWindow + time.Second} {
+	window := defaultTunables().newDeploymentWindow
+	for _, late := range []time.Duration{window - time.Second, window + time.Second} {
 		t.Run(late.String(), func(t *testing.T) { testNewDeploymentNodeDown(t, late) })
 	}
 }
@@ -186,7 +186,7 @@ func testNewDeploymentNodeDown(t *testing.T, late time.Duration) {
 	c.hooks[4].set(nil, nil)
 	c.setTime(now.Add(late))
 	_, err = cl.TryLock(t.Context(), "k", time.Second)
-	if late < newDeploymentWindow {
+	if late < defaultTunables().newDeploymentWindow {
 		require.NoError(t, err)
 		return
 	}
@@ -201,19 +201,18 @@ func testNewDeploymentNodeDown(t *testing.T, late time.Duration) {
 // nodes that have not restarted yet, and then those restart too. When the
 // last one restarts every node is guarded, but not a new deployment: B,
 // even from a new Client, must not get C's lock. The negative control sets
-// newDeploymentWindow to an hour, and B gets it.
+// new-deployment window to an hour, and B gets it.
 func TestRollingRestart(t *testing.T) {
 	t.Run("window 5s", func(t *testing.T) { testRollingRestart(t, false) })
-	t.Run("window 1h", func(t *testing.T) {
-		defer func(w time.Duration) { newDeploymentWindow = w }(newDeploymentWindow)
-		newDeploymentWindow = time.Hour
-		testRollingRestart(t, true)
-	})
+	t.Run("window 1h", func(t *testing.T) { testRollingRestart(t, true) })
 }
 
 func testRollingRestart(t *testing.T, violate bool) {
 	leakcheck.Check(t)
 	c := newCluster(t, 5)
+	if violate {
+		c.tune = func(t *tunables) { t.newDeploymentWindow = time.Hour }
+	}
 	now := time.Now()
 	c.setTime(now)
 	traffic := c.client(t, nil)
@@ -700,8 +699,7 @@ func TestClusterNodeKeys(t *testing.T) {
 	assert.NotContains(t, mixedLogs.String(), "Redis Clusters", "two plain masters of three make a quorum")
 
 	for _, key := range []string{"plain", "{order:1}:a"} {
-		l := &Lock{rkeys: []string{"lock:" + key}}
-		k := cl.scriptKeys(l, 0)
+		k := cl.nodes[0].ScriptKeys([]string{"lock:" + key, "lock:" + reservedKey})
 		require.Len(t, k, 2)
 		assert.Equal(t, hashslot.Slot("lock:"+key), hashslot.Slot(k[1]), "state key %s for %s", k[1], key)
 	}

@@ -6,12 +6,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redquorum/redquorum/clock"
-	"github.com/redquorum/redquorum/internal/scripts"
-	"github.com/redquorum/redquorum/quorum"
+	"github.com/redquorum/redquorum/internal/queue"
 )
 
 // Lock is one held lock, returned by [Client.Lock] or [Client.TryLock]. Its
@@ -20,55 +18,23 @@ import (
 // A Lock is only as good as its validity: trust it until [Lock.Until], not
 // after, and keep the work under it shorter than that (or [Lock.Extend] it).
 type Lock struct {
-	c       *Client
-	keys    []string    // as given by the caller
-	rkeys   []string    // with the prefix, as stored on the nodes
-	akeys   []string    // rkeys and the node's state key: KEYS of the acquire script on a plain node
-	token   string      // 128 random bits
-	replies []nodeReply // per node, what its acquire reported
-	acq     *quorum.Round
-	fence   uint64
-	turn    *turn // the local queue's turn this lock keeps (queue.go); nil for TryLock
-	acqArgs []any // the acquire's EVALSHA arguments shared by the round's plain nodes
-	ttlArg  any   // the acquire's ttl in ms, boxed
-	prevArg any   // the acquire's ARGV[6]: the token of the lock handed over to this round, or ""
-
-	// decided is set once the acquire round has its quorum: acquires still
-	// waiting for a busy node are then not sent (see Client.enter).
-	decided   atomic.Bool
-	decidedMu sync.Mutex
-	decidedCh chan struct{} // made on demand by decidedChan, closed by decide
+	c     *Client
+	keys  []string // as given by the caller
+	token string   // 128 random bits
+	ttl   time.Duration
+	fence uint64
+	held  *round      // the round that obtained the lock: which nodes granted it
+	turn  *queue.Turn // the local queue's turn this lock keeps; nil for TryLock
 
 	mu       sync.Mutex
 	until    time.Time
 	released bool
 }
 
-// decide marks the acquire round as decided with its quorum.
-func (l *Lock) decide() {
-	l.decidedMu.Lock()
-	defer l.decidedMu.Unlock()
-	l.decided.Store(true)
-	if l.decidedCh != nil {
-		close(l.decidedCh)
-	}
+// newLock returns the handle of the lock that r obtained.
+func newLock(r *round) *Lock {
+	return &Lock{c: r.c, keys: r.keys, token: r.acq.Token, ttl: r.acq.TTL, fence: r.fence, held: r, until: r.until}
 }
-
-// decidedChan returns a channel closed once the acquire round is decided.
-func (l *Lock) decidedChan() <-chan struct{} {
-	l.decidedMu.Lock()
-	defer l.decidedMu.Unlock()
-	if l.decided.Load() {
-		return closed
-	}
-	if l.decidedCh == nil {
-		l.decidedCh = make(chan struct{})
-	}
-	return l.decidedCh
-}
-
-// closed is a closed channel.
-var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Key returns the key as passed to Lock, without Options.KeyPrefix; for a
 // lock from LockMany, the first key.
@@ -79,12 +45,7 @@ func (l *Lock) Keys() []string { return slices.Clone(l.keys) }
 
 // name is how errors and logs name the lock: its key, or its keys joined
 // by ", ".
-func (l *Lock) name() string {
-	if len(l.keys) == 1 {
-		return l.keys[0]
-	}
-	return strings.Join(l.keys, ", ")
-}
+func (l *Lock) name() string { return strings.Join(l.keys, ", ") }
 
 // Fence returns the lock's fencing token when Options.Fencing is set, else 0.
 // The fences of successive holders of one key strictly increase (they come
@@ -153,22 +114,21 @@ func (l *Lock) Until() time.Time {
 func (l *Lock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.released {
-		return &Error{Op: "unlock", Key: l.name(), Quorum: l.c.cfg.quorum, Reason: "already unlocked", sentinel: ErrNotHeld}
-	}
 	c := l.c
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.closed {
-		return ErrClosed
+	if l.released {
+		return &Error{Op: "unlock", Key: l.name(), Quorum: c.cfg.quorum, Reason: "already unlocked", sentinel: ErrNotHeld}
 	}
+	if err := c.life.enter(); err != nil {
+		return err
+	}
+	defer c.life.exit()
 	l.released = true
-	if c.cfg.clock.Now().Before(l.until) && c.turns.handOff(l) {
-		return nil // queue.go: the next local caller's round takes the keys over
+	if c.cfg.clock.Now().Before(l.until) && c.queue.HandOff(l.turn, queue.Handover{Token: l.token, TTL: l.ttl}) {
+		return nil // the next local caller's round takes the keys over
 	}
-	r := c.release(ctx, l)
+	r := c.release(ctx, l.held, true)
 	ok, err := r.Await(ctx, c.cfg.quorum)
-	c.turns.leave(l.turn) // queue.go: the next local caller may start its rounds
+	c.queue.Leave(l.turn) // the next local caller may start its rounds
 	if err != nil {
 		return c.newError("unlock", l.name(), ok, r, ErrNotHeld, err)
 	}
@@ -190,11 +150,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.closed {
-		return ErrClosed
+	if err := c.life.enter(); err != nil {
+		return err
 	}
+	defer c.life.exit()
 	start := c.cfg.clock.Now()
 	if l.released || !start.Before(l.until) {
 		reason := "validity ran out at " + l.until.String()
@@ -203,18 +162,13 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		}
 		return &Error{Op: "extend", Key: l.name(), Quorum: c.cfg.quorum, Reason: reason, sentinel: ErrNotHeld}
 	}
-	var ttlMS any = ttl.Milliseconds() // boxed once for all nodes
-	r := c.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
-		if res, done := l.acq.Result(i); done && refused(res) {
+	held := l.held
+	r := c.life.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+		if res, done := held.calls.Result(i); done && refused(res) {
 			return errSkipped
 		}
-		if err := c.enter(ctx, i, nil); err != nil {
-			return err
-		}
-		defer c.exit(i)
-		return guarded(scripts.Extend.Run(ctx, c.nodes[i], c.scriptKeys(l, i), l.token, ttlMS, c.guardArg).Int64())
+		return c.nodes[i].Extend(ctx, held.acq.Keys, l.token, ttl)
 	})
-	c.track(r)
 	ok, qerr := r.Await(ctx, c.cfg.quorum)
 	validity := clock.Validity(ttl, c.cfg.clock.Now().Sub(start), c.cfg.drift)
 	if qerr != nil || validity <= 0 {
@@ -225,5 +179,8 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return e
 	}
 	l.until = start.Add(validity)
+	if l.turn != nil {
+		c.queue.Held(l.turn, l.until) // local waiters watch the new expiry
+	}
 	return nil
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
-	"github.com/redquorum/redquorum/internal/scripts"
 )
 
 // TestQueueOneRoundPerAcquisition shows that callers of one Client on one key
@@ -61,7 +60,7 @@ func TestQueueOneRoundPerAcquisition(t *testing.T) {
 	// a release that had not reached a node yet on a slow machine. Callers
 	// that competed would send about one failed round per acquisition.
 	assert.LessOrEqual(t, c.hooks[0].calls.Load()-before, int64(2*callers*rounds+2+2*callers))
-	assert.Empty(t, cl.turns.queues, "no queue is left once every caller is done")
+	assert.Zero(t, cl.queue.Keys(), "no queue is left once every caller is done")
 }
 
 // TestQueueHolderExpires shows that a holder that never unlocks keeps its
@@ -148,23 +147,14 @@ func holderAndWaiter(t *testing.T) (*Client, *Lock, <-chan error) {
 		_, err := cl.Lock(t.Context(), "k", time.Second)
 		done <- err
 	}()
-	require.Eventually(t, func() bool {
-		cl.turns.mu.Lock()
-		defer cl.turns.mu.Unlock()
-		return len(cl.turns.queues["k"].waiting) == 1
-	}, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return cl.queue.Waiting("k") == 1 }, 5*time.Second, time.Millisecond)
 	return cl, l, done
 }
 
 // waitQueued waits until n callers of cl wait behind the owner of key.
 func waitQueued(t *testing.T, cl *Client, key string, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		cl.turns.mu.Lock()
-		defer cl.turns.mu.Unlock()
-		q := cl.turns.queues[key]
-		return q != nil && len(q.waiting) == n
-	}, 5*time.Second, time.Millisecond, "%d callers queued for %s", n, key)
+	require.Eventually(t, func() bool { return cl.queue.Waiting(key) == n }, 5*time.Second, time.Millisecond, "%d callers queued for %s", n, key)
 }
 
 // releasesOf returns the release commands for token that node i saw, and how

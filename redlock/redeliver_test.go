@@ -2,9 +2,7 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,14 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
-	"github.com/redquorum/redquorum/internal/scripts"
 )
 
-// setRedeliverDelays sets the redelivery delays for one test.
-func setRedeliverDelays(t *testing.T, first, max time.Duration) {
-	f, m := redeliverFirst, redeliverMax
-	redeliverFirst, redeliverMax = first, max
-	t.Cleanup(func() { redeliverFirst, redeliverMax = f, m })
+// redeliverDelays sets the redelivery delays of c's clients.
+func redeliverDelays(c *cluster, first, max time.Duration) {
+	c.tune = func(t *tunables) { t.redeliverFirst, t.redeliverMax = first, max }
 }
 
 // lockOnAll locks key and waits until every node holds it.
@@ -51,8 +46,8 @@ func countScript(h *faultHook, s *redis.Script) int {
 // release, sent again in the background, and is not sent it after that.
 func TestRedeliverRelease(t *testing.T) {
 	leakcheck.Check(t)
-	setRedeliverDelays(t, 5*time.Millisecond, 20*time.Millisecond)
 	c := newCluster(t, 3)
+	redeliverDelays(c, 5*time.Millisecond, 20*time.Millisecond)
 	cl := c.client(t, nil)
 	l := lockOnAll(t, c, cl, "k", time.Minute)
 	h := c.hooks[2]
@@ -127,7 +122,7 @@ func (h *lateHook) heal(t *testing.T, deliver bool) {
 		return
 	}
 	for _, args := range held {
-		_, err := scripts.Run(context.Background(), h.node, args)
+		_, err := runScript(context.Background(), h.node, args)
 		require.NoError(t, err)
 		h.delivered.Add(1)
 	}
@@ -141,8 +136,8 @@ func TestRedeliverLateSet(t *testing.T) {
 	for _, releaseFirst := range []bool{false, true} {
 		t.Run(fmt.Sprintf("releaseFirst=%v", releaseFirst), func(t *testing.T) {
 			leakcheck.Check(t)
-			setRedeliverDelays(t, 5*time.Millisecond, 20*time.Millisecond)
 			c := newCluster(t, 3)
+			redeliverDelays(c, 5*time.Millisecond, 20*time.Millisecond)
 			cl := c.client(t, &Options{NodeTimeout: 200 * time.Millisecond})
 			hooks := make([]*lateHook, 3)
 			for i := 1; i < 3; i++ {
@@ -180,8 +175,8 @@ func TestRedeliverLateSet(t *testing.T) {
 // (its key then expires with its TTL).
 func TestRedeliverOnClose(t *testing.T) {
 	leakcheck.Check(t)
-	setRedeliverDelays(t, time.Hour, time.Hour) // no retry before Close
 	c := newCluster(t, 5)
+	redeliverDelays(c, time.Hour, time.Hour) // no retry before Close
 	var logs logBuffer
 	cl := c.client(t, &Options{Logger: logs.logger()})
 	a := lockOnAll(t, c, cl, "a", time.Minute)
@@ -207,8 +202,8 @@ func TestRedeliverOnClose(t *testing.T) {
 // the lock's TTL has passed, when its key has expired anyway.
 func TestRedeliverGivesUp(t *testing.T) {
 	leakcheck.Check(t)
-	setRedeliverDelays(t, 5*time.Millisecond, 20*time.Millisecond)
 	c := newCluster(t, 3)
+	redeliverDelays(c, 5*time.Millisecond, 20*time.Millisecond)
 	cl := c.client(t, &Options{NodeTimeout: 100 * time.Millisecond})
 	const ttl = 300 * time.Millisecond
 	l := lockOnAll(t, c, cl, "k", ttl)
@@ -231,8 +226,8 @@ func TestRedeliverGivesUp(t *testing.T) {
 // sent again.
 func TestRedeliverAnswers(t *testing.T) {
 	leakcheck.Check(t)
-	setRedeliverDelays(t, time.Millisecond, time.Millisecond)
 	c := newCluster(t, 3)
+	redeliverDelays(c, time.Millisecond, time.Millisecond)
 	cl := c.client(t, nil)
 	l := lockOnAll(t, c, cl, "k", time.Minute)
 	h := c.hooks[2]
@@ -248,11 +243,8 @@ func TestRedeliverAnswers(t *testing.T) {
 // once when it overflows.
 func TestRedeliveryLimit(t *testing.T) {
 	leakcheck.Check(t)
-	setRedeliverDelays(t, time.Hour, time.Hour)
-	limit := redeliveryLimit
-	redeliveryLimit = 2
-	t.Cleanup(func() { redeliveryLimit = limit })
 	c := newCluster(t, 3)
+	c.tune = func(t *tunables) { t.redeliverFirst, t.redeliverMax, t.redeliveryLimit = time.Hour, time.Hour, 2 }
 	var logs logBuffer
 	cl := c.client(t, &Options{Logger: logs.logger()})
 	h := c.hooks[2]
@@ -279,25 +271,3 @@ type redisErr string
 
 func (e redisErr) Error() string { return string(e) }
 func (redisErr) RedisError()     {}
-
-func TestInDoubt(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{nil, false},
-		{errNotOurs, false},
-		{errSkipped, false},
-		{context.DeadlineExceeded, true},
-		{fmt.Errorf("dial: %w", &net.OpError{Op: "dial", Err: errors.New("connection refused")}), true},
-		{redis.ErrClosed, true},
-		{errBroken, true},
-		{redisErr("NOPERM this user has no permissions to run the 'evalsha' command"), false},
-		{redisErr("ERR unknown command"), false},
-		{redisErr("LOADING Redis is loading the dataset in memory"), true},
-		{redisErr("BUSY Redis is busy running a script"), true},
-		{redisErr("MASTERDOWN Link with MASTER is down"), true},
-	} {
-		assert.Equal(t, tc.want, inDoubt(tc.err), "%v", tc.err)
-	}
-}

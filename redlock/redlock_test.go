@@ -14,7 +14,6 @@ import (
 
 	"github.com/redquorum/redquorum/clock"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
-	"github.com/redquorum/redquorum/internal/scripts"
 	"github.com/redquorum/redquorum/quorum"
 )
 
@@ -152,9 +151,7 @@ func TestBusyNodeNotSent(t *testing.T) {
 		require.NoError(t, err, k)
 		locks = append(locks, l)
 	}
-	<-locks[2].acq.Done(4)
-	res, _ := locks[2].acq.Result(4)
-	assert.Equal(t, errNotSent, res, "c's acquire on the busy node")
+	assert.Equal(t, errNotSent, locks[2].held.calls.Outcome(4), "c's acquire on the busy node")
 	for _, l := range locks {
 		require.NoError(t, l.Unlock(t.Context()))
 	}

@@ -41,7 +41,7 @@ func TestWakeOnUnlock(t *testing.T) {
 	require.NoError(t, <-got)
 	assert.Less(t, time.Since(start), 5*time.Second, "woken by the release, not by the one-minute retry")
 	require.NoError(t, b.Close())
-	assert.Empty(t, b.wake.waiters)
+	assert.Zero(t, b.wake.Waits())
 }
 
 // TestWakeNotOnFailedRounds shows that the clean-up of a failed round does
@@ -75,21 +75,17 @@ func TestWakeListenersStop(t *testing.T) {
 	c := newCluster(t, 3)
 	c.srv[2].Close()
 	b := c.client(t, nil)
-	ch := b.wakeOn("k")
+	ch := b.wake.On("k")
 	require.NotNil(t, ch)
 	time.Sleep(150 * time.Millisecond) // the listener of node 2 fails and retries
 	require.NoError(t, b.Close())
-	assert.Nil(t, b.wakeOn("k"), "no listener after Close")
+	assert.Nil(t, b.wake.On("k"), "no listener after Close")
 }
 
 // waitWaiting waits until a Lock of cl is registered for key's release.
 func waitWaiting(t *testing.T, cl *Client, key string) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		cl.wake.mu.Lock()
-		defer cl.wake.mu.Unlock()
-		return cl.wake.waiters[cl.cfg.prefix+key] != nil
-	}, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return cl.wake.Waiting(cl.cfg.prefix + key) }, 5*time.Second, time.Millisecond)
 }
 
 // scriptCounter counts the scripts run on a node.
@@ -124,15 +120,11 @@ func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // subscribed: the release of another key reaches no listener.
 func TestWakeListenersStopWhenIdle(t *testing.T) {
 	leakcheck.Check(t)
-	defer func(d time.Duration) { wakeIdle = d }(wakeIdle)
-	wakeIdle = 50 * time.Millisecond
+	const wakeIdle = 50 * time.Millisecond
 	c := newCluster(t, 3)
+	c.tune = func(t *tunables) { t.wakeIdle = wakeIdle }
 	cl := c.client(t, nil)
-	running := func() bool {
-		cl.wake.mu.Lock()
-		defer cl.wake.mu.Unlock()
-		return len(cl.wake.subs) == 3
-	}
+	running := func() bool { return cl.wake.Connections() == 3 }
 	// subscribed returns how many nodes have a subscriber on key's channel,
 	// and how many channels the nodes have in all.
 	subscribed := func(key string) (int, int) {
@@ -143,10 +135,10 @@ func TestWakeListenersStopWhenIdle(t *testing.T) {
 		}
 		return n, all
 	}
-	ch := cl.wakeOn("k")
-	other := cl.wakeOn("other")
+	ch := cl.wake.On("k")
+	other := cl.wake.On("other")
 	require.Eventually(t, func() bool { n, all := subscribed("k"); return n == 3 && all == 6 }, 5*time.Second, time.Millisecond)
-	cl.wakeDone("other", other)
+	cl.wake.Done("other", other)
 	// "other" is dropped once idle; "k", still waited for, stays.
 	require.Eventually(t, func() bool { n, _ := subscribed("other"); return n == 0 }, 5*time.Second, time.Millisecond, "an idle key still subscribed")
 	time.Sleep(4 * wakeIdle)
@@ -154,14 +146,14 @@ func TestWakeListenersStopWhenIdle(t *testing.T) {
 	assert.Equal(t, 3, n, "unsubscribed while a Lock waits")
 	assert.Equal(t, 3, all, "only the waited-for key")
 	assert.True(t, running())
-	cl.wakeDone("k", ch)
+	cl.wake.Done("k", ch)
 	require.Eventually(t, func() bool { return !running() }, 5*time.Second, time.Millisecond, "connections still open")
 	require.Eventually(t, func() bool { _, all := subscribed("k"); return all == 0 }, 5*time.Second, time.Millisecond, "subscriptions left on the nodes")
 
 	holder := c.client(t, nil)
 	l, err := holder.TryLock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
-	ch = cl.wakeOn("k")
+	ch = cl.wake.On("k")
 	require.True(t, running())
 	// The subscriptions are made in the background: unlock once they are.
 	require.Eventually(t, func() bool { n, _ := subscribed("k"); return n == 3 }, 5*time.Second, time.Millisecond)
@@ -171,7 +163,7 @@ func TestWakeListenersStopWhenIdle(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no wake after subscribing again")
 	}
-	cl.wakeDone("k", ch)
+	cl.wake.Done("k", ch)
 }
 
 // TestWakeAllRings: a Client whose nodes are all Rings subscribes to nothing
@@ -199,10 +191,8 @@ func TestWakeAllRings(t *testing.T) {
 		cancel()
 		require.ErrorIs(t, err, ErrNotObtained)
 	}
-	waiter.wake.mu.Lock()
-	assert.Empty(t, waiter.wake.subs)
-	assert.Empty(t, waiter.wake.keys)
-	waiter.wake.mu.Unlock()
+	assert.Zero(t, waiter.wake.Connections())
+	assert.Zero(t, waiter.wake.Subscribed())
 	require.NoError(t, l.Unlock(t.Context()))
 	require.NoError(t, waiter.Close())
 	require.NoError(t, holder.Close())

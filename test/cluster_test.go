@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/hashslot"
+	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 	"github.com/redquorum/redquorum/redlock"
@@ -200,7 +201,7 @@ func TestClusterNodeFencing(t *testing.T) {
 	}
 	// The first slot's state on the Cluster node: established, its counter
 	// known (the new deployment set it, write-backs raise it).
-	first := "redquorum:node:{" + hashslot.Tag(hashslot.Slot(keyOnShard(0, 3, "fenced"))) + "}"
+	first := protocol.SlotStateKey("", keyOnShard(0, 3, "fenced"), new(hashslot.Tags))
 	st := cluster.HGetAll(ctx, first).Val()
 	assert.Equal(t, "0", st["g"], "established: %v", st)
 	assert.Contains(t, st, "f", "counter known: %v", st)

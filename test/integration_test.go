@@ -24,8 +24,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
-	"github.com/redquorum/redquorum/internal/scripts"
 	"github.com/redquorum/redquorum/redlock"
 	"github.com/redquorum/redquorum/test/rig"
 )
@@ -255,11 +255,10 @@ func TestIntegration(t *testing.T) {
 		// resets the TTL: a retried or duplicated request cannot make the
 		// owner fail on its own key.
 		node, ctx := ns.direct[0], t.Context()
-		keys := []string{"it:idem", "redquorum:node"} // the lock key, then the node's state
-		// ARGV: token, ttl ms, restart guard ms (0: off), deployment to
-		// establish (none), fence wanted ('0').
+		keys := []string{"it:idem", protocol.StateKey} // the lock key, then the node's state
+		p := protocol.New(0, false)                    // restart guard off, no fence
 		run := func(token string, ttl int) (int64, error) {
-			return scripts.Acquire.Run(ctx, node, keys, token, ttl, 0, "", "0").Int64()
+			return p.RunInt(ctx, node, p.AcquireCmd(protocol.Acquire{Keys: keys, Token: token, TTL: time.Duration(ttl) * time.Millisecond}))
 		}
 		v, err := run("token-a", 1000)
 		require.NoError(t, err)

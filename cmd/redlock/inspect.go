@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redquorum/redquorum/internal/protocol"
 )
 
 // inspect shows who holds KEY on each node and whether a quorum agrees.
@@ -46,7 +48,7 @@ func inspect(ctx context.Context, args []string, out io.Writer) error {
 	votes := map[string]int{}
 	var failed error
 	for i, n := range nodes {
-		holder, ttl, fence, err := read(ctx, n, key, *prefix+stateKey)
+		holder, ttl, fence, err := read(ctx, n, key, *prefix+protocol.StateKey)
 		switch {
 		case err != nil:
 			fmt.Fprintf(tw, "%s\terror: %s\t-\t-\n", addrs[i], oneLine(err.Error()))
@@ -85,14 +87,6 @@ func inspect(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-// gonePrefix starts the value of a tombstone that a release leaves where the
-// key was missing (internal/scripts/release.lua): the key is free.
-const gonePrefix = "redquorum:gone:"
-
-// stateKey is the node state hash of the restart guard and the fence counter
-// (field f), after the key prefix; see redlock.ErrGuarded and Lock.Fence.
-const stateKey = "redquorum:node"
-
 // read returns the value of key on one node, its remaining TTL and the node's
 // fence counter ("-" when the node has no counter yet or lost it); holder is
 // "" when the key does not exist.
@@ -115,7 +109,7 @@ func read(ctx context.Context, n redis.UniversalClient, key, state string) (hold
 	if fence == "" {
 		fence = "-"
 	}
-	if errors.Is(get.Err(), redis.Nil) || strings.HasPrefix(get.Val(), gonePrefix) {
+	if errors.Is(get.Err(), redis.Nil) || strings.HasPrefix(get.Val(), protocol.TombstonePrefix) {
 		return "", 0, fence, nil // free (a tombstone is free for every other token)
 	}
 	ttl = pttl.Val()

@@ -43,24 +43,28 @@ func crc16(s string) uint16 {
 	return crc
 }
 
-var (
-	tagsOnce sync.Once
-	tags     []string
-)
+// Tags finds, for each slot, a short string whose own slot it is. Its zero
+// value is ready to use; it is safe for concurrent use. The table is built
+// at the first call of [Tags.Tag] (16384 strings), so keep one Tags for
+// every use.
+type Tags struct {
+	once sync.Once
+	tags []string
+}
 
 // Tag returns a short string whose own slot is slot, the same for every
-// call: a key that contains "{" + Tag(Slot(k)) + "}" lives in the slot of k.
-func Tag(slot int) string {
-	tagsOnce.Do(func() {
-		tags = make([]string, Count)
+// call: a key that contains "{" + t.Tag(Slot(k)) + "}" lives in the slot of k.
+func (t *Tags) Tag(slot int) string {
+	t.once.Do(func() {
+		t.tags = make([]string, Count)
 		left := Count
 		for i := 0; left > 0; i++ {
 			s := strconv.Itoa(i)
-			if sl := Slot(s); tags[sl] == "" {
-				tags[sl] = s
+			if sl := Slot(s); t.tags[sl] == "" {
+				t.tags[sl] = s
 				left--
 			}
 		}
 	})
-	return tags[slot]
+	return t.tags[slot]
 }

@@ -26,13 +26,14 @@ func TestSlot(t *testing.T) {
 }
 
 func TestTag(t *testing.T) {
+	var tags Tags
 	for _, slot := range []int{0, 1, 12182, Count - 1} {
-		assert.Equal(t, slot, Slot(Tag(slot)))
-		assert.Equal(t, slot, Slot("x:{"+Tag(slot)+"}"))
+		assert.Equal(t, slot, Slot(tags.Tag(slot)))
+		assert.Equal(t, slot, Slot("x:{"+tags.Tag(slot)+"}"))
 	}
 	for s := range Count {
-		if Slot(Tag(s)) != s {
-			t.Fatalf("Tag(%d) = %q is in slot %d", s, Tag(s), Slot(Tag(s)))
+		if Slot(tags.Tag(s)) != s {
+			t.Fatalf("tags.Tag(%d) = %q is in slot %d", s, tags.Tag(s), Slot(tags.Tag(s)))
 		}
 	}
 }

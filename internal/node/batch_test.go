@@ -1,4 +1,4 @@
-package redlock
+package node
 
 import (
 	"context"
@@ -12,8 +12,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redquorum/redquorum/clock"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 )
+
+// testWindow is the batch window of the tests' batchers.
+const testWindow = 5 * time.Millisecond
+
+// options returns go-redis options for a node at addr as a lock client
+// needs them: no retries, context deadlines on the socket.
+func options(addr string) *redis.Options {
+	return &redis.Options{Addr: addr, Protocol: 2, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true}
+}
 
 // pipeCounter counts the single commands and the pipelines sent to a node,
 // and can hold single commands at a gate.
@@ -46,16 +56,17 @@ func (h *pipeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 
-// gatedNode returns a miniredis node and a batcher on a client of it whose
-// INCR commands wait at the hook's gate until it is closed.
-func gatedNode(t *testing.T) (*miniredis.Miniredis, *pipeCounter, *batchedNode) {
+// gatedNode returns a miniredis node and a batcher with the given window on
+// a client of it whose INCR commands wait at the hook's gate until it is
+// closed.
+func gatedNode(t *testing.T, window time.Duration) (*miniredis.Miniredis, *pipeCounter, *batchedClient) {
 	t.Helper()
 	m := miniredis.RunT(t)
-	n := redis.NewClient(NodeOptions(m.Addr()))
+	n := redis.NewClient(options(m.Addr()))
 	t.Cleanup(func() { _ = n.Close() })
 	h := &pipeCounter{sizes: make(chan int, 10), gate: make(chan struct{})}
 	n.AddHook(h)
-	return m, h, &batchedNode{b: new(batcher), node: n}
+	return m, h, &batchedClient{b: &batcher{window: window, clock: clock.Real{}}, client: n}
 }
 
 // TestBatcher: commands that arrive while one is in flight wait, and go
@@ -63,9 +74,7 @@ func gatedNode(t *testing.T) (*miniredis.Miniredis, *pipeCounter, *batchedNode) 
 // a command alone goes out alone.
 func TestBatcher(t *testing.T) {
 	leakcheck.Check(t)
-	defer func(w time.Duration) { batchWindow = w }(batchWindow)
-	batchWindow = time.Hour // the first command is held at a gate while the others queue
-	m, h, bn := gatedNode(t)
+	m, h, bn := gatedNode(t, time.Hour) // the first command is held at a gate while the others queue
 	require.NoError(t, m.Set("text", "not a number"))
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -120,13 +129,13 @@ func TestBatcher(t *testing.T) {
 // commands, so that a command that waited long behind a slow one is not
 // cut short together with the whole batch by an earlier deadline.
 func TestBatchDeadline(t *testing.T) {
-	b := &batcher{}
+	b := &batcher{window: testWindow, clock: clock.Real{}}
 	early, cancel1 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel1()
 	late, cancel2 := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel2()
 	m := miniredis.RunT(t)
-	n := redis.NewClient(NodeOptions(m.Addr()))
+	n := redis.NewClient(options(m.Addr()))
 	t.Cleanup(func() { _ = n.Close() })
 	var seen time.Time
 	n.AddHook(deadlineSpy{&seen})
@@ -153,13 +162,13 @@ func (s deadlineSpy) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // waited for its batch is not sent and fails with the context's error.
 func TestBatchSkipsEndedContexts(t *testing.T) {
 	m := miniredis.RunT(t)
-	n := redis.NewClient(NodeOptions(m.Addr()))
+	n := redis.NewClient(options(m.Addr()))
 	t.Cleanup(func() { _ = n.Close() })
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
 	live := context.Background()
 	c1, c2, c3 := redis.NewIntCmd(live, "incr", "n"), redis.NewIntCmd(ended, "incr", "n"), redis.NewIntCmd(live, "incr", "n")
-	b := &batcher{}
+	b := &batcher{window: testWindow, clock: clock.Real{}}
 	b.run(n, []*batchReq{
 		{ctx: live, cmd: c1, wake: make(chan struct{}, 1)},
 		{ctx: ended, cmd: c2, wake: make(chan struct{}, 1)},
@@ -177,12 +186,12 @@ func TestBatchSkipsEndedContexts(t *testing.T) {
 // out on their own at once.
 func TestBatchBypassesSlowNode(t *testing.T) {
 	leakcheck.Check(t)
-	_, h, bn := gatedNode(t)
+	_, h, bn := gatedNode(t, testWindow)
 	ctx := t.Context()
 	stalled := make(chan error, 1)
 	go func() { stalled <- bn.Process(ctx, redis.NewIntCmd(ctx, "incr", "n")) }() // held at the gate
 	require.Eventually(t, func() bool { return h.singles.Load() == 1 }, 5*time.Second, time.Millisecond)
-	time.Sleep(2 * batchWindow)
+	time.Sleep(2 * testWindow)
 
 	done := make(chan error, 1)
 	go func() { done <- bn.Process(ctx, redis.NewStatusCmd(ctx, "set", "other", "v")) }()
@@ -190,7 +199,7 @@ func TestBatchBypassesSlowNode(t *testing.T) {
 	case err := <-done:
 		require.NoError(t, err)
 	case <-time.After(5 * time.Second):
-		t.Fatal("a command queued behind a command in flight for longer than batchWindow")
+		t.Fatal("a command queued behind a command in flight for longer than the batch window")
 	}
 	select {
 	case <-stalled:

@@ -1,3 +1,4 @@
+-- (@GONE@ stands for protocol.TombstonePrefix, replaced when the scripts are loaded.)
 -- acquire: take every key of KEYS[1..n-1] for token ARGV[1] for ARGV[2] ms,
 -- all or none. KEYS[n], the last, is the node's state, a hash without expiry:
 -- g = the node time in ms until which the node is in its restart guard (0: established),
@@ -13,7 +14,7 @@
 --     reply or a retry, in which case the TTL is reset), or {0, f} when ARGV[5]
 --     is '1', f = -1 when the counter is unknown;
 --   the largest remaining TTL in ms (≥ 1) of the keys that another token holds,
---     or -1 when one of them has no expiry (a tombstone, "redquorum:gone:" ..
+--     or -1 when one of them has no expiry (a tombstone, "@GONE@" ..
 --     a token, counts as free; see release.lua);
 --   -3 when a key holds the tombstone of this very token: the round gave up
 --     on this node and released it before this request arrived;
@@ -46,7 +47,7 @@ if guard > 0 then
 end
 local prev = ARGV[6]
 if prev == '' then prev = nil end
-local gone = 'redquorum:gone:'
+local gone = '@GONE@'
 local wait = 0
 for i = 1, #KEYS - 1 do
   local v = redis.call('GET', KEYS[i])

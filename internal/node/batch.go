@@ -1,4 +1,4 @@
-package redlock
+package node
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redquorum/redquorum/clock"
 )
 
 // batcher sends one node's lock commands (acquires and releases) one batch
@@ -17,7 +19,8 @@ import (
 // cost; a command alone pays a mutex. Commands to one node are also sent in
 // the order in which they were queued.
 //
-// Commands queue only behind a batch sent less than batchWindow ago: behind
+// Commands queue only behind a batch sent less than the batch window ago
+// (Config.BatchWindow): behind
 // a node that is slow or failing (a stalled socket, a dial that go-redis
 // retries) they go out on their own, concurrently, as without batching, so
 // that one bad node does not serialise its commands and hold up the rounds
@@ -29,6 +32,10 @@ import (
 // fail (and close the connection for) all the others. The rounds decide on
 // their own timeouts regardless.
 type batcher struct {
+	window time.Duration
+	clock  clock.Clock
+	reqs   sync.Pool // of *batchReq
+
 	mu      sync.Mutex
 	busy    bool        // a command or a batch is in flight
 	since   time.Time   // when it was sent
@@ -49,25 +56,19 @@ type batchReq struct {
 	skip  bool          // not sent: its context had ended
 }
 
-// batchWindow is how long after a batch was sent later commands still queue
-// behind it.
-var batchWindow = 5 * time.Millisecond // a variable for the tests
-
-var batchReqs = sync.Pool{New: func() any { return &batchReq{wake: make(chan struct{}, 1)} }}
-
-// batchedNode is a node client whose Process goes through its batcher.
-type batchedNode struct {
-	b    *batcher
-	node redis.UniversalClient
+// batchedClient is a node client whose Process goes through its batcher.
+type batchedClient struct {
+	b      *batcher
+	client redis.UniversalClient
 }
 
-func (n *batchedNode) Process(ctx context.Context, cmd redis.Cmder) error {
-	return n.b.do(ctx, n.node, cmd)
+func (c *batchedClient) Process(ctx context.Context, cmd redis.Cmder) error {
+	return c.b.do(ctx, c.client, cmd)
 }
 
 // do runs cmd on node, alone or in a batch, and returns its error.
 func (b *batcher) do(ctx context.Context, node redis.UniversalClient, cmd redis.Cmder) error {
-	now := time.Now()
+	now := b.clock.Now()
 	b.mu.Lock()
 	if !b.busy {
 		b.busy, b.since = true, now
@@ -76,13 +77,16 @@ func (b *batcher) do(ctx context.Context, node redis.UniversalClient, cmd redis.
 		b.next(nil)
 		return err
 	}
-	if now.Sub(b.since) > batchWindow {
+	if now.Sub(b.since) > b.window {
 		// The node is slow or failing (a dial that retries, a stalled
 		// socket): do not queue behind it, go out on a connection of its own.
 		b.mu.Unlock()
 		return node.Process(ctx, cmd)
 	}
-	r := batchReqs.Get().(*batchReq)
+	r, _ := b.reqs.Get().(*batchReq)
+	if r == nil {
+		r = &batchReq{wake: make(chan struct{}, 1)}
+	}
 	r.ctx, r.cmd = ctx, cmd
 	b.pending = append(b.pending, r)
 	b.mu.Unlock()
@@ -93,7 +97,7 @@ func (b *batcher) do(ctx context.Context, node redis.UniversalClient, cmd redis.
 	}
 	err := cmd.Err()
 	*r = batchReq{wake: r.wake}
-	batchReqs.Put(r)
+	b.reqs.Put(r)
 	return err
 }
 
@@ -113,7 +117,7 @@ func (b *batcher) next(done []*batchReq) {
 	}
 	batch := b.pending
 	b.pending, b.spare = b.spare, nil
-	b.since = time.Now()
+	b.since = b.clock.Now()
 	leader := batch[0]
 	leader.batch = batch
 	b.mu.Unlock()
@@ -172,7 +176,9 @@ func (b *batcher) pipeline(node redis.UniversalClient, batch []*batchReq) {
 
 // deadlineCtx is a context with a deadline and nothing else: no
 // cancellation, so no timer and no allocation. go-redis (with
-// ContextTimeoutEnabled) turns the deadline into socket deadlines.
+// ContextTimeoutEnabled) turns the deadline into socket deadlines. Its Err
+// reads the system clock, not the configured one: a context's deadline is
+// a wall-clock time by definition, and the sockets apply it so.
 type deadlineCtx struct {
 	deadline time.Time
 }

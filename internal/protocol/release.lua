@@ -1,12 +1,14 @@
+-- (@GONE@ and @RELEASED@ stand for protocol.TombstonePrefix and
+-- protocol.ReleasedChannel, replaced when the scripts are loaded.)
 -- release: delete every key of KEYS that holds token ARGV[1]. Returns 1 if
 -- all of them did, 0 otherwise (keys that are gone or hold another token are
 -- left alone).
 -- When ARGV[2] is "1" (an unlock, not the clean-up of a failed round), each
--- deletion is announced on the channel "redquorum:released:" .. the key, so
+-- deletion is announced on the channel "@RELEASED@" .. the key, so
 -- that waiting clients retry at once; a failed PUBLISH (for example an ACL
 -- without channel rights) does not fail the release.
 -- ARGV[3], when given, is the lock's TTL in ms: a key that does not exist
--- gets a tombstone, the value "redquorum:gone:" .. ARGV[1], for that long,
+-- gets a tombstone, the value "@GONE@" .. ARGV[1], for that long,
 -- so that this token's SET, if the network still delivers it (a partition
 -- that delayed it beyond the round's timeout), is refused by the acquire
 -- script instead of leaving a key that nobody holds. Every other token takes
@@ -17,10 +19,10 @@ for i = 1, #KEYS do
   if v == ARGV[1] then
     n = n + redis.call('DEL', KEYS[i])
     if ARGV[2] == '1' then
-      redis.pcall('PUBLISH', 'redquorum:released:' .. KEYS[i], '')
+      redis.pcall('PUBLISH', '@RELEASED@' .. KEYS[i], '')
     end
   elseif v == false and ARGV[3] then
-    redis.call('SET', KEYS[i], 'redquorum:gone:' .. ARGV[1], 'PX', ARGV[3])
+    redis.call('SET', KEYS[i], '@GONE@' .. ARGV[1], 'PX', ARGV[3])
   end
 end
 if n == #KEYS then return 1 end

@@ -1,0 +1,264 @@
+// Package node is one lock node as a client sees it: its go-redis client, its
+// name and kind (a plain master, a Redis Cluster, a Ring), its request slots,
+// the batching of its commands, the redelivery of its releases left in doubt
+// and the naming of its state key. Its calls (acquire, release, extend,
+// fence) speak the [protocol] and return typed replies.
+package node
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/internal/hashslot"
+	"github.com/redquorum/redquorum/internal/protocol"
+)
+
+// Per-node outcomes of the calls.
+var (
+	// ErrNotOurs is the outcome of a release, extend or fence on a node
+	// whose keys are gone or hold another token.
+	ErrNotOurs = errors.New("key missing or held by another token")
+	// ErrNotSent is the outcome of an acquire that was never sent: its
+	// round was decided, or its time ran out, while the node's requests in
+	// flight were at the limit. The node cannot hold the keys.
+	ErrNotSent = errors.New("not sent: the node was busy and the round did not need it")
+)
+
+// Kind is what a node client is.
+type Kind uint8
+
+const (
+	// Plain is a single master (a *redis.Client, or a client of an unknown type).
+	Plain Kind = iota
+	// Cluster is a Redis Cluster: its state key is one per hash slot.
+	Cluster
+	// Ring is a go-redis Ring: the lock's first key picks the shard.
+	Ring
+)
+
+// Config is what the nodes of one client share. Nothing in it changes once
+// a node is made.
+type Config struct {
+	Prefix   string // the client's key prefix
+	Protocol *protocol.Protocol
+	Clock    clock.Clock
+	Log      *slog.Logger
+	Tags     *hashslot.Tags // hash tags for the state keys of Cluster nodes
+	// Closing is closed when the client begins to close: redelivery makes
+	// its last attempt and takes no new releases.
+	Closing <-chan struct{}
+
+	// BatchWindow is how long after a batch was sent later commands still
+	// queue behind it (see batcher).
+	BatchWindow time.Duration
+	// RedeliveryLimit bounds the releases in doubt queued per node; beyond
+	// it the oldest are dropped (their keys expire with their TTL).
+	RedeliveryLimit int
+	// RedeliverFirst and RedeliverMax are the first and the largest delay
+	// between redelivery attempts; the delay doubles in between.
+	RedeliverFirst, RedeliverMax time.Duration
+	// RedeliverTimeout bounds one redelivery attempt, and so how long a
+	// client's Close waits for a node that does not answer.
+	RedeliverTimeout time.Duration
+}
+
+// Node is one lock node. Its methods are safe for concurrent use.
+type Node struct {
+	name   string
+	kind   Kind
+	client redis.UniversalClient
+	cfg    *Config
+	// slots bounds the requests in flight to the connection pool (see
+	// enter); nil for a node without a limit.
+	slots chan struct{}
+	proc  batchedClient // sends acquires and releases through the batcher
+	redo  redelivery
+}
+
+// New returns the node of client, named name in errors and logs.
+func New(client redis.UniversalClient, name string, cfg *Config) *Node {
+	n := &Node{name: name, client: client, cfg: cfg}
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		n.kind = Cluster
+	case *redis.Ring:
+		n.kind = Ring
+	case *redis.Client:
+		if size := c.Options().PoolSize; size > 0 {
+			n.slots = make(chan struct{}, size)
+		}
+	}
+	n.proc = batchedClient{b: &batcher{window: cfg.BatchWindow, clock: cfg.Clock}, client: client}
+	return n
+}
+
+// Name returns the node's name: its address, or "node N".
+func (n *Node) Name() string { return n.name }
+
+// Kind returns what the node's client is.
+func (n *Node) Kind() Kind { return n.kind }
+
+// Client returns the node's go-redis client.
+func (n *Node) Client() redis.UniversalClient { return n.client }
+
+// ScriptKeys returns the KEYS of the acquire, extend and fence scripts on
+// this node, given akeys: the lock keys as stored followed by the plain
+// state key ([protocol.StateKey] after the prefix). On a Cluster node the
+// state key is the one in the first key's hash slot; elsewhere akeys is
+// used as it is.
+func (n *Node) ScriptKeys(akeys []string) []string {
+	if n.kind != Cluster {
+		return akeys
+	}
+	k := make([]string, len(akeys))
+	copy(k, akeys[:len(akeys)-1])
+	k[len(k)-1] = protocol.SlotStateKey(n.cfg.Prefix, akeys[0], n.cfg.Tags)
+	return k
+}
+
+// Decider tells a node whether the round of an acquire has been decided.
+type Decider interface {
+	IsDecided() bool
+	// Decided returns a channel that is closed once the round is decided.
+	Decided() <-chan struct{}
+}
+
+// Acquire asks the node for the lock in a, whose Keys end with the plain
+// state key. shared, when not nil, is a's command as built once for every
+// node that uses the plain state key; d is the acquire's round (see
+// [Node.enter]).
+func (n *Node) Acquire(ctx context.Context, a *protocol.Acquire, shared protocol.Cmd, d Decider) (protocol.AcquireReply, error) {
+	if err := n.enter(ctx, d); err != nil {
+		return protocol.AcquireReply{}, err
+	}
+	defer n.exit()
+	cmd := shared
+	if cmd == nil || n.kind == Cluster {
+		b := *a
+		b.Keys = n.ScriptKeys(a.Keys)
+		cmd = n.cfg.Protocol.AcquireCmd(b)
+	}
+	v, err := n.cfg.Protocol.Run(ctx, &n.proc, cmd)
+	if err != nil {
+		return protocol.AcquireReply{}, err
+	}
+	return protocol.DecodeAcquire(v)
+}
+
+// Release sends cmd, the release of a lock (named key in logs) with the
+// given ttl. A release that gets no answer is sent again in the background
+// until the node answers or ttl has passed (see redelivery). It returns
+// ErrNotOurs when a key was gone or held another token.
+func (n *Node) Release(ctx context.Context, cmd protocol.Cmd, ttl time.Duration, key string) error {
+	if err := n.enter(ctx, nil); err != nil {
+		n.cfg.Log.Debug("redlock: release not sent: the node stayed busy", "addr", n.name, "key", key, "err", err)
+		n.redeliver(cmd, ttl, key, err)
+		return err
+	}
+	v, err := n.cfg.Protocol.RunInt(ctx, &n.proc, cmd)
+	n.exit()
+	if err != nil {
+		n.cfg.Log.Debug("redlock: release failed", "addr", n.name, "key", key, "err", err)
+		if inDoubt(err) {
+			n.redeliver(cmd, ttl, key, err)
+		}
+		return err
+	}
+	return held(v)
+}
+
+// Extend sets the TTL of the lock with token on akeys (as for Acquire) to
+// ttl, if the node still holds it.
+func (n *Node) Extend(ctx context.Context, akeys []string, token string, ttl time.Duration) error {
+	return n.call(ctx, n.cfg.Protocol.Extend(n.ScriptKeys(akeys), token, ttl))
+}
+
+// Fence writes fence back to the node's fence counter, if the node still
+// holds the lock with token on akeys (as for Acquire).
+func (n *Node) Fence(ctx context.Context, akeys []string, token string, fence int64) error {
+	return n.call(ctx, n.cfg.Protocol.Fence(n.ScriptKeys(akeys), token, fence))
+}
+
+// call runs a token-guarded script in one of the node's slots.
+func (n *Node) call(ctx context.Context, cmd protocol.Cmd) error {
+	if err := n.enter(ctx, nil); err != nil {
+		return err
+	}
+	defer n.exit()
+	v, err := n.cfg.Protocol.RunInt(ctx, n.client, cmd)
+	if err != nil {
+		return err
+	}
+	return held(v)
+}
+
+func held(v int64) error {
+	if !protocol.Held(v) {
+		return ErrNotOurs
+	}
+	return nil
+}
+
+// enter takes one of the node's request slots, which keep the requests in
+// flight within its connection pool. Beyond the pool, requests wait for a
+// connection and a slow node's wait outlasts the node timeout: the request
+// is abandoned mid-read, its connection closed and redialled, and every
+// later request pays for it. So a request waits for a slot instead, and an
+// acquire (d not nil) waits only while its round still needs it: once the
+// round is decided, or its time runs out, it returns ErrNotSent without
+// having been sent. An acquire not sent cannot have set the keys, so
+// leaving it out never weakens the lock; it only spares a slow or saturated
+// node work whose answer would come after the decision. An acquire that
+// finds a free slot is always sent, so that a healthy node holds the lock
+// as well (and an extension survives the loss of a node). Other requests
+// (d nil) wait until ctx is done.
+func (n *Node) enter(ctx context.Context, d Decider) error {
+	s := n.slots
+	if s == nil {
+		return nil
+	}
+	select {
+	case s <- struct{}{}:
+		return nil
+	default:
+	}
+	var decided <-chan struct{}
+	if d != nil {
+		if d.IsDecided() {
+			return ErrNotSent
+		}
+		decided = d.Decided()
+	}
+	select {
+	case s <- struct{}{}:
+		if d != nil && d.IsDecided() {
+			<-s
+			return ErrNotSent
+		}
+		return nil
+	case <-decided:
+		return ErrNotSent
+	case <-ctx.Done():
+		if d != nil {
+			return ErrNotSent
+		}
+		return ctx.Err()
+	}
+}
+
+// exit gives back the slot taken by enter.
+func (n *Node) exit() {
+	if n.slots != nil {
+		<-n.slots
+	}
+}
+
+// Wait waits for the node's background work (the redelivery of releases in
+// doubt) to end. Call it after Config.Closing is closed and once no call of
+// the node is in flight.
+func (n *Node) Wait() { n.redo.wg.Wait() }

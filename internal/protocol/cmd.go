@@ -1,0 +1,127 @@
+package protocol
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Cmd is a script call as sent: "evalsha", the script's SHA, the number of
+// keys, the keys and the arguments. A command is built once and may be sent
+// to several nodes at once; nobody modifies it after it is built.
+type Cmd []any
+
+// newCmd builds the command that runs s on keys with argv.
+func newCmd(s script, keys []string, argv ...any) Cmd {
+	cmd := make(Cmd, 0, 3+len(keys)+len(argv))
+	cmd = append(cmd, "evalsha", s.sha, len(keys))
+	for _, k := range keys {
+		cmd = append(cmd, k)
+	}
+	return append(cmd, argv...)
+}
+
+// Acquire is what an acquire asks of a node (see acquire.lua).
+type Acquire struct {
+	// Keys are the lock keys as stored, followed by the node's state key.
+	Keys  []string
+	Token string
+	TTL   time.Duration // used in whole milliseconds
+	// Establish is the id of a guarded node state to end at once, when the
+	// round found a new deployment; "" for none.
+	Establish string
+	// Prev is the token of a lock of the same client handed over to this
+	// acquire: keys that hold it count as free. "" for none.
+	Prev string
+}
+
+// AcquireCmd returns the command for a.
+func (p *Protocol) AcquireCmd(a Acquire) Cmd {
+	est, prev := p.none, p.none
+	if a.Establish != "" {
+		est = a.Establish
+	}
+	if a.Prev != "" {
+		prev = a.Prev
+	}
+	return newCmd(p.acquire, a.Keys, a.Token, p.ttlArg(a.TTL), p.guard, est, p.fenced, prev)
+}
+
+// ReleaseAfter returns the release of the lock that acq, an acquire's
+// command, asked for: its lock keys, its token, and its ttl for the
+// tombstones. It shares acq's boxed values. announce publishes each
+// deletion on [ReleasedChannel].
+func (p *Protocol) ReleaseAfter(acq Cmd, announce bool) Cmd {
+	nkeys := acq[2].(int) - 1 // without the state key
+	cmd := make(Cmd, 0, 3+nkeys+3)
+	cmd = append(cmd, "evalsha", p.release.sha, nkeys)
+	cmd = append(cmd, acq[3:3+nkeys]...)
+	token, ttl := acq[3+nkeys+1], acq[3+nkeys+2]
+	return append(cmd, token, announceArg(announce), ttl)
+}
+
+// Release returns the release of the lock with token on keys (as stored),
+// leaving a tombstone for ttl where a key is missing.
+func (p *Protocol) Release(keys []string, token string, ttl time.Duration, announce bool) Cmd {
+	return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl))
+}
+
+func announceArg(announce bool) any {
+	if announce {
+		return "1"
+	}
+	return "0"
+}
+
+// Extend returns the command that sets the TTL of the lock with token on
+// keys (the lock keys as stored, then the node's state key) to ttl.
+func (p *Protocol) Extend(keys []string, token string, ttl time.Duration) Cmd {
+	return newCmd(p.extend, keys, token, p.ttlArg(ttl), p.guard)
+}
+
+// Fence returns the write-back of a fenced lock's fence to keys (the lock
+// keys as stored, then the node's state key).
+func (p *Protocol) Fence(keys []string, token string, fence int64) Cmd {
+	return newCmd(p.fence, keys, token, fence)
+}
+
+// Processor is the part of a go-redis client that running a command needs.
+type Processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// Run sends cmd to node by SHA and returns its reply. When the node does not
+// have the script (NOSCRIPT: a restart, SCRIPT FLUSH) it sends the source
+// with EVAL, which also loads it.
+func (p *Protocol) Run(ctx context.Context, node Processor, cmd Cmd) (any, error) {
+	return run(ctx, p, node, cmd, redis.NewCmd)
+}
+
+// RunInt is [Protocol.Run] for the scripts whose reply is an integer.
+func (p *Protocol) RunInt(ctx context.Context, node Processor, cmd Cmd) (int64, error) {
+	return run(ctx, p, node, cmd, redis.NewIntCmd)
+}
+
+func run[C interface {
+	redis.Cmder
+	Result() (V, error)
+}, V any](ctx context.Context, p *Protocol, node Processor, cmd Cmd, newCmd func(context.Context, ...any) C) (V, error) {
+	c := newCmd(ctx, cmd...)
+	err := node.Process(ctx, c)
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if s, ok := p.scriptOf(cmd[1]); ok {
+			eval := make([]any, len(cmd))
+			copy(eval, cmd)
+			eval[0], eval[1] = "eval", s.src
+			c = newCmd(ctx, eval...)
+			err = node.Process(ctx, c)
+		}
+	}
+	if err != nil {
+		var zero V
+		return zero, err
+	}
+	return c.Result()
+}

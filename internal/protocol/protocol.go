@@ -1,0 +1,128 @@
+// Package protocol is everything a lock client and a Redis node say to each
+// other: the names of the keys and channels the scripts use, the Lua scripts
+// themselves, their arguments as typed commands and their replies as typed
+// values. Nothing else in the module spells a script argument, a reply code
+// or a reserved name.
+//
+// Every script is atomic on its node and guarded by the lock's token: none
+// of them touches a key that holds another owner's token. Each .lua file's
+// header specifies its KEYS, ARGV and every reply.
+package protocol
+
+import (
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redquorum/redquorum/internal/hashslot"
+)
+
+// The reserved names, each after the client's key prefix.
+const (
+	// StateKey is each node's state: a hash without expiry holding the
+	// restart guard ("g"), the id of the round that created it ("id") and
+	// the fence counter ("f"). On a Redis Cluster node there is one per hash
+	// slot (see [SlotStateKey]). Lock keys must not start with it.
+	StateKey = "redquorum:node"
+	// TombstonePrefix, followed by a token, is the value a release leaves
+	// where a key is missing, so that the token's late SET is refused.
+	TombstonePrefix = "redquorum:gone:"
+	// ReleasedChannel, followed by a key as stored, is the channel on which
+	// an unlock announces the key's release.
+	ReleasedChannel = "redquorum:released:"
+)
+
+// SlotStateKey returns the state key, after prefix, that lives in the hash
+// slot of key on a Redis Cluster node, where a script may only touch keys of
+// one slot.
+func SlotStateKey(prefix, key string, tags *hashslot.Tags) string {
+	return prefix + StateKey + ":{" + tags.Tag(hashslot.Slot(key)) + "}"
+}
+
+var (
+	//go:embed acquire.lua
+	acquireLua string
+	//go:embed release.lua
+	releaseLua string
+	//go:embed extend.lua
+	extendLua string
+	//go:embed fence.lua
+	fenceLua string
+)
+
+// script is one Lua script with its reserved names filled in.
+type script struct {
+	src string
+	sha any // the SHA1 of src in hex, boxed once for the commands
+}
+
+func newScript(lua string) script {
+	src := strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel).Replace(lua)
+	sum := sha1.Sum([]byte(src))
+	return script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// Protocol builds one client's commands: the scripts, and the arguments that
+// are the same for every lock of the client, boxed once (an interface
+// holding a string or a large integer costs an allocation per command). It
+// is safe for concurrent use.
+type Protocol struct {
+	acquire, release, extend, fence script
+
+	guard   any // the restart guard in ms; 0: off
+	fenced  any // "1" when the acquire is to return the fence counter
+	none    any // "": no state to establish, no lock handed over
+	lastTTL atomic.Pointer[boxedTTL]
+}
+
+// New returns the protocol of a client whose nodes keep a restart guard of
+// guard (0: off), and whose locks carry fences when fencing is set.
+func New(guard time.Duration, fencing bool) *Protocol {
+	p := &Protocol{
+		acquire: newScript(acquireLua), release: newScript(releaseLua),
+		extend: newScript(extendLua), fence: newScript(fenceLua),
+		guard: guard.Milliseconds(), fenced: "0", none: "",
+	}
+	if fencing {
+		p.fenced = "1"
+	}
+	return p
+}
+
+// boxedTTL is a ttl in ms boxed as a script argument.
+type boxedTTL struct {
+	ms  int64
+	arg any
+}
+
+// ttlArg returns ttl in whole ms as a script argument, the same box as the
+// last command's when the ttl is the same (boxing an int64 above 255 costs
+// an allocation).
+func (p *Protocol) ttlArg(ttl time.Duration) any {
+	ms := ttl.Milliseconds()
+	if b := p.lastTTL.Load(); b != nil && b.ms == ms {
+		return b.arg
+	}
+	b := &boxedTTL{ms, ms}
+	p.lastTTL.Store(b)
+	return b.arg
+}
+
+// scriptOf returns the script whose SHA is sha.
+func (p *Protocol) scriptOf(sha any) (script, bool) {
+	for _, s := range []script{p.acquire, p.release, p.extend, p.fence} {
+		if s.sha == sha {
+			return s, true
+		}
+	}
+	return script{}, false
+}
+
+// Sources returns the scripts' Lua sources as sent, for tests that run a
+// script with arguments of their own.
+func (p *Protocol) Sources() (acquire, release, extend, fence string) {
+	return p.acquire.src, p.release.src, p.extend.src, p.fence.src
+}

@@ -1,0 +1,90 @@
+package protocol
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/internal/hashslot"
+)
+
+// TestRunInt runs a script by SHA, loads it after NOSCRIPT (first use, and
+// after SCRIPT FLUSH), and reports errors.
+func TestRunInt(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := t.Context()
+	p := New(0, false)
+	require.NoError(t, m.Set("a", "tok"))
+	require.NoError(t, m.Set("b", "tok"))
+
+	v, err := p.RunInt(ctx, c, p.Release([]string{"a", "b"}, "other", time.Second, false))
+	require.NoError(t, err, "first call: NOSCRIPT, then EVAL")
+	assert.False(t, Held(v), "another token: left alone")
+	assert.True(t, m.Exists("a"))
+
+	require.NoError(t, c.ScriptFlush(ctx).Err())
+	v, err = p.RunInt(ctx, c, p.Release([]string{"a", "b"}, "tok", time.Second, true))
+	require.NoError(t, err, "after SCRIPT FLUSH the script is loaded again")
+	assert.True(t, Held(v))
+	assert.False(t, m.Exists("a"))
+	assert.False(t, m.Exists("b"))
+
+	m.Close()
+	_, err = p.RunInt(ctx, c, p.Release([]string{"a"}, "tok", time.Second, true))
+	assert.Error(t, err)
+}
+
+// TestReleaseAfter builds a release from an acquire's command: the lock keys,
+// the token and the ttl are shared, the state key and the acquire's other
+// arguments are not.
+func TestReleaseAfter(t *testing.T) {
+	p := New(time.Minute, false)
+	acq := p.AcquireCmd(Acquire{Keys: []string{"a", "b", "state"}, Token: "tok", TTL: 1500 * time.Millisecond})
+	assert.Equal(t, Cmd{"evalsha", p.acquire.sha, 3, "a", "b", "state", "tok", int64(1500), int64(60000), "", "0", ""}, acq)
+	assert.Equal(t, p.Release([]string{"a", "b"}, "tok", 1500*time.Millisecond, true), p.ReleaseAfter(acq, true))
+	assert.Equal(t, Cmd{"evalsha", p.release.sha, 2, "a", "b", "tok", "0", int64(1500)}, p.ReleaseAfter(acq, false))
+}
+
+// TestDecodeAcquire covers every reply of acquire.lua.
+func TestDecodeAcquire(t *testing.T) {
+	for _, tc := range []struct {
+		reply any
+		want  AcquireReply
+	}{
+		{int64(0), AcquireReply{Outcome: Granted}},
+		{[]any{int64(0), int64(7)}, AcquireReply{Outcome: Granted, Fence: 7}},
+		{[]any{int64(0), int64(-1)}, AcquireReply{Outcome: Granted, Fence: -1}},
+		{int64(1500), AcquireReply{Outcome: Taken, Wait: 1500 * time.Millisecond}},
+		{int64(-1), AcquireReply{Outcome: Taken, Wait: -time.Millisecond}},
+		{int64(-3), AcquireReply{Outcome: Gone}},
+		{[]any{int64(-2), int64(900), "id"}, AcquireReply{Outcome: Guarded, Wait: 900 * time.Millisecond, StateID: "id"}},
+	} {
+		got, err := DecodeAcquire(tc.reply)
+		require.NoError(t, err, "%v", tc.reply)
+		assert.Equal(t, tc.want, got, "%v", tc.reply)
+	}
+	for _, bad := range []any{int64(-2), "OK", []any{int64(-2), int64(1)}, nil} {
+		_, err := DecodeAcquire(bad)
+		assert.ErrorContains(t, err, "unexpected reply", "%v", bad)
+	}
+}
+
+// TestNames: the scripts name the reserved keys and channels only through
+// the constants, which fill in every placeholder.
+func TestNames(t *testing.T) {
+	for name, lua := range map[string]string{"acquire": acquireLua, "release": releaseLua, "extend": extendLua, "fence": fenceLua} {
+		assert.NotContains(t, lua, "redquorum:", "%s.lua spells a reserved name instead of its placeholder", name)
+		assert.NotContains(t, newScript(lua).src, "@", "%s.lua has a placeholder left", name)
+	}
+	p := New(0, false)
+	assert.Contains(t, p.acquire.src, "'"+TombstonePrefix+"'")
+	assert.Contains(t, p.release.src, "'"+ReleasedChannel+"' .. KEYS[i]")
+	assert.True(t, strings.HasPrefix(SlotStateKey("p:", "k", new(hashslot.Tags)), "p:"+StateKey+":{"), "%s", SlotStateKey("p:", "k", new(hashslot.Tags)))
+}

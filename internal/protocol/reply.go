@@ -1,0 +1,69 @@
+package protocol
+
+import (
+	"fmt"
+	"time"
+)
+
+// Outcome is what a node did with an acquire.
+type Outcome uint8
+
+const (
+	// Granted: every key now holds the token (newly set, or already ours
+	// after a lost reply).
+	Granted Outcome = iota
+	// Taken: another token holds a key.
+	Taken
+	// Guarded: the node is in its restart guard and grants nothing.
+	Guarded
+	// Gone: a key holds this token's tombstone; the round had already
+	// released the node when the acquire arrived.
+	Gone
+)
+
+// AcquireReply is a node's answer to an acquire.
+type AcquireReply struct {
+	Outcome Outcome
+	// Wait is, for Taken, how long until the holder's keys expire
+	// (negative: a key without expiry); for Guarded, the time left in the
+	// guard.
+	Wait time.Duration
+	// Fence is, for Granted with fencing, the node's fence counter; -1
+	// when it is unknown because the node lost its data.
+	Fence int64
+	// StateID is, for Guarded, the id of the node's guarded state.
+	StateID string
+}
+
+// DecodeAcquire turns the acquire script's reply into an AcquireReply.
+func DecodeAcquire(v any) (AcquireReply, error) {
+	switch v := v.(type) {
+	case int64:
+		switch {
+		case v == 0:
+			return AcquireReply{Outcome: Granted}, nil
+		case v == -3:
+			return AcquireReply{Outcome: Gone}, nil
+		case v > 0 || v == -1:
+			return AcquireReply{Outcome: Taken, Wait: time.Duration(v) * time.Millisecond}, nil
+		}
+	case []any:
+		if len(v) >= 2 {
+			code, _ := v[0].(int64)
+			n, _ := v[1].(int64)
+			switch {
+			case code == 0 && len(v) == 2:
+				return AcquireReply{Outcome: Granted, Fence: n}, nil
+			case code == -2 && len(v) == 3:
+				id, _ := v[2].(string)
+				return AcquireReply{Outcome: Guarded, Wait: time.Duration(n) * time.Millisecond, StateID: id}, nil
+			}
+		}
+	}
+	return AcquireReply{}, fmt.Errorf("unexpected reply %v from the acquire script", v)
+}
+
+// Held decodes the reply of a token-guarded script (release, extend, fence):
+// 1 when every key held the token and the script did its work, 0 when a key
+// is gone or holds another token.
+func Held(v int64) bool { return v == 1 }

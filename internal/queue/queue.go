@@ -1,0 +1,275 @@
+// Package queue is a client's local queue of lock callers, one per key: only
+// one caller per key per client runs lock rounds at a time; the others wait
+// in this process, in arrival order, and the caller that obtains the lock
+// keeps its turn until it unlocks, when the next waiter starts its rounds at
+// once. Callers of one client then never split the nodes' votes between
+// them, and they share a busy key fairly. Safety does not depend on the
+// queue: it only decides who may send lock rounds, and every round is
+// decided on the nodes.
+//
+// A holder that never unlocks keeps its turn only until its lock's validity
+// has passed; the first waiter then takes the turn over.
+package queue
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redquorum/redquorum/clock"
+)
+
+// Why a wait in the queue ended without a turn (besides ctx.Err()).
+var (
+	// ErrGaveUp: the caller's give-up channel fired.
+	ErrGaveUp = errors.New("gave up")
+	// ErrClosed: the queue was closed.
+	ErrClosed = errors.New("queue closed")
+)
+
+// MaxHandoffs bounds the locks handed over in a row between callers of one
+// client (see [Queue.HandOff]). After that many, an unlock releases the key
+// on the nodes and announces it, so that waiters in other processes get
+// their chance too.
+const MaxHandoffs = 3
+
+// Handover is a lock that its holder handed over with its turn: the next
+// caller's first round takes keys that hold Token as free, then releases
+// what is left of it.
+type Handover struct {
+	Token string
+	TTL   time.Duration // the lock's TTL, for the tombstones of its release
+}
+
+// Queue is a client's queues, one per key with callers. It is safe for
+// concurrent use; make it with [New].
+type Queue struct {
+	clock  clock.Clock
+	mu     sync.Mutex
+	keys   map[string]*keyQueue
+	closed chan struct{} // closed by Close: waiters give up
+}
+
+// keyQueue is one key's owner and its waiters, in arrival order. Its fields
+// are guarded by Queue.mu.
+type keyQueue struct {
+	owner    *Turn
+	waiting  []*Turn
+	changed  chan struct{} // when not nil, closed when the owner obtains its lock or extends it
+	handoffs int           // locks handed over in a row
+}
+
+// Turn is one caller's place in a key's queue.
+type Turn struct {
+	key   string
+	ready chan struct{} // closed when the turn is handed to this caller
+	// Guarded by Queue.mu:
+	held  bool      // the owner holds its lock
+	until time.Time // the end of its validity, when held
+	// inherit is the lock the previous owner handed over with the turn,
+	// set before ready is closed.
+	inherit Handover
+}
+
+// New returns an empty queue that reads the time from clk.
+func New(clk clock.Clock) *Queue {
+	return &Queue{clock: clk, keys: map[string]*keyQueue{}, closed: make(chan struct{})}
+}
+
+// Wait returns the caller's turn for key, and the lock handed over with it
+// if any: at once when nobody else of this client is contending for or
+// holding key, else when the previous owner unlocks, fails, or lets its
+// lock's validity run out. It returns ctx.Err(), ErrGaveUp when the channel
+// from giveUp fires, or ErrClosed, having left the queue.
+func (q *Queue) Wait(ctx context.Context, key string, giveUp func() <-chan time.Time) (*Turn, Handover, error) {
+	t, k := q.join(key)
+	if t.ready == nil {
+		return t, Handover{}, nil
+	}
+	for {
+		changed, expiry := q.watch(k, t)
+		var err error
+		select {
+		case <-t.ready:
+			return t, t.inherit, nil
+		case <-changed:
+			continue
+		case <-expiry:
+			q.takeOverExpired(k, t)
+			continue
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-giveUp():
+			err = ErrGaveUp
+		case <-q.closed:
+			err = ErrClosed
+		}
+		q.Leave(t)
+		return nil, Handover{}, err
+	}
+}
+
+// join puts a new turn for key in its queue: as the owner (ready nil) when
+// the key has none, else as the last waiter.
+func (q *Queue) join(key string) (*Turn, *keyQueue) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := q.keys[key]
+	var t *Turn
+	if k == nil {
+		// The first caller's turn and the queue in one allocation.
+		a := &struct {
+			Turn
+			keyQueue
+		}{Turn: Turn{key: key}}
+		t, k = &a.Turn, &a.keyQueue
+		q.keys[key] = k
+	} else {
+		t = &Turn{key: key}
+	}
+	if k.owner == nil {
+		k.owner = t
+		return t, k
+	}
+	t.ready = make(chan struct{})
+	k.waiting = append(k.waiting, t)
+	return t, k
+}
+
+// watch returns a channel closed when k's owner obtains or extends its lock,
+// and one that fires when the owner's lock expires (nil while it has none).
+func (q *Queue) watch(k *keyQueue, t *Turn) (changed <-chan struct{}, expiry <-chan time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if k.changed == nil {
+		k.changed = make(chan struct{})
+	}
+	if o := k.owner; o.held && o != t {
+		expiry = q.clock.After(o.until.Sub(q.clock.Now()))
+	}
+	return k.changed, expiry
+}
+
+// takeOverExpired makes t the owner of k, ahead of the current one, if the
+// current owner's lock has expired.
+func (q *Queue) takeOverExpired(k *keyQueue, t *Turn) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	o := k.owner
+	if o == nil || o == t || !o.held || q.clock.Now().Before(o.until) {
+		return
+	}
+	k.waiting = remove(k.waiting, t)
+	k.owner = t
+	close(t.ready)
+}
+
+func remove(ts []*Turn, t *Turn) []*Turn {
+	for i, w := range ts {
+		if w == t {
+			return append(ts[:i], ts[i+1:]...)
+		}
+	}
+	return ts
+}
+
+// Leave gives up t: it passes the turn on when t owns it and takes t out of
+// the queue otherwise. For a turn that lost its ownership (its lock expired
+// and a waiter took over) it does nothing. A nil t is ignored.
+func (q *Queue) Leave(t *Turn) {
+	if t == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := q.keys[t.key]
+	switch {
+	case k == nil:
+	case k.owner != t:
+		k.waiting = remove(k.waiting, t)
+	case len(k.waiting) == 0:
+		delete(q.keys, t.key)
+	default:
+		q.pass(k, Handover{})
+	}
+}
+
+// pass makes the first waiter of k the owner, with h. Callers hold q.mu.
+func (q *Queue) pass(k *keyQueue, h Handover) {
+	next := k.waiting[0]
+	k.waiting = k.waiting[1:]
+	k.owner = next
+	next.inherit = h
+	close(next.ready)
+}
+
+// HandOff passes t's turn, and its lock h, to the first waiter for the same
+// key, if t owns the turn, there is a waiter, and fewer than [MaxHandoffs]
+// locks were handed over in a row. It reports whether it did.
+//
+// This saves a release round and a lock round's worth of waiting between
+// two local holders. It does not weaken the lock: h's keys stay on the
+// nodes, as if h were still held, until the waiter's round replaces them
+// with its own token, atomically on each node, and that round obtains the
+// lock by the usual rule (a quorum, in time), on a monotonic clock of its
+// own.
+func (q *Queue) HandOff(t *Turn, h Handover) bool {
+	if t == nil {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := q.keys[t.key]
+	if k == nil || k.owner != t || len(k.waiting) == 0 {
+		return false
+	}
+	if k.handoffs >= MaxHandoffs {
+		k.handoffs = 0
+		return false
+	}
+	k.handoffs++
+	q.pass(k, h)
+	return true
+}
+
+// Held records that t's owner holds its lock until until (and, called
+// again, that it extended it).
+func (q *Queue) Held(t *Turn, until time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	t.held, t.until = true, until
+	if k := q.keys[t.key]; k != nil && k.owner == t && k.changed != nil {
+		close(k.changed) // waiters now watch the lock's expiry
+		k.changed = nil
+	}
+}
+
+// Close makes every waiter give up with ErrClosed. It is safe to call more
+// than once.
+func (q *Queue) Close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	select {
+	case <-q.closed:
+	default:
+		close(q.closed)
+	}
+}
+
+// Keys returns how many keys have an owner or waiters.
+func (q *Queue) Keys() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.keys)
+}
+
+// Waiting returns how many callers wait for key's turn.
+func (q *Queue) Waiting(key string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if k := q.keys[key]; k != nil {
+		return len(k.waiting)
+	}
+	return 0
+}

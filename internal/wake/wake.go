@@ -1,0 +1,248 @@
+// Package wake ends a lock client's retry waits early: the release script
+// publishes every deletion on [protocol.ReleasedChannel] + the key, and a
+// client whose lock waits for a key held elsewhere subscribes to that key's
+// channel on each node (one pub/sub connection per node per client, opened
+// at the first such wait) and retries as soon as a node announces that the
+// key was released, instead of sleeping until its next retry.
+//
+// A missed message (a subscription not yet in place, a broken connection, a
+// holder whose key simply expires) only means waiting for the timed retry.
+// Safety does not depend on the messages: they only trigger a round. A key
+// stays subscribed until nobody has waited for it for the idle time, and
+// the connections close once no key is subscribed, so that a client
+// receives only the releases of keys it waits for.
+package wake
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/internal/protocol"
+)
+
+// Waker is a client's pub/sub subscriptions and the waits for a key's
+// release. It is safe for concurrent use; make it with [New].
+type Waker struct {
+	nodes []redis.UniversalClient // the nodes that can be subscribed (not Rings)
+	idle  time.Duration
+	clock clock.Clock
+
+	mu      sync.Mutex
+	closed  bool
+	quit    chan struct{}        // closed by Close: stops the idle loop
+	subs    []*redis.PubSub      // one per node while a key is subscribed, else nil
+	keys    map[string]time.Time // subscribed keys (as on the nodes) and their last wait
+	waiters map[string]*entry    // by key on the nodes
+	wg      sync.WaitGroup       // the listeners, the idle loop and the (un)subscribing goroutines
+}
+
+// entry is the channel of the waits for one key's release, closed when a
+// node announces it, and how many are waiting.
+type entry struct {
+	ch chan struct{}
+	n  int
+}
+
+// New returns a Waker on nodes whose keys stay subscribed for idle after
+// their last wait. A go-redis Ring routes a channel by its name, not to the
+// shard of the key whose release is published there (and panics on a
+// subscription without a channel): Rings are left out, and their waiters
+// rely on the other nodes and the timed retry.
+func New(nodes []redis.UniversalClient, idle time.Duration, clk clock.Clock) *Waker {
+	w := &Waker{idle: idle, clock: clk, quit: make(chan struct{})}
+	for _, n := range nodes {
+		if _, ring := n.(*redis.Ring); !ring {
+			w.nodes = append(w.nodes, n)
+		}
+	}
+	return w
+}
+
+// On returns a channel that is closed when a node announces the release of
+// key (as stored), subscribing to it if need be; nil after Close, or when
+// no node can be subscribed. Call [Waker.Done] when the wait is over.
+func (w *Waker) On(key string) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || len(w.nodes) == 0 {
+		return nil
+	}
+	if w.subs == nil {
+		w.connect()
+	}
+	if _, ok := w.keys[key]; !ok {
+		// In the background, each node on its own: a node that is down
+		// would hold this wait, or the other nodes' subscriptions, for its
+		// dial. go-redis subscribes again after a reconnect.
+		for _, ps := range w.subs {
+			w.wg.Go(func() { _ = ps.Subscribe(context.Background(), protocol.ReleasedChannel+key) })
+		}
+	}
+	w.keys[key] = w.clock.Now()
+	e := w.waiters[key]
+	if e == nil {
+		e = &entry{ch: make(chan struct{})}
+		w.waiters[key] = e
+	}
+	e.n++
+	return e.ch
+}
+
+// connect opens the pub/sub connections and starts their listeners and the
+// idle loop. Callers hold w.mu.
+func (w *Waker) connect() {
+	for _, n := range w.nodes {
+		ps := n.Subscribe(context.Background()) // no channel yet: connects on the first
+		w.subs = append(w.subs, ps)
+		w.wg.Go(func() { w.listen(ps) })
+	}
+	w.keys = map[string]time.Time{}
+	if w.waiters == nil {
+		w.waiters = map[string]*entry{}
+	}
+	subs := w.subs
+	w.wg.Go(func() { w.idleLoop(subs) })
+}
+
+// Done ends a wait that On(key) began and returned ch for.
+func (w *Waker) Done(key string, ch <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e := w.waiters[key]; e != nil && e.ch == ch {
+		if e.n--; e.n == 0 {
+			delete(w.waiters, key)
+		}
+	}
+}
+
+// listen wakes the waiters of every released key announced on ps until ps
+// is closed.
+func (w *Waker) listen(ps *redis.PubSub) {
+	for {
+		msg, err := ps.ReceiveMessage(context.Background())
+		w.mu.Lock()
+		closed := w.closed
+		if err == nil {
+			key := strings.TrimPrefix(msg.Channel, protocol.ReleasedChannel)
+			if e := w.waiters[key]; e != nil {
+				close(e.ch)
+				delete(w.waiters, key)
+			}
+		}
+		current := slices.Contains(w.subs, ps)
+		w.mu.Unlock()
+		if closed || !current {
+			return // Close, or dropIdle
+		}
+		if err != nil {
+			// The node is down: go-redis reconnects on the next receive.
+			select {
+			case <-w.clock.After(100 * time.Millisecond):
+			case <-w.quit:
+			}
+		}
+	}
+}
+
+// idleLoop drops idle keys (see dropIdle) until the connections subs are
+// closed, or until Close.
+func (w *Waker) idleLoop(subs []*redis.PubSub) {
+	next := w.idle
+	for {
+		select {
+		case <-w.clock.After(next):
+		case <-w.quit:
+			return
+		}
+		var done bool
+		if next, done = w.dropIdle(subs); done {
+			return
+		}
+	}
+}
+
+// dropIdle unsubscribes the keys that nobody waits for and none has waited
+// for in the idle time, and closes the connections subs when no key is
+// left. It returns when to look again, or done once subs are gone. The next
+// wait subscribes anew.
+func (w *Waker) dropIdle(subs []*redis.PubSub) (next time.Duration, done bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || len(w.subs) == 0 || w.subs[0] != subs[0] {
+		return 0, true
+	}
+	now := w.clock.Now()
+	var drop []string
+	next = w.idle
+	for k, last := range w.keys {
+		if left := w.idle - now.Sub(last); left > 0 || w.waiters[k] != nil {
+			next = min(next, max(left, w.idle/10))
+			continue
+		}
+		delete(w.keys, k)
+		drop = append(drop, protocol.ReleasedChannel+k)
+	}
+	if len(w.keys) == 0 {
+		for _, ps := range w.subs {
+			_ = ps.Close() // ends ReceiveMessage; the listener sees it is no longer current
+		}
+		w.subs = nil
+		return 0, true
+	}
+	if len(drop) > 0 {
+		for _, ps := range w.subs {
+			w.wg.Go(func() { _ = ps.Unsubscribe(context.Background(), drop...) })
+		}
+	}
+	return next, false
+}
+
+// Close stops the listeners and waits for them. Waiters are not woken. It
+// is safe to call more than once.
+func (w *Waker) Close() {
+	w.mu.Lock()
+	subs := w.subs
+	if !w.closed {
+		close(w.quit)
+	}
+	w.closed = true
+	w.mu.Unlock()
+	for _, ps := range subs {
+		_ = ps.Close() // ends ReceiveMessage
+	}
+	w.wg.Wait()
+}
+
+// Waiting reports whether a wait for key (as stored) is under way.
+func (w *Waker) Waiting(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.waiters[key] != nil
+}
+
+// Connections returns how many pub/sub connections are open.
+func (w *Waker) Connections() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.subs)
+}
+
+// Waits returns how many keys have waits under way.
+func (w *Waker) Waits() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.waiters)
+}
+
+// Subscribed returns how many keys are subscribed.
+func (w *Waker) Subscribed() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.keys)
+}

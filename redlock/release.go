@@ -1,0 +1,73 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+
+	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/queue"
+	"github.com/redquorum/redquorum/quorum"
+)
+
+// release sends the token-guarded release of r's keys to every node in
+// parallel, each after that node's acquire has answered, skipping the
+// nodes that did not set the keys. announce (an Unlock, not the clean-up
+// of a failed round) publishes the release to waiting clients
+// (internal/wake). It returns the round without waiting for it; its calls
+// belong to the Client. Callers are within c.life.enter.
+func (c *Client) release(ctx context.Context, r *round, announce bool) *quorum.Round {
+	// The ttl makes the script leave a tombstone where a key is missing,
+	// against a late SET of this token (release.lua).
+	var cmd protocol.Cmd
+	if r.cmd != nil {
+		cmd = c.proto.ReleaseAfter(r.cmd, announce) // shares the acquire's boxed keys, token and ttl
+	} else {
+		cmd = c.proto.Release(r.storedKeys(), r.acq.Token, r.acq.TTL, announce)
+	}
+	// The wait for an outstanding acquire is bounded by its own timeout,
+	// hence two node timeouts then; a release sent after such a wait has
+	// at least one node timeout of them left.
+	timeout := c.cfg.nodeTimeout
+	if !r.calls.AllDone() {
+		timeout += c.cfg.nodeTimeout
+	}
+	name := r.name()
+	return c.life.workers.Start(detach(ctx), len(c.nodes), timeout, func(ctx context.Context, i int) error {
+		if refused(r.calls.Outcome(i)) {
+			return errSkipped
+		}
+		return c.nodes[i].Release(ctx, cmd, r.acq.TTL, name)
+	})
+}
+
+// releaseHandedOver releases prev, a lock that Unlock handed over to a
+// waiter of this Client, once next, the waiter's first round on the same
+// keys, has run: on the nodes where next was granted, the keys hold next's
+// token and nothing is left of prev; on the others prev's keys may remain,
+// and their release leaves a tombstone where a key is missing. obtained
+// reports whether next obtained the lock; when it did not, next has
+// released its own keys already and prev is released everywhere. Callers
+// are within c.life.enter.
+func (c *Client) releaseHandedOver(next *round, prev queue.Handover, obtained bool) {
+	cmd := c.proto.Release(next.storedKeys(), prev.Token, prev.TTL, false)
+	timeout := c.cfg.nodeTimeout
+	if !next.calls.AllDone() {
+		timeout += c.cfg.nodeTimeout
+	}
+	name := next.name()
+	c.life.workers.Start(context.Background(), len(c.nodes), timeout, func(ctx context.Context, i int) error {
+		if res := next.calls.Outcome(i); obtained && (res == nil || errors.Is(res, ErrFenceUnknown)) {
+			return errSkipped // the keys hold next's token
+		}
+		return c.nodes[i].Release(ctx, cmd, prev.TTL, name)
+	})
+}
+
+// detach returns ctx without its cancellation and deadline: a release
+// outlives the caller's ctx.
+func detach(ctx context.Context) context.Context {
+	if _, ok := ctx.Deadline(); ok || ctx.Done() != nil {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
+}

@@ -1,0 +1,292 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/internal/alloc"
+	"github.com/redquorum/redquorum/internal/node"
+	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/queue"
+	"github.com/redquorum/redquorum/internal/retry"
+	"github.com/redquorum/redquorum/quorum"
+)
+
+// round is one attempt to take a lock: an acquire on every node, decided at
+// a quorum, then with Options.Fencing the write-back of the fence. It lives
+// for one attempt. A round that obtains the lock is kept by its [Lock] as
+// the record of where the lock is held; a failed one is released and
+// dropped.
+type round struct {
+	c     *Client
+	keys  []string         // as the caller gave them
+	acq   protocol.Acquire // Keys: the keys as stored, then the plain state key
+	cmd   protocol.Cmd     // acq as sent to every node on the plain state key; nil when establishing
+	est   []string         // per node, the id of a guarded state to establish, or nil
+	calls *quorum.Round    // the acquires
+	// replies holds, per node, what its acquire reported; written by the
+	// node's call before it returns, read once calls.Result says it has.
+	replies []protocol.AcquireReply
+	start   time.Time
+	until   time.Time // validity, once obtained
+	fence   uint64
+
+	// decided is set once the acquires have their quorum: acquires still
+	// waiting for a busy node are then not sent (see node.Node.Acquire).
+	decided   atomic.Bool
+	decidedMu sync.Mutex
+	decidedCh chan struct{} // made on demand by Decided, closed by decide
+}
+
+// newRound returns a round for keys with a new token, establishing est
+// when not nil and taking over the keys of the handed-over lock prev when
+// not "".
+func (c *Client) newRound(keys []string, ttl time.Duration, est []string, prev string) *round {
+	r, replies := alloc.WithSlice[round, protocol.AcquireReply](len(c.nodes)) // one allocation for up to alloc.Small nodes
+	r.c, r.keys, r.replies, r.est = c, keys, replies, est
+	stored := make([]string, len(keys), len(keys)+1)
+	for i, k := range keys {
+		stored[i] = c.cfg.prefix + k
+	}
+	r.acq = protocol.Acquire{Keys: append(stored, c.cfg.prefix+protocol.StateKey), Token: retry.Token(), TTL: ttl, Prev: prev}
+	if est == nil {
+		r.cmd = c.proto.AcquireCmd(r.acq) // built once for the plain nodes
+	}
+	return r
+}
+
+// storedKeys returns the lock's keys as stored on the nodes.
+func (r *round) storedKeys() []string { return r.acq.Keys[:len(r.keys)] }
+
+// name is how errors and logs name the lock: its key, or its keys joined by
+// ", ".
+func (r *round) name() string { return strings.Join(r.keys, ", ") }
+
+// round makes one lock round (see newRound for est and prev). On failure it
+// releases what the round took and returns it with the error, for its
+// replies. Callers are within c.life.enter.
+func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []string, prev string) (*round, error) {
+	r := c.newRound(keys, ttl, est, prev)
+	r.start = c.cfg.clock.Now()
+	r.calls = c.life.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, r.acquireOn)
+	ok, err := r.calls.Await(ctx, c.cfg.quorum)
+	if err == nil {
+		r.decide()
+	}
+	last := r.calls
+	validity := clock.Validity(ttl, c.cfg.clock.Now().Sub(r.start), c.cfg.drift)
+	if err == nil && validity > 0 && c.cfg.fencing {
+		last, ok, err = c.writeFence(ctx, r)
+		validity = clock.Validity(ttl, c.cfg.clock.Now().Sub(r.start), c.cfg.drift)
+	}
+	if err == nil && validity > 0 {
+		r.until = r.start.Add(validity)
+		return r, nil
+	}
+	e := c.newError("lock", r.name(), ok, last, ErrNotObtained, err)
+	if err == nil {
+		e.Reason = fmt.Sprintf("the round took too long: validity %v after ttl %v and drift allowance %v", validity, ttl, clock.Drift(ttl, c.cfg.drift))
+	}
+	c.release(context.Background(), r, false)
+	return r, e
+}
+
+// acquireOn is node i's call of the round: its acquire, and the per-node
+// outcome that the reply means.
+func (r *round) acquireOn(ctx context.Context, i int) error {
+	a, cmd := &r.acq, r.cmd
+	if r.est != nil {
+		b := r.acq
+		b.Establish = r.est[i]
+		a = &b
+	}
+	rep, err := r.c.nodes[i].Acquire(ctx, a, cmd, r)
+	if err != nil {
+		return err
+	}
+	r.replies[i] = rep
+	if rep.Outcome != protocol.Guarded && !r.c.inService.Load() {
+		r.c.inService.Store(true)
+	}
+	switch rep.Outcome {
+	case protocol.Taken:
+		return ErrTaken
+	case protocol.Guarded:
+		return ErrGuarded
+	case protocol.Gone:
+		return errGone
+	}
+	if rep.Fence < 0 {
+		return ErrFenceUnknown
+	}
+	return nil
+}
+
+// decide marks the acquires as decided with their quorum.
+func (r *round) decide() {
+	r.decidedMu.Lock()
+	defer r.decidedMu.Unlock()
+	r.decided.Store(true)
+	if r.decidedCh != nil {
+		close(r.decidedCh)
+	}
+}
+
+// IsDecided reports whether the acquires have their quorum.
+func (r *round) IsDecided() bool { return r.decided.Load() }
+
+// Decided returns a channel closed once the acquires have their quorum.
+func (r *round) Decided() <-chan struct{} {
+	r.decidedMu.Lock()
+	defer r.decidedMu.Unlock()
+	if r.decidedCh == nil {
+		r.decidedCh = make(chan struct{})
+		if r.decided.Load() {
+			close(r.decidedCh)
+		}
+	}
+	return r.decidedCh
+}
+
+// writeFence is the second phase of a fenced lock, after a quorum of nodes
+// with known fence counters granted r: it takes T = 1 + the largest counter
+// those nodes reported and raises the counter to T, guarded by r's token,
+// on every node that had granted r. It returns the write-back round and how
+// many acknowledged it. Why this makes fences increase is argued at
+// [Lock.Fence].
+func (c *Client) writeFence(ctx context.Context, r *round) (*quorum.Round, int, error) {
+	var hi int64
+	granted := make([]bool, len(c.nodes))
+	for i := range c.nodes {
+		res, done := r.calls.Result(i)
+		if !done || (res != nil && !errors.Is(res, ErrFenceUnknown)) {
+			continue
+		}
+		granted[i] = true
+		hi = max(hi, r.replies[i].Fence)
+	}
+	r.fence = uint64(hi) + 1
+	w := c.life.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+		if !granted[i] {
+			return errSkipped
+		}
+		return c.nodes[i].Fence(ctx, r.acq.Keys, r.acq.Token, hi+1)
+	})
+	ok, err := w.Await(ctx, c.cfg.quorum)
+	return w, ok, err
+}
+
+// freeIn returns how long until a quorum of nodes could grant the keys of
+// r, a failed round, from the holder TTLs its nodes reported, or 0 when
+// unknown.
+func (r *round) freeIn() time.Duration {
+	var ttls []time.Duration
+	for i := range r.replies {
+		res, done := r.calls.Result(i)
+		switch {
+		case !done:
+		case res == nil:
+			ttls = append(ttls, 0)
+		case (errors.Is(res, ErrTaken) || errors.Is(res, ErrGuarded)) && r.replies[i].Wait > 0:
+			ttls = append(ttls, r.replies[i].Wait)
+		}
+	}
+	q := r.c.cfg.quorum
+	if len(ttls) < q {
+		return 0
+	}
+	slices.Sort(ttls)
+	return ttls[q-1]
+}
+
+// newDeployment returns the ids of the nodes' guarded states when r, a
+// round that failed with err, found a new deployment: this Client has never
+// seen a node out of its guard, and every node is guarded, its guard begun
+// within the new-deployment window. Otherwise it returns nil. When every
+// node that answered was guarded, it waits for the others' answers (at
+// most the node timeout) and reports them in err.
+func (c *Client) newDeployment(r *round, err error) []string {
+	if err == nil || c.cfg.guard == 0 || c.inService.Load() {
+		return nil
+	}
+	for i := range c.nodes {
+		if res, done := r.calls.Result(i); done && !errors.Is(res, ErrGuarded) {
+			return nil
+		}
+	}
+	young := c.cfg.guard - c.cfg.newDeploymentWindow
+	ids := make([]string, len(c.nodes))
+	for i := range c.nodes {
+		if !errors.Is(r.calls.Outcome(i), ErrGuarded) || r.replies[i].Wait < young {
+			ids = nil
+		} else if ids != nil {
+			ids[i] = r.replies[i].StateID
+		}
+	}
+	if e := (*Error)(nil); errors.As(err, &e) {
+		c.fillNodes(e, r.calls, nil) // the answers waited for
+	}
+	return ids
+}
+
+// attempt makes one lock round (two with fencing, or when the first finds a
+// brand-new deployment), taking over the keys of prev, a lock handed over
+// by Unlock, when prev.Token is not "", and then releasing what is left of
+// prev. On a closed Client it sends nothing: prev's keys then expire. On
+// failure it also returns how long until the current holder's keys have
+// expired on enough nodes for a quorum, or 0 when unknown.
+func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, prev queue.Handover) (*Lock, time.Duration, error) {
+	if err := c.life.enter(); err != nil {
+		return nil, 0, err
+	}
+	defer c.life.exit()
+	r, err := c.round(ctx, keys, ttl, nil, prev.Token)
+	if ids := c.newDeployment(r, err); ids != nil && ctx.Err() == nil {
+		// Every node is guarded at once: a new deployment. End the guard on
+		// all of them, each only if it still has the state we saw.
+		r, err = c.round(ctx, keys, ttl, ids, prev.Token)
+	}
+	if prev.Token != "" {
+		c.releaseHandedOver(r, prev, err == nil)
+	}
+	if err != nil {
+		return nil, r.freeIn(), err
+	}
+	return newLock(r), 0, nil
+}
+
+// newError builds the Error of an operation from its round.
+func (c *Client) newError(op, key string, ok int, r *quorum.Round, sentinel, cause error) *Error {
+	e := &Error{Op: op, Key: key, Quorum: c.cfg.quorum, OK: ok, Nodes: make([]NodeResult, len(c.nodes)), sentinel: sentinel, cause: cause}
+	c.fillNodes(e, r, cause)
+	return e
+}
+
+// fillNodes sets each node's address and outcome in r on e.
+func (c *Client) fillNodes(e *Error, r *quorum.Round, cause error) {
+	for i, n := range c.nodes {
+		e.Nodes[i].Addr = n.Name()
+		res, done := r.Result(i)
+		switch {
+		case done:
+			e.Nodes[i].Err = res
+		case errors.Is(cause, quorum.ErrTimeout):
+			e.Nodes[i].Err = quorum.ErrTimeout
+		default:
+			e.Nodes[i].Err = errPending
+		}
+	}
+}
+
+// refused reports whether an acquire's outcome says that the node did not
+// set the keys.
+func refused(err error) bool {
+	return errors.Is(err, ErrTaken) || errors.Is(err, ErrGuarded) || err == node.ErrNotSent || err == errGone
+}

@@ -1,0 +1,145 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redquorum/redquorum/internal/queue"
+	"github.com/redquorum/redquorum/internal/retry"
+)
+
+// waiter is how [Client.Lock] waits between its rounds: first for its turn
+// in the Client's local queue for the keys, then, after each failed round,
+// a jittered backoff that a release announcement cuts short, within the
+// caller's deadline or Options.MaxWait.
+type waiter struct {
+	c        *Client
+	ctx      context.Context
+	keys     []string
+	turn     *queue.Turn // nil until the first next
+	attempts int         // rounds failed so far
+	obtained bool
+	start    time.Time // of the last round
+	giveUp   <-chan time.Time
+	// giveUpAt is when to give up if ctx has no deadline: the timer is
+	// made only when Lock has to wait (an allocation saved per call).
+	giveUpAt    time.Time
+	hasDeadline bool
+}
+
+func (c *Client) newWaiter(ctx context.Context, keys []string) *waiter {
+	_, hasDeadline := ctx.Deadline()
+	return &waiter{c: c, ctx: ctx, keys: keys, hasDeadline: hasDeadline, giveUpAt: c.cfg.clock.Now().Add(c.cfg.maxWait)}
+}
+
+// giveUpChan returns a channel that fires once Options.MaxWait has passed
+// since the waiter began, or nil when ctx has a deadline.
+func (w *waiter) giveUpChan() <-chan time.Time {
+	if w.giveUp == nil && !w.hasDeadline {
+		clk := w.c.cfg.clock
+		w.giveUp = clk.After(w.giveUpAt.Sub(clk.Now()))
+	}
+	return w.giveUp
+}
+
+// next waits for the next chance to try. The first call waits for the
+// caller's turn in the local queue and returns the lock handed over with
+// the turn, if any. Each later call follows a failed round, whose error is
+// last and which reported the holder's keys free in hint (0: unknown); it
+// waits a random delay between Options.MinRetryDelay and a cap that
+// doubles up to Options.MaxRetryDelay, or until hint when that is sooner,
+// or until a node announces the keys' release. It returns an error for
+// Lock to return when the caller must give up: ctx ended, MaxWait passed,
+// or the Client was closed.
+func (w *waiter) next(last *Error, hint time.Duration) (queue.Handover, error) {
+	if w.turn == nil {
+		return w.queued()
+	}
+	if err := w.ctx.Err(); err != nil {
+		// The context ended during the round, perhaps after its decision.
+		if !errors.Is(last, err) {
+			last.cause = errors.Join(last.cause, err)
+		}
+		return queue.Handover{}, last
+	}
+	cfg := w.c.cfg
+	wait := retry.Delay(w.attempts, cfg.minRetry, cfg.maxRetry)
+	w.attempts++
+	if hint > 0 && hint < wait {
+		// Come back when the holder's keys expire, spread a little so that
+		// waiters do not arrive in step.
+		wait = hint + retry.Jitter(min(cfg.minRetry, hint/4))
+	}
+	key := cfg.prefix + w.keys[0]
+	wake := w.c.wake.On(key) // closed when a node announces the key's release
+	defer w.c.wake.Done(key, wake)
+	select {
+	case <-cfg.clock.After(wait):
+	case <-wake:
+		w.jitter(cfg.clock.Now().Sub(w.start))
+	case <-w.ctx.Done():
+		last.cause = errors.Join(last.cause, w.ctx.Err())
+		return queue.Handover{}, last
+	case <-w.giveUpChan():
+		last.Reason = joinReason(last.Reason, fmt.Sprintf("gave up after Options.MaxWait %v", cfg.maxWait))
+		return queue.Handover{}, last
+	}
+	w.start = cfg.clock.Now()
+	return queue.Handover{}, nil
+}
+
+// queued waits for the caller's turn in the local queue.
+func (w *waiter) queued() (queue.Handover, error) {
+	t, prev, err := w.c.queue.Wait(w.ctx, strings.Join(w.keys, "\x00"), w.giveUpChan)
+	w.start = w.c.cfg.clock.Now()
+	if err == nil {
+		w.turn = t
+		return prev, nil
+	}
+	if errors.Is(err, queue.ErrClosed) {
+		return prev, ErrClosed
+	}
+	e := &Error{Op: "lock", Key: strings.Join(w.keys, ", "), Quorum: w.c.cfg.quorum, sentinel: ErrNotObtained,
+		Reason: "waited behind other callers of this Client for the key"}
+	if errors.Is(err, queue.ErrGaveUp) {
+		e.Reason = joinReason(e.Reason, fmt.Sprintf("gave up after Options.MaxWait %v", w.c.cfg.maxWait))
+	} else {
+		e.cause = err
+	}
+	return prev, e
+}
+
+// jitter waits a random moment of up to one round's duration (and at most
+// MinRetryDelay) after a wake, so that clients in separate processes woken
+// by the same message do not all send their rounds at once and split the
+// nodes' votes: spread over a round's duration, the first to arrive usually
+// finds the nodes free and the others find them taken.
+func (w *waiter) jitter(round time.Duration) {
+	if d := retry.Jitter(min(round, w.c.cfg.minRetry)); d > 0 {
+		<-w.c.cfg.clock.After(d)
+	}
+}
+
+// held hands the turn to l, which keeps it until Unlock or its expiry.
+func (w *waiter) held(l *Lock) {
+	w.obtained = true
+	l.turn = w.turn
+	w.c.queue.Held(w.turn, l.Until())
+}
+
+// leave gives the turn up unless a lock holds it.
+func (w *waiter) leave() {
+	if !w.obtained {
+		w.c.queue.Leave(w.turn)
+	}
+}
+
+func joinReason(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
