@@ -177,7 +177,7 @@ func (c *Client) Close() error {
 // allowance; ttl is used in whole milliseconds. TryLock does not take part
 // in the local queue of [Client.Lock]: it makes its round at once.
 func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	return c.tryLock(ctx, []string{key}, ttl)
+	return c.lock(ctx, []string{key}, ttl, false)
 }
 
 // TryLockMany is [Client.TryLock] for a lock over several keys, taken
@@ -191,17 +191,7 @@ func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*L
 // hash slot (on a Ring, of one shard): give every key of one lock the same
 // hash tag, for example "{order:42}:stock" and "{order:42}:payment".
 func (c *Client) TryLockMany(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
-	return c.tryLock(ctx, slices.Clone(keys), ttl)
-}
-
-// tryLock is TryLockMany on keys that the Lock may keep.
-func (c *Client) tryLock(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
-	ttl, err := c.checkArgs(keys, ttl)
-	if err != nil {
-		return nil, err
-	}
-	l, _, err := c.attempt(ctx, keys, ttl, queue.Handover{})
-	return l, err
+	return c.lock(ctx, slices.Clone(keys), ttl, false)
 }
 
 // Lock is like [Client.TryLock] but retries until it holds the lock, ctx is
@@ -215,22 +205,26 @@ func (c *Client) tryLock(ctx context.Context, keys []string, ttl time.Duration) 
 // concurrent use; concurrent callers of one Client compete like separate
 // clients.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	return c.lock(ctx, []string{key}, ttl)
+	return c.lock(ctx, []string{key}, ttl, true)
 }
 
 // LockMany is [Client.Lock] for several keys taken together, as in
 // [Client.TryLockMany].
 func (c *Client) LockMany(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
-	return c.lock(ctx, slices.Clone(keys), ttl)
+	return c.lock(ctx, slices.Clone(keys), ttl, true)
 }
 
-// lock is LockMany on keys that the Lock may keep: rounds, with the waits of
-// a waiter (wait.go) between them, until one obtains the lock or the waiter
-// gives up.
-func (c *Client) lock(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
+// lock locks keys, which the Lock may keep: one round when wait is false
+// (TryLock), else rounds with the waits of a waiter (wait.go) between them,
+// until one obtains the lock or the waiter gives up (Lock).
+func (c *Client) lock(ctx context.Context, keys []string, ttl time.Duration, wait bool) (*Lock, error) {
 	ttl, err := c.checkArgs(keys, ttl)
 	if err != nil {
 		return nil, err
+	}
+	if !wait {
+		l, _, err := c.attempt(ctx, keys, ttl, queue.Handover{})
+		return l, err
 	}
 	w := c.newWaiter(ctx, keys)
 	defer w.leave()
@@ -241,15 +235,16 @@ func (c *Client) lock(ctx context.Context, keys []string, ttl time.Duration) (*L
 		if err != nil {
 			return nil, err
 		}
-		var l *Lock
-		l, hint, err = c.attempt(ctx, keys, ttl, prev)
+		l, freeIn, err := c.attempt(ctx, keys, ttl, prev)
 		if err == nil {
 			w.held(l)
 			return l, nil
 		}
-		if !errors.As(err, &last) {
+		var e *Error // declared here: its address escapes, which costs an allocation
+		if !errors.As(err, &e) {
 			return nil, err // closed
 		}
+		last, hint = e, freeIn
 	}
 }
 

@@ -46,7 +46,8 @@
 //
 // Two clients never hold one lock within its validity provided that: the
 // nodes are independent masters (no replication between them, no failover
-// that promotes a replica with a stale copy); a node loses a key before its
+// that promotes a replica with a stale copy), and every client of a lock
+// uses the same nodes with a majority quorum; a node loses a key before its
 // TTL passes only together with its state key (a restart without
 // persistence, FLUSHALL, FLUSHDB: lock nodes that set maxmemory use
 // maxmemory-policy noeviction, since eviction can drop one key and keep the

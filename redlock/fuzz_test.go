@@ -30,7 +30,7 @@ func FuzzTryLock(f *testing.F) {
 		require.NoError(t, cl.Close())
 		for i, m := range c.srv {
 			// Only the node's state (see ErrGuarded) stays, and tombstones
-			// (free, expiring; see internal/scripts/release.lua).
+			// (free, expiring; see internal/protocol/release.lua).
 			require.Contains(t, m.Keys(), "p:"+reservedKey)
 			for _, k := range m.Keys() {
 				if k != "p:"+reservedKey {

@@ -134,7 +134,7 @@ func (c *cluster) keys(key string) int {
 
 // held reports whether key exists on m and is not a tombstone, which a
 // release leaves where the key was missing and which counts as free (see
-// internal/scripts/release.lua).
+// internal/protocol/release.lua).
 func held(m *miniredis.Miniredis, key string) bool {
 	v, err := m.Get(key)
 	return err == nil && !strings.HasPrefix(v, "redquorum:gone:")

@@ -33,7 +33,9 @@ type Lock struct {
 
 // newLock returns the handle of the lock that r obtained.
 func newLock(r *round) *Lock {
-	return &Lock{c: r.c, keys: r.keys, token: r.acq.Token, ttl: r.acq.TTL, fence: r.fence, held: r, until: r.until}
+	l := &r.lock
+	l.c, l.keys, l.token, l.ttl, l.fence, l.held, l.until = r.c, r.keys, r.acq.Token, r.acq.TTL, r.fence, r, r.until
+	return l
 }
 
 // Key returns the key as passed to Lock, without Options.KeyPrefix; for a

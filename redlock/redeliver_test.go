@@ -256,8 +256,11 @@ func TestRedeliveryLimit(t *testing.T) {
 	h.set(nil, errBroken)
 	for _, l := range locks {
 		require.NoError(t, l.Unlock(t.Context()))
+		// Unlock returns at its quorum: wait for the release to node 2 to
+		// fail and be queued, so that the queue's order is the unlocks'.
+		cl.life.workers.Wait()
 	}
-	require.Eventually(t, func() bool { return countScript(h, scripts.Release) == 4 }, 5*time.Second, time.Millisecond)
+	require.Equal(t, 4, countScript(h, scripts.Release))
 	h.set(nil, nil)
 	require.NoError(t, cl.Close()) // the last attempt: the two newest
 	for k, want := range map[string]bool{"a": true, "b": true, "c": false, "d": false} {

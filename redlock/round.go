@@ -43,6 +43,12 @@ type round struct {
 	decided   atomic.Bool
 	decidedMu sync.Mutex
 	decidedCh chan struct{} // made on demand by Decided, closed by decide
+
+	// lock is the handle of the lock, built by newLock only once the round
+	// has obtained it. It is allocated with the round, which it keeps
+	// anyway as the record of where it is held: one allocation per attempt
+	// instead of two.
+	lock Lock
 }
 
 // newRound returns a round for keys with a new token, establishing est

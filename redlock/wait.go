@@ -30,9 +30,9 @@ type waiter struct {
 	hasDeadline bool
 }
 
-func (c *Client) newWaiter(ctx context.Context, keys []string) *waiter {
+func (c *Client) newWaiter(ctx context.Context, keys []string) waiter {
 	_, hasDeadline := ctx.Deadline()
-	return &waiter{c: c, ctx: ctx, keys: keys, hasDeadline: hasDeadline, giveUpAt: c.cfg.clock.Now().Add(c.cfg.maxWait)}
+	return waiter{c: c, ctx: ctx, keys: keys, hasDeadline: hasDeadline, giveUpAt: c.cfg.clock.Now().Add(c.cfg.maxWait)}
 }
 
 // giveUpChan returns a channel that fires once Options.MaxWait has passed

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/redquorum/redquorum/clock"
 )
 
 // batcher sends one node's lock commands (acquires and releases) one batch
@@ -31,9 +29,12 @@ import (
 // its batch is sent, and a pipeline cut short by the earliest deadline would
 // fail (and close the connection for) all the others. The rounds decide on
 // their own timeouts regardless.
+//
+// The window is measured on the system's monotonic clock, not a client's
+// configured one: it times socket I/O, and a test's fake clock must not
+// freeze it (a frozen window would queue commands behind a stalled node).
 type batcher struct {
 	window time.Duration
-	clock  clock.Clock
 	reqs   sync.Pool // of *batchReq
 
 	mu      sync.Mutex
@@ -68,7 +69,7 @@ func (c *batchedClient) Process(ctx context.Context, cmd redis.Cmder) error {
 
 // do runs cmd on node, alone or in a batch, and returns its error.
 func (b *batcher) do(ctx context.Context, node redis.UniversalClient, cmd redis.Cmder) error {
-	now := b.clock.Now()
+	now := time.Now()
 	b.mu.Lock()
 	if !b.busy {
 		b.busy, b.since = true, now
@@ -117,7 +118,7 @@ func (b *batcher) next(done []*batchReq) {
 	}
 	batch := b.pending
 	b.pending, b.spare = b.spare, nil
-	b.since = b.clock.Now()
+	b.since = time.Now()
 	leader := batch[0]
 	leader.batch = batch
 	b.mu.Unlock()

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redquorum/redquorum/clock"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 )
 
@@ -66,7 +65,7 @@ func gatedNode(t *testing.T, window time.Duration) (*miniredis.Miniredis, *pipeC
 	t.Cleanup(func() { _ = n.Close() })
 	h := &pipeCounter{sizes: make(chan int, 10), gate: make(chan struct{})}
 	n.AddHook(h)
-	return m, h, &batchedClient{b: &batcher{window: window, clock: clock.Real{}}, client: n}
+	return m, h, &batchedClient{b: &batcher{window: window}, client: n}
 }
 
 // TestBatcher: commands that arrive while one is in flight wait, and go
@@ -129,7 +128,7 @@ func TestBatcher(t *testing.T) {
 // commands, so that a command that waited long behind a slow one is not
 // cut short together with the whole batch by an earlier deadline.
 func TestBatchDeadline(t *testing.T) {
-	b := &batcher{window: testWindow, clock: clock.Real{}}
+	b := &batcher{window: testWindow}
 	early, cancel1 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel1()
 	late, cancel2 := context.WithTimeout(context.Background(), time.Hour)
@@ -168,7 +167,7 @@ func TestBatchSkipsEndedContexts(t *testing.T) {
 	cancel()
 	live := context.Background()
 	c1, c2, c3 := redis.NewIntCmd(live, "incr", "n"), redis.NewIntCmd(ended, "incr", "n"), redis.NewIntCmd(live, "incr", "n")
-	b := &batcher{window: testWindow, clock: clock.Real{}}
+	b := &batcher{window: testWindow}
 	b.run(n, []*batchReq{
 		{ctx: live, cmd: c1, wake: make(chan struct{}, 1)},
 		{ctx: ended, cmd: c2, wake: make(chan struct{}, 1)},

@@ -54,7 +54,7 @@ type Config struct {
 	Closing <-chan struct{}
 
 	// BatchWindow is how long after a batch was sent later commands still
-	// queue behind it (see batcher).
+	// queue behind it (see batcher; measured on the system clock).
 	BatchWindow time.Duration
 	// RedeliveryLimit bounds the releases in doubt queued per node; beyond
 	// it the oldest are dropped (their keys expire with their TTL).
@@ -93,7 +93,7 @@ func New(client redis.UniversalClient, name string, cfg *Config) *Node {
 			n.slots = make(chan struct{}, size)
 		}
 	}
-	n.proc = batchedClient{b: &batcher{window: cfg.BatchWindow, clock: cfg.Clock}, client: client}
+	n.proc = batchedClient{b: &batcher{window: cfg.BatchWindow}, client: client}
 	return n
 }
 
