@@ -216,7 +216,7 @@ func (r *Round) run(i int) {
 // timeout has passed since Start, or until ctx is done; in those cases it
 // returns an [*Error]. It never waits for a node whose answer cannot change the
 // outcome. Calls still outstanding keep running until they return or their
-// context expires; use [Round.Done] or [Round.Wait] to wait for them.
+// context expires; use [Round.Outcome] or [Round.Wait] to wait for them.
 //
 // Await returns the number of nodes that had succeeded at the decision.
 func (r *Round) Await(ctx context.Context, need int) (int, error) {

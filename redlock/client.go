@@ -25,10 +25,11 @@ import (
 // release that must follow it) belong to the Client: [Client.Close] waits for
 // them.
 type Client struct {
-	cfg     config
-	nodes   []*node.Node
-	proto   *protocol.Protocol
-	sharded bool // some node is a Cluster or a Ring: a lock's keys must share a hash tag
+	cfg      config
+	stateKey string // the nodes' state key as stored (protocol.StateKey after the prefix)
+	nodes    []*node.Node
+	proto    *protocol.Protocol
+	sharded  bool // some node is a Cluster or a Ring: a lock's keys must share a hash tag
 
 	// inService is set once a node answered an acquire out of its guard:
 	// from then on this Client never takes the nodes for a new deployment.
@@ -66,6 +67,7 @@ func newClient(clients []redis.UniversalClient, cfg config) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, life: newLifetime()}
+	c.stateKey = c.stored(protocol.StateKey)
 	ncfg := cfg.nodeConfig(c.life.closing)
 	c.proto = ncfg.Protocol
 	c.nodes = make([]*node.Node, len(clients))
@@ -248,6 +250,9 @@ func (c *Client) lock(ctx context.Context, keys []string, ttl time.Duration, wai
 	}
 }
 
+// stored returns key as stored on the nodes: after Options.KeyPrefix.
+func (c *Client) stored(key string) string { return c.cfg.prefix + key }
+
 // checkArgs validates the keys and a ttl and returns the ttl cut to whole
 // milliseconds, which is what the nodes apply.
 func (c *Client) checkArgs(keys []string, ttl time.Duration) (time.Duration, error) {
@@ -267,7 +272,7 @@ func (c *Client) checkArgs(keys []string, ttl time.Duration) (time.Duration, err
 		if j := slices.Index(keys[:i], k); j >= 0 {
 			return 0, fmt.Errorf("redlock: keys[%d] %q is the same as keys[%d]", i, k, j)
 		}
-		if c.sharded && i > 0 && hashslot.Hashed(c.cfg.prefix+k) != hashslot.Hashed(c.cfg.prefix+keys[0]) {
+		if c.sharded && i > 0 && hashslot.Hashed(c.stored(k)) != hashslot.Hashed(c.stored(keys[0])) {
 			return 0, fmt.Errorf("redlock: keys[%d] %q and keys[0] %q have different hash tags: a node is a Redis Cluster or Ring, so every key of one lock needs the same hash tag, as in {order:42}:a and {order:42}:b", i, k, keys[0])
 		}
 	}

@@ -9,9 +9,10 @@ import (
 // lifetime is a Client's open or closed state and the calls to the nodes
 // that outlive the operations that started them.
 type lifetime struct {
-	// mu is held for reading by every operation that sends to the nodes,
-	// from its check of closed until its calls have started; close takes
-	// it for writing, so that no call starts once closed is set.
+	// mu is held for reading by every operation that sends to the nodes
+	// (a lock attempt with all its rounds, an Unlock, an Extend), for the
+	// whole operation; close takes it for writing, so that it waits for
+	// them and no call starts once closed is set.
 	mu      sync.RWMutex
 	closed  bool
 	closing chan struct{} // closed when Close begins
@@ -25,7 +26,7 @@ func newLifetime() lifetime {
 }
 
 // enter begins an operation that sends to the nodes, or returns ErrClosed.
-// Call exit when its calls have started.
+// Call exit when the operation returns.
 func (lt *lifetime) enter() error {
 	lt.mu.RLock()
 	if lt.closed {

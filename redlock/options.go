@@ -59,8 +59,12 @@ type Options struct {
 	// "lock:" (handy for a Redis ACL key pattern). Empty means no prefix.
 	KeyPrefix string
 
-	// Clock is the time source for validity and retry delays. Nil means
-	// [clock.Real], Go's monotonic clock.
+	// Clock is the time source of everything the lock times: validity,
+	// retry delays and waits, the local queue's expiry of a holder, Do's
+	// extensions, the redelivery of releases and the idle time of release
+	// subscriptions. Only socket-level timing (request deadlines, the
+	// batching window, the idle connection check of [NewNodes]) reads the
+	// system clock. Nil means [clock.Real], Go's monotonic clock.
 	Clock clock.Clock
 
 	// RestartGuard is how long a node that lost its data (a restart without
@@ -112,7 +116,7 @@ type config struct {
 }
 
 // tunables are settings that users do not choose but tests do (through
-// export_test.go): a package never changes them after New.
+// export_test.go); nothing changes them once a Client is made.
 type tunables struct {
 	// batchWindow is how long after a batch of commands was sent to a node
 	// later commands still queue behind it (internal/node).

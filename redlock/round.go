@@ -59,9 +59,9 @@ func (c *Client) newRound(keys []string, ttl time.Duration, est []string, prev s
 	r.c, r.keys, r.replies, r.est = c, keys, replies, est
 	stored := make([]string, len(keys), len(keys)+1)
 	for i, k := range keys {
-		stored[i] = c.cfg.prefix + k
+		stored[i] = c.stored(k)
 	}
-	r.acq = protocol.Acquire{Keys: append(stored, c.cfg.prefix+protocol.StateKey), Token: retry.Token(), TTL: ttl, Prev: prev}
+	r.acq = protocol.Acquire{Keys: append(stored, c.stateKey), Token: retry.Token(), TTL: ttl, Prev: prev}
 	if est == nil {
 		r.cmd = c.proto.AcquireCmd(r.acq) // built once for the plain nodes
 	}

@@ -73,7 +73,7 @@ func (w *waiter) next(last *Error, hint time.Duration) (queue.Handover, error) {
 		// waiters do not arrive in step.
 		wait = hint + retry.Jitter(min(cfg.minRetry, hint/4))
 	}
-	key := cfg.prefix + w.keys[0]
+	key := w.c.stored(w.keys[0])
 	wake := w.c.wake.On(key) // closed when a node announces the key's release
 	defer w.c.wake.Done(key, wake)
 	select {

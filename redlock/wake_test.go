@@ -85,7 +85,7 @@ func TestWakeListenersStop(t *testing.T) {
 // waitWaiting waits until a Lock of cl is registered for key's release.
 func waitWaiting(t *testing.T, cl *Client, key string) {
 	t.Helper()
-	require.Eventually(t, func() bool { return cl.wake.Waiting(cl.cfg.prefix + key) }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return cl.wake.Waiting(cl.stored(key)) }, 5*time.Second, time.Millisecond)
 }
 
 // scriptCounter counts the scripts run on a node.
