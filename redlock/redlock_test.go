@@ -450,6 +450,32 @@ func TestLockContextEnds(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
+// TestCloseEndsLockWait: a Lock waiting between its rounds returns
+// ErrClosed as soon as its Client is closed, not at its next round (a fake
+// clock that never moves: without the close case the wait never ends).
+func TestCloseEndsLockWait(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	a := c.client(t, nil)
+	fc := clock.NewFake(time.Unix(1000, 0))
+	b := c.client(t, &Options{Clock: fc})
+	_, err := a.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Lock(context.Background(), "k", time.Second)
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return fc.Waiters() > 0 }, 5*time.Second, time.Millisecond, "Lock waits for its retry")
+	require.NoError(t, b.Close())
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, ErrClosed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lock still waiting after Close")
+	}
+}
+
 func TestLockMaxWait(t *testing.T) {
 	c := newCluster(t, 3)
 	a := c.client(t, nil)

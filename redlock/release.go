@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/queue"
@@ -70,4 +71,24 @@ func detach(ctx context.Context) context.Context {
 		return context.WithoutCancel(ctx)
 	}
 	return ctx
+}
+
+// releaseUnclaimed releases h, a lock on keys that Unlock handed over to a
+// caller that gave up at the same moment, on every node, and announces it
+// like an Unlock. It returns without waiting; on a closed Client it sends
+// nothing, and the keys expire with their TTL.
+func (c *Client) releaseUnclaimed(keys []string, h queue.Handover) {
+	if err := c.life.enter(); err != nil {
+		return
+	}
+	defer c.life.exit()
+	stored := make([]string, len(keys))
+	for i, k := range keys {
+		stored[i] = c.stored(k)
+	}
+	cmd := c.proto.Release(stored, h.Token, h.TTL, true)
+	name := strings.Join(keys, ", ")
+	c.life.workers.Start(context.Background(), len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+		return c.nodes[i].Release(ctx, cmd, h.TTL, name)
+	})
 }

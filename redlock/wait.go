@@ -53,7 +53,7 @@ func (w *waiter) giveUpChan() <-chan time.Time {
 // doubles up to Options.MaxRetryDelay, or until hint when that is sooner,
 // or until a node announces the keys' release. It returns an error for
 // Lock to return when the caller must give up: ctx ended, MaxWait passed,
-// or the Client was closed.
+// or the Client was closed (at once, not at the next round).
 func (w *waiter) next(last *Error, hint time.Duration) (queue.Handover, error) {
 	if w.turn == nil {
 		return w.queued()
@@ -86,6 +86,8 @@ func (w *waiter) next(last *Error, hint time.Duration) (queue.Handover, error) {
 	case <-w.giveUpChan():
 		last.Reason = joinReason(last.Reason, fmt.Sprintf("gave up after Options.MaxWait %v", cfg.maxWait))
 		return queue.Handover{}, last
+	case <-w.c.life.closing:
+		return queue.Handover{}, ErrClosed
 	}
 	w.start = cfg.clock.Now()
 	return queue.Handover{}, nil
@@ -98,6 +100,11 @@ func (w *waiter) queued() (queue.Handover, error) {
 	if err == nil {
 		w.turn = t
 		return prev, nil
+	}
+	if prev.Token != "" {
+		// A lock was handed over to this caller as it gave up, and no
+		// other caller of this Client waits for it: release it.
+		w.c.releaseUnclaimed(w.keys, prev)
 	}
 	if errors.Is(err, queue.ErrClosed) {
 		return prev, ErrClosed

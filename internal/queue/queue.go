@@ -81,7 +81,10 @@ func New(clk clock.Clock) *Queue {
 // if any: at once when nobody else of this client is contending for or
 // holding key, else when the previous owner unlocks, fails, or lets its
 // lock's validity run out. It returns ctx.Err(), ErrGaveUp when the channel
-// from giveUp fires, or ErrClosed, having left the queue.
+// from giveUp fires, or ErrClosed, having left the queue. A lock handed
+// over to a caller that gives up at the same moment goes on to the next
+// waiter; when there is none, Wait returns it with the error, and the
+// caller must release it.
 func (q *Queue) Wait(ctx context.Context, key string, giveUp func() <-chan time.Time) (*Turn, Handover, error) {
 	t, k := q.join(key)
 	if t.ready == nil {
@@ -105,9 +108,29 @@ func (q *Queue) Wait(ctx context.Context, key string, giveUp func() <-chan time.
 		case <-q.closed:
 			err = ErrClosed
 		}
-		q.Leave(t)
-		return nil, Handover{}, err
+		return nil, q.giveUp(t), err
 	}
+}
+
+// giveUp takes t out of its queue, passing its turn on if it had become the
+// owner meanwhile, with any lock handed over to it. It returns that lock
+// when no waiter is left to take it.
+func (q *Queue) giveUp(t *Turn) Handover {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := q.keys[t.key]
+	switch {
+	case k == nil:
+	case k.owner != t:
+		k.waiting = remove(k.waiting, t)
+		k.notify() // t may have been first
+	case len(k.waiting) == 0:
+		delete(q.keys, t.key)
+		return t.inherit
+	default:
+		q.pass(k, t.inherit)
+	}
+	return Handover{}
 }
 
 // join puts a new turn for key in its queue: as the owner (ready nil) when
@@ -137,32 +160,45 @@ func (q *Queue) join(key string) (*Turn, *keyQueue) {
 	return t, k
 }
 
-// watch returns a channel closed when k's owner obtains or extends its lock,
-// and one that fires when the owner's lock expires (nil while it has none).
+// watch returns a channel closed when k's owner obtains or extends its lock
+// or the first waiter changes, and, for the first waiter, one that fires
+// when the owner's lock expires (nil while it has none). Only the first
+// waiter may take an expired owner's turn over, so only it watches.
 func (q *Queue) watch(k *keyQueue, t *Turn) (changed <-chan struct{}, expiry <-chan time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if k.changed == nil {
 		k.changed = make(chan struct{})
 	}
-	if o := k.owner; o.held && o != t {
+	if o := k.owner; o.held && o != t && len(k.waiting) > 0 && k.waiting[0] == t {
 		expiry = q.clock.After(o.until.Sub(q.clock.Now()))
 	}
 	return k.changed, expiry
 }
 
+// notify wakes k's waiters to look again (see watch). Callers hold q.mu.
+func (k *keyQueue) notify() {
+	if k.changed != nil {
+		close(k.changed)
+		k.changed = nil
+	}
+}
+
 // takeOverExpired makes t the owner of k, ahead of the current one, if the
-// current owner's lock has expired.
+// current owner's lock has expired and t is the first waiter (the others
+// watch the expiry too, and the first of them to run must not jump the
+// queue).
 func (q *Queue) takeOverExpired(k *keyQueue, t *Turn) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	o := k.owner
-	if o == nil || o == t || !o.held || q.clock.Now().Before(o.until) {
+	if o == nil || o == t || !o.held || q.clock.Now().Before(o.until) || len(k.waiting) == 0 || k.waiting[0] != t {
 		return
 	}
 	k.waiting = remove(k.waiting, t)
 	k.owner = t
 	close(t.ready)
+	k.notify() // the next waiter is first now
 }
 
 func remove(ts []*Turn, t *Turn) []*Turn {
@@ -188,9 +224,11 @@ func (q *Queue) Leave(t *Turn) {
 	case k == nil:
 	case k.owner != t:
 		k.waiting = remove(k.waiting, t)
+		k.notify() // t may have been first
 	case len(k.waiting) == 0:
 		delete(q.keys, t.key)
 	default:
+		k.handoffs = 0 // a real release ends a run of handovers
 		q.pass(k, Handover{})
 	}
 }
@@ -202,6 +240,7 @@ func (q *Queue) pass(k *keyQueue, h Handover) {
 	k.owner = next
 	next.inherit = h
 	close(next.ready)
+	k.notify() // the next waiter is first now
 }
 
 // HandOff passes t's turn, and its lock h, to the first waiter for the same
@@ -239,9 +278,8 @@ func (q *Queue) Held(t *Turn, until time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	t.held, t.until = true, until
-	if k := q.keys[t.key]; k != nil && k.owner == t && k.changed != nil {
-		close(k.changed) // waiters now watch the lock's expiry
-		k.changed = nil
+	if k := q.keys[t.key]; k != nil && k.owner == t {
+		k.notify() // the first waiter now watches the lock's expiry
 	}
 }
 

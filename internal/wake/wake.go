@@ -36,10 +36,17 @@ type Waker struct {
 	mu      sync.Mutex
 	closed  bool
 	quit    chan struct{}        // closed by Close: stops the idle loop
-	subs    []*redis.PubSub      // one per node while a key is subscribed, else nil
+	subs    []*sub               // one per node while a key is subscribed, else nil
 	keys    map[string]time.Time // subscribed keys (as on the nodes) and their last wait
 	waiters map[string]*entry    // by key on the nodes
 	wg      sync.WaitGroup       // the listeners, the idle loop and the (un)subscribing goroutines
+}
+
+// sub is one node's pub/sub connection. Its mu orders the connection's
+// subscription changes (see reconcile).
+type sub struct {
+	ps *redis.PubSub
+	mu sync.Mutex
 }
 
 // entry is the channel of the waits for one key's release, closed when a
@@ -76,15 +83,16 @@ func (w *Waker) On(key string) <-chan struct{} {
 	if w.subs == nil {
 		w.connect()
 	}
-	if _, ok := w.keys[key]; !ok {
+	_, subscribed := w.keys[key]
+	w.keys[key] = w.clock.Now()
+	if !subscribed {
 		// In the background, each node on its own: a node that is down
 		// would hold this wait, or the other nodes' subscriptions, for its
 		// dial. go-redis subscribes again after a reconnect.
-		for _, ps := range w.subs {
-			w.wg.Go(func() { _ = ps.Subscribe(context.Background(), protocol.ReleasedChannel+key) })
+		for _, s := range w.subs {
+			w.wg.Go(func() { w.reconcile(s, []string{key}) })
 		}
 	}
-	w.keys[key] = w.clock.Now()
 	e := w.waiters[key]
 	if e == nil {
 		e = &entry{ch: make(chan struct{})}
@@ -98,9 +106,9 @@ func (w *Waker) On(key string) <-chan struct{} {
 // idle loop. Callers hold w.mu.
 func (w *Waker) connect() {
 	for _, n := range w.nodes {
-		ps := n.Subscribe(context.Background()) // no channel yet: connects on the first
-		w.subs = append(w.subs, ps)
-		w.wg.Go(func() { w.listen(ps) })
+		s := &sub{ps: n.Subscribe(context.Background())} // no channel yet: connects on the first
+		w.subs = append(w.subs, s)
+		w.wg.Go(func() { w.listen(s) })
 	}
 	w.keys = map[string]time.Time{}
 	if w.waiters == nil {
@@ -110,10 +118,40 @@ func (w *Waker) connect() {
 	w.wg.Go(func() { w.idleLoop(subs) })
 }
 
-// Done ends a wait that On(key) began and returned ch for.
+// reconcile brings s's subscriptions of keys in line with w.keys: it
+// subscribes to those still in w.keys and unsubscribes from the others.
+// Changes to one connection run one at a time, each deciding from w.keys as
+// they are when it runs, so that a subscription and an unsubscription of
+// one key started in quick succession cannot land in the wrong order.
+func (w *Waker) reconcile(s *sub, keys []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var on, off []string
+	w.mu.Lock()
+	for _, k := range keys {
+		if _, ok := w.keys[k]; ok && !w.closed {
+			on = append(on, protocol.ReleasedChannel+k)
+		} else {
+			off = append(off, protocol.ReleasedChannel+k)
+		}
+	}
+	w.mu.Unlock()
+	if len(on) > 0 {
+		_ = s.ps.Subscribe(context.Background(), on...)
+	}
+	if len(off) > 0 {
+		_ = s.ps.Unsubscribe(context.Background(), off...)
+	}
+}
+
+// Done ends a wait that On(key) began and returned ch for. The key stays
+// subscribed for the idle time from now.
 func (w *Waker) Done(key string, ch <-chan struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if _, ok := w.keys[key]; ok {
+		w.keys[key] = w.clock.Now()
+	}
 	if e := w.waiters[key]; e != nil && e.ch == ch {
 		if e.n--; e.n == 0 {
 			delete(w.waiters, key)
@@ -121,11 +159,11 @@ func (w *Waker) Done(key string, ch <-chan struct{}) {
 	}
 }
 
-// listen wakes the waiters of every released key announced on ps until ps
+// listen wakes the waiters of every released key announced on s until s
 // is closed.
-func (w *Waker) listen(ps *redis.PubSub) {
+func (w *Waker) listen(s *sub) {
 	for {
-		msg, err := ps.ReceiveMessage(context.Background())
+		msg, err := s.ps.ReceiveMessage(context.Background())
 		w.mu.Lock()
 		closed := w.closed
 		if err == nil {
@@ -135,7 +173,7 @@ func (w *Waker) listen(ps *redis.PubSub) {
 				delete(w.waiters, key)
 			}
 		}
-		current := slices.Contains(w.subs, ps)
+		current := slices.Contains(w.subs, s)
 		w.mu.Unlock()
 		if closed || !current {
 			return // Close, or dropIdle
@@ -152,7 +190,7 @@ func (w *Waker) listen(ps *redis.PubSub) {
 
 // idleLoop drops idle keys (see dropIdle) until the connections subs are
 // closed, or until Close.
-func (w *Waker) idleLoop(subs []*redis.PubSub) {
+func (w *Waker) idleLoop(subs []*sub) {
 	next := w.idle
 	for {
 		select {
@@ -171,7 +209,7 @@ func (w *Waker) idleLoop(subs []*redis.PubSub) {
 // for in the idle time, and closes the connections subs when no key is
 // left. It returns when to look again, or done once subs are gone. The next
 // wait subscribes anew.
-func (w *Waker) dropIdle(subs []*redis.PubSub) (next time.Duration, done bool) {
+func (w *Waker) dropIdle(subs []*sub) (next time.Duration, done bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed || len(w.subs) == 0 || w.subs[0] != subs[0] {
@@ -186,18 +224,18 @@ func (w *Waker) dropIdle(subs []*redis.PubSub) (next time.Duration, done bool) {
 			continue
 		}
 		delete(w.keys, k)
-		drop = append(drop, protocol.ReleasedChannel+k)
+		drop = append(drop, k)
 	}
 	if len(w.keys) == 0 {
-		for _, ps := range w.subs {
-			_ = ps.Close() // ends ReceiveMessage; the listener sees it is no longer current
+		for _, s := range w.subs {
+			_ = s.ps.Close() // ends ReceiveMessage; the listener sees it is no longer current
 		}
 		w.subs = nil
 		return 0, true
 	}
 	if len(drop) > 0 {
-		for _, ps := range w.subs {
-			w.wg.Go(func() { _ = ps.Unsubscribe(context.Background(), drop...) })
+		for _, s := range w.subs {
+			w.wg.Go(func() { w.reconcile(s, drop) })
 		}
 	}
 	return next, false
@@ -211,10 +249,10 @@ func (w *Waker) Close() {
 	if !w.closed {
 		close(w.quit)
 	}
-	w.closed = true
+	w.closed, w.subs = true, nil
 	w.mu.Unlock()
-	for _, ps := range subs {
-		_ = ps.Close() // ends ReceiveMessage
+	for _, s := range subs {
+		_ = s.ps.Close() // ends ReceiveMessage
 	}
 	w.wg.Wait()
 }

@@ -1,0 +1,314 @@
+package wake
+
+import (
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
+)
+
+// bound is how long a test waits for something that a working Waker does
+// within milliseconds: only a broken one ever reaches it.
+const bound = 5 * time.Second
+
+// long is an idle time that no test outlasts: keys stay subscribed.
+const long = time.Hour
+
+// cluster is n miniredis nodes and a go-redis client on each.
+type cluster struct {
+	srv     []*miniredis.Miniredis
+	clients []redis.UniversalClient
+}
+
+func newCluster(t *testing.T, n int) *cluster {
+	t.Helper()
+	c := &cluster{}
+	for range n {
+		m := miniredis.RunT(t)
+		cl := redis.NewClient(nodeOptions(m.Addr()))
+		t.Cleanup(func() { _ = cl.Close() })
+		c.srv = append(c.srv, m)
+		c.clients = append(c.clients, cl)
+	}
+	return c
+}
+
+// nodeOptions are a client's options for a node: RESP2 and no handshake
+// extras, which miniredis does not all know.
+func nodeOptions(addr string) *redis.Options {
+	return &redis.Options{
+		Addr: addr, Protocol: 2, MaxRetries: -1, DisableIdentity: true, DialTimeout: time.Second,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	}
+}
+
+// ring returns a go-redis Ring with one shard, on m.
+func ring(t *testing.T, m *miniredis.Miniredis) *redis.Ring {
+	t.Helper()
+	r := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": m.Addr()}, Protocol: 2, MaxRetries: -1, DisableIdentity: true})
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// newWaker returns a Waker on nodes, closed when the test ends.
+func newWaker(t *testing.T, nodes []redis.UniversalClient, idle time.Duration) *Waker {
+	t.Helper()
+	w := New(nodes, idle, clock.Real{})
+	t.Cleanup(w.Close)
+	return w
+}
+
+// subscribers returns how many of the nodes have a subscriber on key's
+// release channel.
+func subscribers(srv []*miniredis.Miniredis, key string) int {
+	ch, n := protocol.ReleasedChannel+key, 0
+	for _, m := range srv {
+		n += m.PubSubNumSub(ch)[ch]
+	}
+	return n
+}
+
+// channels returns how many channels the nodes have subscribers on, in all.
+func channels(srv []*miniredis.Miniredis) int {
+	n := 0
+	for _, m := range srv {
+		n += len(m.PubSubChannels(""))
+	}
+	return n
+}
+
+// waitSubscribed waits until each of srv has a subscriber on the release
+// channel of every key: a release published earlier could be missed.
+func waitSubscribed(t *testing.T, srv []*miniredis.Miniredis, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		require.Eventually(t, func() bool { return subscribers(srv, k) == len(srv) }, bound, time.Millisecond, "%q not subscribed on every node", k)
+	}
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func waitClosed(t *testing.T, ch <-chan struct{}, msgAndArgs ...any) {
+	t.Helper()
+	require.Eventually(t, func() bool { return closed(ch) }, bound, time.Millisecond, msgAndArgs...)
+}
+
+// TestOnReleased: the channel from On(key) is closed when any one node
+// announces key's release, whether the server publishes it (as the release
+// script does) or a client does; it is shared by the waits for the same key,
+// and another key's release does not close it.
+func TestOnReleased(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		node    int
+		publish func(t *testing.T, c *cluster, node int, key string) error
+	}{
+		{"server publishes on the first node", 0, func(t *testing.T, c *cluster, node int, key string) error {
+			c.srv[node].Publish(protocol.ReleasedChannel+key, "1")
+			return nil
+		}},
+		{"client publishes on the last node", 2, func(t *testing.T, c *cluster, node int, key string) error {
+			return c.clients[node].Publish(t.Context(), protocol.ReleasedChannel+key, "1").Err()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakcheck.Check(t)
+			c := newCluster(t, 3)
+			w := newWaker(t, c.clients, long)
+			k := w.On("k")
+			require.NotNil(t, k)
+			k2 := w.On("k")
+			assert.Equal(t, k, k2, "the waits for one key share a channel")
+			other := w.On("other")
+			require.NotNil(t, other)
+			assert.Equal(t, 2, w.Waits())
+			assert.Equal(t, 2, w.Subscribed())
+			assert.Equal(t, 3, w.Connections())
+			waitSubscribed(t, c.srv, "k", "other")
+			assert.False(t, closed(k))
+
+			require.NoError(t, tc.publish(t, c, tc.node, "k"))
+			waitClosed(t, k, "no wake on k's release")
+			assert.False(t, closed(other), "k's release woke the waits for other")
+			assert.False(t, w.Waiting("k"), "a woken key is no longer waited for")
+			assert.True(t, w.Waiting("other"))
+			assert.Equal(t, 1, w.Waits())
+			assert.Equal(t, 2, w.Subscribed(), "a woken key stays subscribed")
+
+			// A new wait for k gets a new channel, which the old wait's
+			// Done does not end.
+			again := w.On("k")
+			require.NotNil(t, again)
+			assert.False(t, closed(again))
+			w.Done("k", k)
+			w.Done("k", k2)
+			assert.True(t, w.Waiting("k"), "Done with a woken channel ended a later wait")
+			require.NoError(t, tc.publish(t, c, tc.node, "k"))
+			waitClosed(t, again, "no wake on k's second release")
+
+			require.NoError(t, tc.publish(t, c, tc.node, "other"))
+			waitClosed(t, other, "no wake on other's release")
+			assert.Zero(t, w.Waits())
+		})
+	}
+}
+
+// TestDoneAndIdle: Done ends a wait (the last Done of a key's waits drops
+// the key's wait); a key nobody waits for is unsubscribed on the nodes once
+// idle, while a key still waited for stays subscribed; once no key is left
+// the connections close, and the next On connects and subscribes again.
+func TestDoneAndIdle(t *testing.T) {
+	leakcheck.Check(t)
+	const idle = 50 * time.Millisecond
+	c := newCluster(t, 3)
+	w := newWaker(t, c.clients, idle)
+	k := w.On("k")
+	other := w.On("other")
+	other2 := w.On("other")
+	waitSubscribed(t, c.srv, "k", "other")
+
+	w.Done("other", other)
+	assert.True(t, w.Waiting("other"), "one of two waits for other is left")
+	w.Done("other", other2)
+	assert.False(t, w.Waiting("other"))
+	assert.Equal(t, 1, w.Waits())
+	require.Eventually(t, func() bool { return subscribers(c.srv, "other") == 0 }, bound, time.Millisecond, "an idle key still subscribed on the nodes")
+	assert.Equal(t, 1, w.Subscribed())
+	// k, subscribed before other, is as idle: it stays, for several idle
+	// times, because a wait is under way.
+	assert.Never(t, func() bool { return subscribers(c.srv, "k") < 3 || w.Subscribed() != 1 }, 4*idle, idle/10, "unsubscribed while waited for")
+	assert.Equal(t, 3, channels(c.srv), "only the waited-for key")
+	assert.Equal(t, 3, w.Connections())
+	assert.Equal(t, 1, w.Subscribed())
+
+	w.Done("k", k)
+	assert.Zero(t, w.Waits())
+	require.Eventually(t, func() bool { return w.Connections() == 0 }, bound, time.Millisecond, "connections open with no key subscribed")
+	assert.Zero(t, w.Subscribed())
+	require.Eventually(t, func() bool { return channels(c.srv) == 0 }, bound, time.Millisecond, "subscriptions left on the nodes")
+
+	k = w.On("k")
+	require.NotNil(t, k)
+	assert.Equal(t, 3, w.Connections(), "the next wait connects again")
+	waitSubscribed(t, c.srv, "k")
+	c.srv[1].Publish(protocol.ReleasedChannel+"k", "1")
+	waitClosed(t, k, "no wake after subscribing again")
+	w.Done("k", k)
+}
+
+// TestClose: Close stops every goroutine of the Waker (leakcheck), also
+// while a node is down and its listener retries, and does not wake the
+// waits; On returns nil afterwards, and a second Close is harmless.
+func TestClose(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		down bool // the last node is down
+		keys []string
+	}{
+		{"never used", false, nil},
+		{"keys subscribed", false, []string{"k", "other"}},
+		{"a node down", true, []string{"k"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakcheck.Check(t)
+			c := newCluster(t, 3)
+			up := c.srv
+			if tc.down {
+				c.srv[2].Close()
+				up = c.srv[:2]
+			}
+			w := newWaker(t, c.clients, long)
+			var chs []<-chan struct{}
+			for _, k := range tc.keys {
+				ch := w.On(k)
+				require.NotNil(t, ch)
+				chs = append(chs, ch)
+			}
+			waitSubscribed(t, up, tc.keys...)
+			w.Close()
+			for i, ch := range chs {
+				assert.False(t, closed(ch), "Close woke the wait for %q", tc.keys[i])
+			}
+			assert.Nil(t, w.On("k"), "On after Close")
+			w.Close()
+			require.Eventually(t, func() bool { return channels(up) == 0 }, bound, time.Millisecond, "subscriptions left on the nodes")
+		})
+	}
+}
+
+// TestRingsLeftOut: a go-redis Ring among the nodes gets no subscription
+// and no connection, and its node's announcements wake nothing; with only
+// Rings, On returns nil and nothing is subscribed.
+func TestRingsLeftOut(t *testing.T) {
+	t.Run("among other nodes", func(t *testing.T) {
+		leakcheck.Check(t)
+		c := newCluster(t, 3)
+		nodes := []redis.UniversalClient{ring(t, c.srv[0]), c.clients[1], c.clients[2]}
+		w := newWaker(t, nodes, long)
+		k := w.On("k")
+		require.NotNil(t, k)
+		assert.Equal(t, 2, w.Connections(), "a connection for each node but the Ring")
+		waitSubscribed(t, c.srv[1:], "k")
+		assert.Zero(t, subscribers(c.srv[:1], "k"), "the Ring's node is subscribed")
+		assert.Zero(t, c.srv[0].Publish(protocol.ReleasedChannel+"k", "1"), "a subscriber on the Ring's node")
+		assert.False(t, closed(k))
+		c.srv[2].Publish(protocol.ReleasedChannel+"k", "1")
+		waitClosed(t, k, "the other nodes still wake the wait")
+		w.Done("k", k)
+	})
+	t.Run("only Rings", func(t *testing.T) {
+		leakcheck.Check(t)
+		c := newCluster(t, 2)
+		w := newWaker(t, []redis.UniversalClient{ring(t, c.srv[0]), ring(t, c.srv[1])}, long)
+		assert.Nil(t, w.On("k"))
+		w.Done("k", nil) // what a caller does after a nil On
+		assert.Zero(t, w.Subscribed())
+		assert.Zero(t, w.Connections())
+		assert.Zero(t, w.Waits())
+		assert.Zero(t, channels(c.srv))
+	})
+}
+
+// TestResubscribeRightAfterDrop: a key waited for again right after the idle
+// loop dropped it ends up subscribed: the drop's unsubscription and the new
+// wait's subscription run in the order they were made. (Before, they raced,
+// and in about one trial in six the node was left without the subscription
+// while the Waker believed the key subscribed, so its releases went unheard
+// for as long as callers kept waiting.)
+func TestResubscribeRightAfterDrop(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 1)
+	for trial := range 200 {
+		f := clock.NewFake(time.Unix(0, 0))
+		w := New(c.clients, time.Second, f)
+		keep := w.On("a") // keeps the connection open
+		waitSubscribed(t, c.srv, "a")
+		w.Done("k", w.On("k")) // its subscription may still be in flight
+		require.Eventually(t, func() bool { return f.Waiters() > 0 }, bound, time.Millisecond)
+		f.Advance(time.Second) // "k" is idle: dropped
+		require.Eventually(t, func() bool { return w.Subscribed() == 1 }, bound, time.Millisecond)
+		ch := w.On("k") // waited for again at once
+		require.Eventually(t, func() bool { return subscribers(c.srv, "k") == 1 }, bound, time.Millisecond, "trial %d: the node has no subscriber for k", trial)
+		time.Sleep(5 * time.Millisecond) // an unsubscription still in flight would land now
+		require.Equal(t, 1, subscribers(c.srv, "k"), "trial %d: unsubscribed after the new wait", trial)
+		c.srv[0].Publish(protocol.ReleasedChannel+"k", "")
+		waitClosed(t, ch, "trial %d: the release did not wake the wait", trial)
+		w.Done("a", keep)
+		w.Close()
+	}
+}
