@@ -88,3 +88,17 @@ func TestNames(t *testing.T) {
 	assert.Contains(t, p.release.src, "'"+ReleasedChannel+"' .. KEYS[i]")
 	assert.True(t, strings.HasPrefix(SlotStateKey("p:", "k", new(hashslot.Tags)), "p:"+StateKey+":{"), "%s", SlotStateKey("p:", "k", new(hashslot.Tags)))
 }
+
+// TestToken: a token is 22 random characters, then the owner after a dot.
+func TestToken(t *testing.T) {
+	a, b := NewToken(""), NewToken("")
+	assert.Len(t, a, TokenRandomLen)
+	assert.NotEqual(t, a, b, "random")
+	assert.Empty(t, Owner(a))
+	tok := NewToken("web-1:4242")
+	assert.Len(t, tok, TokenRandomLen+1+len("web-1:4242"))
+	assert.Equal(t, "web-1:4242", Owner(tok))
+	assert.Equal(t, "a.b", Owner(NewToken("a.b")), "an owner may contain dots")
+	assert.Empty(t, Owner("not-a-token"))
+	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { _ = NewToken("web-1:4242") }), "one allocation")
+}
