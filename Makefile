@@ -3,18 +3,19 @@ GO      ?= go
 IMAGE   := redquorum/redis:7-local
 COMPOSE := $(shell command -v docker-compose 2>/dev/null || echo "docker compose")
 
-.PHONY: demo test unit image up down bench vet fmt cover
+.PHONY: demo test unit oldest-go image up down bench vet fmt cover
 
 ## demo: the oversell scenario on five embedded nodes (or NODES=host:port,...)
 demo:
 	$(GO) run ./cmd/redlock demo $(if $(NODES),--nodes $(NODES))
 
 ## test: every test: unit, integration and chaos on real Redis in Docker.
-## Builds the Redis image first (no registry needed). The chaos suite runs
-## without -race (the race detector slows it below 10,000 acquisitions in its
-## time budget) and from its own directory, so that `go test` prints its
-## summary line (acquisitions, faults by kind, violations) even when it passes.
-test: image
+## Builds the Redis image first (no registry needed) and runs oldest-go. The
+## chaos suite runs without -race (the race detector slows it below 10,000
+## acquisitions in its time budget) and from its own directory, so that
+## `go test` prints its summary line (acquisitions, faults by kind, violations)
+## even when it passes.
+test: image oldest-go
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/test/chaos$$')
 	cd test/chaos && $(GO) test -count=1 -timeout 8m
@@ -22,6 +23,13 @@ test: image
 ## unit: the tests that need neither Docker nor a Redis server.
 unit:
 	$(GO) test -race -count=1 ./clock/... ./quorum/... ./internal/... ./redlock/...
+
+## oldest-go: vet and the unit tests with the oldest Go that go.mod allows (its
+## go directive, OLDEST_GO). The go command downloads that toolchain through the
+## module proxy on the first run.
+OLDEST_GO := go$(shell awk '$$1 == "go" { print $$2 }' go.mod)
+oldest-go:
+	GOTOOLCHAIN=$(OLDEST_GO) $(GO) vet ./... && GOTOOLCHAIN=$(OLDEST_GO) $(GO) test -count=1 ./clock/... ./quorum/... ./internal/... ./redlock/...
 
 ## image: build the Redis 7 image the tests use (REDIS_IMAGE_PULL=1 pulls redis:7 instead).
 image:
