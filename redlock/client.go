@@ -35,6 +35,8 @@ type Client struct {
 	// from then on this Client never takes the nodes for a new deployment.
 	inService atomic.Bool
 
+	owned []redis.UniversalClient // node clients made by Open, closed by Close
+
 	life  lifetime     // closed state and the calls in flight (lifetime.go)
 	queue *queue.Queue // local queue per key (internal/queue)
 	wake  *wake.Waker  // release announcements that end retry waits (internal/wake)
@@ -58,6 +60,26 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 		return nil, err
 	}
 	return newClient(nodes, cfg)
+}
+
+// Open returns a Client on the Redis masters at addrs, with a node client
+// per address made by [NewNodes]. Unlike with [New], the Client owns these
+// node clients: [Client.Close] closes them once its own work is done. opts
+// is as for New, and may be nil.
+func Open(addrs []string, opts *Options) (*Client, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("redlock: no addresses")
+	}
+	nodes := NewNodes(addrs...)
+	c, err := New(nodes, opts)
+	if err != nil {
+		for _, n := range nodes {
+			_ = n.Close()
+		}
+		return nil, err
+	}
+	c.owned = nodes
+	return c, nil
 }
 
 // newClient is New with the configuration made.
@@ -144,8 +166,8 @@ func (c *Client) checkKinds() error {
 // return [ErrClosed]. It also stops the goroutines that the Client keeps
 // between lock rounds to call the nodes (at most one per call that ran at
 // once): close every Client you no longer use. Unlock the locks you hold
-// before Close. Close does not close the node clients. It is safe to call
-// more than once.
+// before Close, and close the node clients you gave to [New] after it (a
+// Client made by [Open] closes its own). It is safe to call more than once.
 func (c *Client) Close() error {
 	c.life.close(func() {
 		c.queue.Close() // waiters in the local queue return ErrClosed
@@ -154,7 +176,13 @@ func (c *Client) Close() error {
 	for _, n := range c.nodes {
 		n.Wait() // the last redelivery attempts
 	}
-	return nil
+	var err error
+	for _, n := range c.owned {
+		if cerr := n.Close(); cerr != nil && !errors.Is(cerr, redis.ErrClosed) {
+			err = errors.Join(err, cerr)
+		}
+	}
+	return err
 }
 
 // TryLock makes exactly one attempt to lock key for ttl on a quorum of nodes
@@ -250,33 +278,47 @@ func (c *Client) lock(ctx context.Context, keys []string, ttl time.Duration, wai
 	}
 }
 
+// MaxKeyLen is the longest key, in bytes, that a Client accepts. Longer
+// keys are refused before anything is sent.
+const MaxKeyLen = 1024
+
 // stored returns key as stored on the nodes: after Options.KeyPrefix.
 func (c *Client) stored(key string) string { return c.cfg.prefix + key }
 
 // checkArgs validates the keys and a ttl and returns the ttl cut to whole
 // milliseconds, which is what the nodes apply.
 func (c *Client) checkArgs(keys []string, ttl time.Duration) (time.Duration, error) {
+	if err := c.checkKeys(keys); err != nil {
+		return 0, err
+	}
+	return c.checkTTL(ttl)
+}
+
+// checkKeys validates the keys of one lock.
+func (c *Client) checkKeys(keys []string) error {
 	if len(keys) == 0 {
-		return 0, errors.New("redlock: no keys")
+		return errors.New("redlock: no keys")
 	}
 	for i, k := range keys {
 		switch {
+		case len(k) > MaxKeyLen:
+			return fmt.Errorf("redlock: keys[%d] is %d bytes long, above MaxKeyLen (%d)", i, len(k), MaxKeyLen)
 		case k == "":
 			if len(keys) == 1 {
-				return 0, errors.New("redlock: empty key")
+				return errors.New("redlock: empty key")
 			}
-			return 0, fmt.Errorf("redlock: keys[%d] is empty", i)
+			return fmt.Errorf("redlock: keys[%d] is empty", i)
 		case strings.HasPrefix(k, protocol.StateKey):
-			return 0, fmt.Errorf("redlock: key %q starts with %q, which is reserved for the nodes' state", k, protocol.StateKey)
+			return fmt.Errorf("redlock: key %q starts with %q, which is reserved for the nodes' state", k, protocol.StateKey)
 		}
 		if j := slices.Index(keys[:i], k); j >= 0 {
-			return 0, fmt.Errorf("redlock: keys[%d] %q is the same as keys[%d]", i, k, j)
+			return fmt.Errorf("redlock: keys[%d] %q is the same as keys[%d]", i, k, j)
 		}
 		if c.sharded && i > 0 && hashslot.Hashed(c.stored(k)) != hashslot.Hashed(c.stored(keys[0])) {
-			return 0, fmt.Errorf("redlock: keys[%d] %q and keys[0] %q have different hash tags: a node is a Redis Cluster or Ring, so every key of one lock needs the same hash tag, as in {order:42}:a and {order:42}:b", i, k, keys[0])
+			return fmt.Errorf("redlock: keys[%d] %q and keys[0] %q have different hash tags: a node is a Redis Cluster or Ring, so every key of one lock needs the same hash tag, as in {order:42}:a and {order:42}:b", i, k, keys[0])
 		}
 	}
-	return c.checkTTL(ttl)
+	return nil
 }
 
 // checkTTL validates a ttl and returns it cut to whole milliseconds.

@@ -61,13 +61,29 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 			uerr = nil
 		}
 		if why != nil {
-			err = errors.Join(err, ErrLockLost, why)
+			err = joinErrs(err, &lostError{why}, ErrLockLost)
 		}
 		if uerr != nil && !errors.Is(uerr, ErrNotHeld) {
-			err = errors.Join(err, uerr)
+			err = joinErrs(err, uerr, nil)
 		}
 	}()
 	return fn(fctx)
+}
+
+// lostError is Do's error for a lock lost while fn ran: one line that says
+// why, wrapping ErrLockLost and the cause.
+type lostError struct{ why error }
+
+func (e *lostError) Error() string   { return ErrLockLost.Error() + ": " + e.why.Error() }
+func (e *lostError) Unwrap() []error { return []error{ErrLockLost, e.why} }
+
+// joinErrs returns err and more on one line; more alone when err is nil or
+// is replaced itself (ErrLockLost, when fn returned its context's cause).
+func joinErrs(err, more, replaced error) error {
+	if err == nil || err == replaced {
+		return more
+	}
+	return fmt.Errorf("%w; %w", err, more)
 }
 
 // watch extends l to ttl every ttl/3 until stop is closed. It returns nil when
@@ -84,7 +100,7 @@ func (c *Client) watch(ctx context.Context, l *Lock, ttl time.Duration, stop <-c
 		}
 		left = l.Until().Sub(clk.Now())
 		if left <= 0 {
-			return fmt.Errorf("validity ran out at %v before an extension succeeded", l.Until())
+			return errors.New("validity ran out before an extension succeeded")
 		}
 		res := make(chan error, 1)
 		go func() { res <- l.Extend(ctx, ttl) }()
@@ -95,7 +111,7 @@ func (c *Client) watch(ctx context.Context, l *Lock, ttl time.Duration, stop <-c
 			}
 		case <-clk.After(left):
 			<-res // Extend is bounded by the node timeout
-			return fmt.Errorf("validity ran out at %v during an extension", l.Until())
+			return errors.New("validity ran out during an extension")
 		}
 	}
 }

@@ -1,9 +1,15 @@
 package redlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
+	"time"
+
+	"github.com/redquorum/redquorum/internal/node"
 )
 
 var (
@@ -98,19 +104,106 @@ type NodeResult struct {
 	Err  error  // nil when the node did what was asked
 }
 
+// Error returns one line: the operation, the key (shortened when long), the
+// nodes' votes and the main cause, which is, in this order, the caller's
+// context error, the nodes that hold the key for another owner, the nodes
+// in their restart guard and the time left, the nodes that failed or did
+// not answer, or the reason no node is to blame. Nodes that had not
+// answered when the outcome was decided are not counted against it. The
+// per-node outcomes are in Nodes, and "%+v" prints them.
 func (e *Error) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %s %q: %d of %d nodes, %d needed", e.sentinel.Error(), e.Op, e.Key, e.OK, len(e.Nodes), e.Quorum)
-	if e.Reason != "" {
-		b.WriteString("; " + e.Reason)
+	b.WriteString("redlock: ")
+	b.WriteString(e.Op)
+	b.WriteString(" " + strconv.Quote(shortKey(e.Key)) + ": ")
+	b.WriteString(strings.TrimPrefix(e.sentinel.Error(), "redlock: lock "))
+	if len(e.Nodes) > 0 {
+		fmt.Fprintf(&b, " (%d of %d nodes, %d needed)", e.OK, len(e.Nodes), e.Quorum)
 	}
-	for _, n := range e.Nodes {
-		if n.Err != nil {
-			fmt.Fprintf(&b, "; %s: %v", n.Addr, n.Err)
-		}
+	if c := e.mainCause(); c != "" {
+		b.WriteString(": " + c)
 	}
 	return b.String()
 }
+
+// Format prints the one-line message for %v and %s, and with %+v also each
+// node's outcome, one per line.
+func (e *Error) Format(f fmt.State, verb rune) {
+	_, _ = io.WriteString(f, e.Error())
+	if verb == 'v' && f.Flag('+') {
+		for _, n := range e.Nodes {
+			outcome := "ok"
+			if n.Err != nil {
+				outcome = n.Err.Error()
+			}
+			_, _ = fmt.Fprintf(f, "\n\t%s: %s", n.Addr, outcome)
+		}
+	}
+}
+
+// mainCause names what decided the outcome (see Error).
+func (e *Error) mainCause() string {
+	for _, ctxErr := range []error{context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(e.cause, ctxErr) {
+			return ctxErr.Error()
+		}
+	}
+	var taken, notOurs, guarded, failed int
+	var left time.Duration
+	for _, n := range e.Nodes {
+		var g *guardError
+		switch {
+		case n.Err == nil, n.Err == errPending, n.Err == errSkipped, n.Err == errGone, n.Err == node.ErrNotSent:
+		case errors.Is(n.Err, ErrTaken):
+			taken++
+		case errors.Is(n.Err, node.ErrNotOurs):
+			notOurs++
+		case errors.As(n.Err, &g):
+			if guarded == 0 || g.left < left {
+				left = g.left
+			}
+			guarded++
+		case !errors.Is(n.Err, ErrFenceUnknown):
+			failed++
+		}
+	}
+	var cause string
+	switch {
+	case taken > 0:
+		cause = fmt.Sprintf("held by another owner on %d %s", taken, nodes(taken))
+	case notOurs > 0:
+		cause = fmt.Sprintf("gone or held by another owner on %d %s", notOurs, nodes(notOurs))
+	case guarded > 0:
+		cause = fmt.Sprintf("restart guard on %d %s, %v left", guarded, nodes(guarded), left)
+	case failed > 0:
+		cause = fmt.Sprintf("%d %s failed or did not answer", failed, nodes(failed))
+	}
+	return joinReason(cause, e.Reason)
+}
+
+func nodes(n int) string {
+	if n == 1 {
+		return "node"
+	}
+	return "nodes"
+}
+
+// shortKey returns key, or its start and its length when it is longer than
+// fits in one line of an error.
+func shortKey(key string) string {
+	const keep = 48
+	if len(key) <= keep+16 {
+		return key
+	}
+	return fmt.Sprintf("%s… (%d bytes)", key[:keep], len(key))
+}
+
+// guardError is the per-node outcome of a node in its restart guard: it
+// wraps [ErrGuarded] and says how long the guard has left.
+type guardError struct{ left time.Duration }
+
+func (e *guardError) Error() string { return fmt.Sprintf("%v, %v left", ErrGuarded, e.left) }
+func (e *guardError) Unwrap() error { return ErrGuarded }
 
 // Unwrap exposes the sentinel, the context error and the per-node errors.
 func (e *Error) Unwrap() []error {

@@ -116,7 +116,7 @@ func Example_restartGuard() {
 	_, err = client.TryLock(ctx, "job", 10*time.Second)
 	var e *redlock.Error
 	if errors.As(err, &e) {
-		fmt.Println("B: node 0:", e.Nodes[0].Err)
+		fmt.Println("B: node 0 guarded:", errors.Is(e.Nodes[0].Err, redlock.ErrGuarded))
 		fmt.Println("B: node 1:", e.Nodes[1].Err)
 	}
 	_, err = client.TryLock(ctx, "job", time.Minute)
@@ -125,7 +125,7 @@ func Example_restartGuard() {
 	// Output:
 	// first lock: <nil>
 	// A: <nil>
-	// B: node 0: redlock: node in its restart guard
+	// B: node 0 guarded: true
 	// B: node 1: redlock: key held by another owner
 	// redlock: ttl 1m0s exceeds Options.RestartGuard 30s: a node that lost its data could grant the lock again while it is held
 }

@@ -87,7 +87,8 @@ func (l *Lock) name() string { return strings.Join(l.keys, ", ") }
 // Fences count in the nodes' Lua numbers: exact up to 2^53.
 func (l *Lock) Fence() uint64 { return l.fence }
 
-// Token returns the random value that identifies this holder on the nodes.
+// Token returns the value that identifies this holder on the nodes: 128
+// random bits, then "." and the Client's Options.Owner.
 func (l *Lock) Token() string { return l.token }
 
 // Until returns the end of the lock's validity: the moment until which no
@@ -100,10 +101,13 @@ func (l *Lock) Until() time.Time {
 }
 
 // Unlock releases the lock on every node with a token-guarded script: a node
-// whose key holds another token is left alone. It returns once a quorum of
-// nodes has released it (the rest complete in the background; see
+// whose key holds another token is left alone. It returns nil once a quorum
+// of nodes has released it (the rest complete in the background; see
 // [Client.Close]), or an [*Error] wrapping [ErrNotHeld] when fewer than a
-// quorum still held the token. After Unlock, the Lock cannot be extended.
+// quorum still held the token. It releases even when ctx is already done,
+// as in a deferred Unlock after a cancelled request: the release is bounded
+// by Options.NodeTimeout, not by ctx. After Unlock, the Lock cannot be
+// extended, and a second Unlock returns an error wrapping ErrNotHeld.
 //
 // When another caller of this Client waits in [Client.Lock] for the same
 // keys and the lock is still valid, Unlock hands it over instead and returns
@@ -128,8 +132,11 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if c.cfg.clock.Now().Before(l.until) && c.queue.HandOff(l.turn, queue.Handover{Token: l.token, TTL: l.ttl}) {
 		return nil // the next local caller's round takes the keys over
 	}
+	// The release does not depend on ctx: a caller's context that has
+	// ended (a deferred Unlock after the request was cancelled) still
+	// releases the lock, within the release round's own timeout.
 	r := c.release(ctx, l.held, true)
-	ok, err := r.Await(ctx, c.cfg.quorum)
+	ok, err := r.Await(detach(ctx), c.cfg.quorum)
 	c.queue.Leave(l.turn) // the next local caller may start its rounds
 	if err != nil {
 		return c.newError("unlock", l.name(), ok, r, ErrNotHeld, err)
@@ -158,7 +165,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	defer c.life.exit()
 	start := c.cfg.clock.Now()
 	if l.released || !start.Before(l.until) {
-		reason := "validity ran out at " + l.until.String()
+		reason := fmt.Sprintf("validity ran out %v ago", start.Sub(l.until).Round(time.Millisecond))
 		if l.released {
 			reason = "already unlocked"
 		}

@@ -3,7 +3,11 @@ package redlock
 import (
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/redquorum/redquorum/clock"
 	"github.com/redquorum/redquorum/internal/hashslot"
@@ -94,6 +98,13 @@ type Options struct {
 	// locks on it would fail if a quorum of nodes were such.
 	Fencing bool
 
+	// Owner names this Client's locks for whoever looks at the nodes
+	// ([Client.Holder], redlock inspect): free text of at most MaxOwnerLen
+	// bytes without control characters. It is stored in every lock key's
+	// value, after the token's random part, so it costs no round trip.
+	// Empty means "<hostname>:<pid>".
+	Owner string
+
 	// Logger receives warnings about node clients configured against the
 	// algorithm's needs and about failures of background releases. Nil means
 	// slog.Default().
@@ -112,6 +123,7 @@ type config struct {
 	log                *slog.Logger
 	guard              time.Duration // 0: off
 	fencing            bool
+	owner              string
 	tunables
 }
 
@@ -179,6 +191,9 @@ func (o *Options) config(n int) (config, error) {
 	if err := c.restartGuard(o); err != nil {
 		return c, err
 	}
+	if err := c.setOwner(o.Owner); err != nil {
+		return c, err
+	}
 	if c.clock == nil {
 		c.clock = clock.Real{}
 	}
@@ -224,6 +239,28 @@ func (c *config) restartGuard(o *Options) error {
 	} else if c.guard.Truncate(time.Millisecond) != c.guard {
 		return fmt.Errorf("redlock: Options.RestartGuard %v is not a whole number of milliseconds", o.RestartGuard)
 	}
+	return nil
+}
+
+// MaxOwnerLen is the longest Options.Owner, in bytes.
+const MaxOwnerLen = 256
+
+// setOwner checks owner and sets it, or the default, on c.
+func (c *config) setOwner(owner string) error {
+	if owner == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "localhost"
+		}
+		owner = host + ":" + strconv.Itoa(os.Getpid())
+	}
+	if len(owner) > MaxOwnerLen {
+		return fmt.Errorf("redlock: Options.Owner is %d bytes long, above MaxOwnerLen (%d)", len(owner), MaxOwnerLen)
+	}
+	if i := strings.IndexFunc(owner, unicode.IsControl); i >= 0 {
+		return fmt.Errorf("redlock: Options.Owner %q has a control character at byte %d", owner, i)
+	}
+	c.owner = owner
 	return nil
 }
 

@@ -3,6 +3,8 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/quorum"
 )
@@ -27,7 +30,10 @@ func TestLockUnlock(t *testing.T) {
 	l, err := cl.Lock(t.Context(), "stock", 10*time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, "stock", l.Key())
-	assert.Len(t, l.Token(), 22)
+	host, _ := os.Hostname()
+	owner := fmt.Sprintf("%s:%d", host, os.Getpid())
+	assert.Equal(t, owner, protocol.Owner(l.Token()), "the default owner is in the token")
+	assert.Len(t, l.Token(), protocol.TokenRandomLen+1+len(owner))
 	assert.GreaterOrEqual(t, c.holders("lock:stock", l.Token()), 3)
 	// Validity never exceeds ttl − drift, counted from before the round.
 	assert.True(t, l.Until().Before(before.Add(10*time.Second-clock.Drift(10*time.Second, DefaultDriftFactor)+time.Millisecond)))
@@ -65,7 +71,7 @@ func TestTryLockTaken(t *testing.T) {
 		}
 	}
 	assert.GreaterOrEqual(t, taken, 3)
-	assert.Contains(t, err.Error(), `redlock: lock not obtained: lock "k"`)
+	assert.Regexp(t, `^redlock: lock "k": not obtained \(\d of 5 nodes, 3 needed\): held by another owner on \d nodes$`, err.Error())
 	var qe *quorum.Error
 	assert.ErrorAs(t, err, &qe, "the quorum's per-node errors are reachable too")
 

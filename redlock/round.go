@@ -15,7 +15,6 @@ import (
 	"github.com/redquorum/redquorum/internal/node"
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/queue"
-	"github.com/redquorum/redquorum/internal/retry"
 	"github.com/redquorum/redquorum/quorum"
 )
 
@@ -61,7 +60,7 @@ func (c *Client) newRound(keys []string, ttl time.Duration, est []string, prev s
 	for i, k := range keys {
 		stored[i] = c.stored(k)
 	}
-	r.acq = protocol.Acquire{Keys: append(stored, c.stateKey), Token: retry.Token(), TTL: ttl, Prev: prev}
+	r.acq = protocol.Acquire{Keys: append(stored, c.stateKey), Token: protocol.NewToken(c.cfg.owner), TTL: ttl, Prev: prev}
 	if est == nil {
 		r.cmd = c.proto.AcquireCmd(r.acq) // built once for the plain nodes
 	}
@@ -125,7 +124,7 @@ func (r *round) acquireOn(ctx context.Context, i int) error {
 	case protocol.Taken:
 		return ErrTaken
 	case protocol.Guarded:
-		return ErrGuarded
+		return &guardError{left: rep.Wait}
 	case protocol.Gone:
 		return errGone
 	}

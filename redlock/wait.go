@@ -144,9 +144,13 @@ func (w *waiter) leave() {
 	}
 }
 
+// joinReason joins two reasons, either of which may be empty, with "; ".
 func joinReason(a, b string) string {
-	if a == "" {
+	switch {
+	case a == "":
 		return b
+	case b == "":
+		return a
 	}
 	return a + "; " + b
 }

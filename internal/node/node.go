@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -78,6 +79,8 @@ type Node struct {
 	slots chan struct{}
 	proc  batchedClient // sends acquires and releases through the batcher
 	redo  redelivery
+	// closedWarned is set once a release found the node client closed.
+	closedWarned atomic.Bool
 }
 
 // New returns the node of client, named name in errors and logs.
@@ -162,6 +165,13 @@ func (n *Node) Release(ctx context.Context, cmd protocol.Cmd, ttl time.Duration,
 	}
 	v, err := n.cfg.Protocol.RunInt(ctx, &n.proc, cmd)
 	n.exit()
+	if errors.Is(err, redis.ErrClosed) {
+		if !n.closedWarned.Swap(true) {
+			n.cfg.Log.Warn("redlock: a release could not be sent: the node client is closed; close the Client before its node clients, or its locks stay on the node until their TTL",
+				"addr", n.name, "key", key)
+		}
+		return err // nothing to retry on a closed client
+	}
 	if err != nil {
 		n.cfg.Log.Debug("redlock: release failed", "addr", n.name, "key", key, "err", err)
 		if inDoubt(err) {

@@ -1,0 +1,134 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redquorum/redquorum/internal/node"
+	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/quorum"
+)
+
+// Holder is who holds a key, as a quorum of nodes agree.
+type Holder struct {
+	Owner string        // the holder's Options.Owner ("" when it named none)
+	TTL   time.Duration // how long a quorum of nodes still hold it
+	Nodes int           // how many nodes hold it
+}
+
+// Holder returns the holder of key that a quorum of nodes agree on. It
+// reads every node once, in parallel, and changes nothing. It returns an
+// [*Error] wrapping [ErrNotHeld] when no holder has a quorum: the key is
+// free, its holders split the nodes, or too few nodes answered.
+//
+// What it reports may have changed by the time it returns: use it to see
+// who holds a lock, never to decide whether to take one.
+func (c *Client) Holder(ctx context.Context, key string) (Holder, error) {
+	if err := c.checkKeys([]string{key}); err != nil {
+		return Holder{}, err
+	}
+	vals, r, err := c.read(ctx, []string{c.stored(key)})
+	if err != nil {
+		return Holder{}, err
+	}
+	byToken := map[string][]time.Duration{}
+	for _, v := range vals {
+		if v != nil && v[0].TTL > 0 && !strings.HasPrefix(v[0].Data, protocol.TombstonePrefix) {
+			byToken[v[0].Data] = append(byToken[v[0].Data], v[0].TTL)
+		}
+	}
+	best, most := "", 0
+	for token, ttls := range byToken {
+		if len(ttls) > most {
+			best, most = token, len(ttls)
+		}
+	}
+	if most < c.cfg.quorum {
+		e := c.newError("holder", key, most, r, ErrNotHeld, nil)
+		e.Reason = "no holder on a quorum of nodes"
+		if most == 0 {
+			e.Reason = "free on every node that answered"
+		}
+		return Holder{}, e
+	}
+	return Holder{Owner: protocol.Owner(best), TTL: quorumTTL(byToken[best], c.cfg.quorum), Nodes: most}, nil
+}
+
+// TTL returns how long a quorum of nodes still hold this lock's token, at
+// most the time left until [Lock.Until]. It reads every node once, in
+// parallel, and changes nothing. It returns an [*Error] wrapping
+// [ErrNotHeld] when fewer than a quorum hold the token, or when the lock
+// was unlocked or its validity has run out.
+func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	c := l.c
+	until := l.Until()
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if left := until.Sub(c.cfg.clock.Now()); released || left <= 0 {
+		reason := "already unlocked"
+		if !released {
+			reason = fmt.Sprintf("validity ran out %v ago", -left.Round(time.Millisecond))
+		}
+		return 0, &Error{Op: "ttl", Key: l.name(), Quorum: c.cfg.quorum, Reason: reason, sentinel: ErrNotHeld}
+	}
+	vals, r, err := c.read(ctx, l.held.storedKeys())
+	if err != nil {
+		return 0, err
+	}
+	var ttls []time.Duration
+	for _, v := range vals {
+		if t, ok := heldFor(v, l.token); ok {
+			ttls = append(ttls, t)
+		}
+	}
+	if len(ttls) < c.cfg.quorum {
+		return 0, c.newError("ttl", l.name(), len(ttls), r, ErrNotHeld, nil)
+	}
+	return min(quorumTTL(ttls, c.cfg.quorum), until.Sub(c.cfg.clock.Now())), nil
+}
+
+// heldFor reports how long a node that holds vals still holds token on
+// every key, and whether it does.
+func heldFor(vals []node.Value, token string) (time.Duration, bool) {
+	if vals == nil {
+		return 0, false
+	}
+	left := time.Duration(-1)
+	for _, v := range vals {
+		if v.Data != token || v.TTL <= 0 {
+			return 0, false
+		}
+		if left < 0 || v.TTL < left {
+			left = v.TTL
+		}
+	}
+	return left, true
+}
+
+// quorumTTL returns how long a quorum of the nodes whose TTLs are ttls
+// still hold a key: the quorum-th longest. len(ttls) ≥ q.
+func quorumTTL(ttls []time.Duration, q int) time.Duration {
+	slices.Sort(ttls)
+	return ttls[len(ttls)-q]
+}
+
+// read reads keys (as stored) on every node at once and returns what each
+// node holds, nil for a node that failed (its error is in the round).
+func (c *Client) read(ctx context.Context, keys []string) ([][]node.Value, *quorum.Round, error) {
+	if err := c.life.enter(); err != nil {
+		return nil, nil, err
+	}
+	defer c.life.exit()
+	vals := make([][]node.Value, len(c.nodes))
+	r := c.life.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+		v, err := c.nodes[i].Read(ctx, keys)
+		vals[i] = v
+		return err
+	})
+	r.Wait()
+	return vals, r, nil
+}
