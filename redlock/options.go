@@ -147,6 +147,11 @@ type tunables struct {
 	// in a rolling restart, serve locks only once their guards have run
 	// out.
 	newDeploymentWindow time.Duration
+	// newDeploymentWait is how long the node calls of a round wait for
+	// their answers while the Client has never seen a node in service:
+	// the nodes may be a brand-new deployment that this very round
+	// guarded, and a slow node's late answer then still counts.
+	newDeploymentWait time.Duration
 }
 
 // defaultTunables are the tunables of every Client.
@@ -158,6 +163,7 @@ func defaultTunables() tunables {
 		redeliverFirst:      50 * time.Millisecond,
 		redeliverMax:        2 * time.Second,
 		newDeploymentWindow: 5 * time.Second,
+		newDeploymentWait:   time.Second,
 	}
 }
 

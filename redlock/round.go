@@ -80,7 +80,7 @@ func (r *round) name() string { return strings.Join(r.keys, ", ") }
 func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []string, prev string) (*round, error) {
 	r := c.newRound(keys, ttl, est, prev)
 	r.start = c.cfg.clock.Now()
-	r.calls = c.life.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, r.acquireOn)
+	r.calls = c.life.workers.Start(ctx, len(c.nodes), c.callTimeout(), r.acquireOn)
 	ok, err := r.calls.Await(ctx, c.cfg.quorum)
 	if err == nil {
 		r.decide()
@@ -101,6 +101,18 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	}
 	c.release(context.Background(), r, false)
 	return r, e
+}
+
+// callTimeout bounds the node calls of an acquire round: the node timeout,
+// or, while this Client has never seen a node out of its restart guard,
+// long enough for a slow node of a brand-new deployment to answer (see
+// newDeployment). Once the Client is in service, the first round of
+// which ended that wait, it is the node timeout.
+func (c *Client) callTimeout() time.Duration {
+	if c.cfg.guard > 0 && !c.inService.Load() {
+		return max(c.cfg.nodeTimeout, c.cfg.newDeploymentWait)
+	}
+	return c.cfg.nodeTimeout
 }
 
 // acquireOn is node i's call of the round: its acquire, and the per-node
@@ -215,8 +227,8 @@ func (r *round) freeIn() time.Duration {
 // round that failed with err, found a new deployment: this Client has never
 // seen a node out of its guard, and every node is guarded, its guard begun
 // within the new-deployment window. Otherwise it returns nil. When every
-// node that answered was guarded, it waits for the others' answers (at
-// most the node timeout) and reports them in err.
+// node that answered was guarded, it waits for the others' answers, late
+// ones included (see callTimeout), and reports them in err.
 func (c *Client) newDeployment(r *round, err error) []string {
 	if err == nil || c.cfg.guard == 0 || c.inService.Load() {
 		return nil

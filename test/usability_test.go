@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redquorum/redquorum/internal/testkit/faultproxy"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 	"github.com/redquorum/redquorum/redlock"
@@ -300,4 +301,38 @@ func TestOpenOwnsNodeClients(t *testing.T) {
 	_, err = redlock.Open(nil, nil)
 	assert.EqualError(t, err, "redlock: no addresses")
 	assert.True(t, errors.Is(c.Close(), nil), "Close twice")
+}
+
+// TestNewDeploymentSlowNode: a brand-new deployment whose fifth node
+// answers later than the node timeout (150 ms each way behind a proxy,
+// NodeTimeout 50 ms) locks at once: the slow node's late answer, guarded by
+// the same round, counts towards recognising the new deployment. Before, it
+// never answered within a round, and every lock was refused for the whole
+// restart guard.
+func TestNewDeploymentSlowNode(t *testing.T) {
+	leakcheck.Check(t)
+	addrs, direct := five(t)
+	p, err := faultproxy.NewProxy(addrs[4])
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	p.SetLatency(150*time.Millisecond, 150*time.Millisecond)
+	nodes := redlock.NewNodes(append(addrs[:4:4], p.Addr())...)
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			_ = n.Close()
+		}
+	})
+	c, err := redlock.New(nodes, nil) // NodeTimeout 50 ms, RestartGuard 1 min
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	l, err := c.Lock(ctx, "job", 5*time.Second)
+	require.NoError(t, err, "a new deployment with a slow node locks before its guard has run out")
+	assert.Less(t, time.Since(start), 5*time.Second)
+	require.NoError(t, l.Unlock(ctx))
+	for i, d := range direct {
+		assert.Eventually(t, func() bool { return d.HGet(ctx, "redquorum:node", "g").Val() == "0" }, 5*time.Second, 10*time.Millisecond, "node %d established", i)
+	}
 }
