@@ -274,3 +274,24 @@ type redisErr string
 
 func (e redisErr) Error() string { return string(e) }
 func (redisErr) RedisError()     {}
+
+// TestReleaseOnClosedNodeClients: a Lock unlocked after its node clients
+// were closed cannot be released; Unlock says so, and the Client warns
+// once per node (instead of retrying in the background) that the node
+// clients must be closed after the Client.
+func TestReleaseOnClosedNodeClients(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	var logs logBuffer
+	cl := c.client(t, &Options{Logger: logs.logger()})
+	l := lockOnAll(t, c, cl, "k", time.Minute)
+	l2 := lockOnAll(t, c, cl, "k2", time.Minute)
+	for _, n := range c.nodes {
+		require.NoError(t, n.Close())
+	}
+	require.ErrorIs(t, l.Unlock(t.Context()), ErrNotHeld)
+	require.ErrorIs(t, l2.Unlock(t.Context()), ErrNotHeld)
+	settle(cl)
+	assert.Equal(t, 3, strings.Count(logs.String(), "the node client is closed"), "one warning per node: %s", logs.String())
+	assert.Contains(t, logs.String(), "level=WARN")
+}
