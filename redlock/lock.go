@@ -135,8 +135,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	// The release does not depend on ctx: a caller's context that has
 	// ended (a deferred Unlock after the request was cancelled) still
 	// releases the lock, within the release round's own timeout.
+	ctx = detach(ctx)
 	r := c.release(ctx, l.held, true)
-	ok, err := r.Await(detach(ctx), c.cfg.quorum)
+	ok, err := r.Await(ctx, c.cfg.quorum)
 	c.queue.Leave(l.turn) // the next local caller may start its rounds
 	if err != nil {
 		return c.newError("unlock", l.name(), ok, r, ErrNotHeld, err)
