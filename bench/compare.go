@@ -13,14 +13,11 @@ type figure struct {
 	name      string
 	base, our float64
 	unit      string // "ms", "/s", "" (count) or "ratio"
-	target    string // human-readable, empty for none
-	ok        func(base, our float64) bool
 }
 
-// compare prints a Markdown table: each figure for base and ours, their
-// ratio, and, with targets (redsync against redquorum), the target
-// when there is one.
-func compare(w io.Writer, results []loadtest.Result, baseName, ourName string, targets bool) {
+// compare prints a Markdown table: each figure for base and ours, and their
+// ratio.
+func compare(w io.Writer, results []loadtest.Result, baseName, ourName string) {
 	get := func(impl, id string) *loadtest.Result {
 		for i := range results {
 			if results[i].Impl == impl && results[i].Scenario == id {
@@ -36,17 +33,16 @@ func compare(w io.Writer, results []loadtest.Result, baseName, ourName string, t
 	var figs []figure
 	if b, o := get(baseName, "distinct-1"), get(ourName, "distinct-1"); b != nil && o != nil {
 		figs = append(figs,
-			figure{"1 caller: lock+unlock p50", ms(b, 50), ms(o, 50), "ms", "≤ 0.7×", func(b, o float64) bool { return o <= 0.7*b }},
-			figure{"1 caller: lock+unlock p99", ms(b, 99), ms(o, 99), "ms", "", nil},
-			figure{"1 caller: lock+unlock p99.9", ms(b, 99.9), ms(o, 99.9), "ms", "", nil},
-			figure{"1 caller: allocations per lock+unlock", b.AllocsPerOp, o.AllocsPerOp, "", "≤ 0.5×", func(b, o float64) bool { return o <= 0.5*b }},
-			figure{"1 caller: bytes allocated per lock+unlock", b.BytesPerOp, o.BytesPerOp, "B", "", nil},
+			figure{"1 caller: lock+unlock p50", ms(b, 50), ms(o, 50), "ms"},
+			figure{"1 caller: lock+unlock p99", ms(b, 99), ms(o, 99), "ms"},
+			figure{"1 caller: lock+unlock p99.9", ms(b, 99.9), ms(o, 99.9), "ms"},
+			figure{"1 caller: allocations per lock+unlock", b.AllocsPerOp, o.AllocsPerOp, ""},
+			figure{"1 caller: bytes allocated per lock+unlock", b.BytesPerOp, o.BytesPerOp, "B"},
 		)
 		if bs, os := get(baseName, "slow-1"), get(ourName, "slow-1"); bs != nil && os != nil {
-			healthy := ms(o, 50)
 			figs = append(figs,
-				figure{"1 caller, one node slow: lock+unlock p50", ms(bs, 50), ms(os, 50), "ms", fmt.Sprintf("ours ≤ 1.3× our healthy p50 (%.3f ms)", healthy), func(_, x float64) bool { return x <= 1.3*healthy }},
-				figure{"1 caller, one node slow: lock+unlock p99", ms(bs, 99), ms(os, 99), "ms", "", nil},
+				figure{"1 caller, one node slow: lock+unlock p50", ms(bs, 50), ms(os, 50), "ms"},
+				figure{"1 caller, one node slow: lock+unlock p99", ms(bs, 99), ms(os, 99), "ms"},
 			)
 		}
 	}
@@ -57,9 +53,9 @@ func compare(w io.Writer, results []loadtest.Result, baseName, ourName string, t
 		b := get(baseName, r.Scenario)
 		n := fmt.Sprintf("%d callers, distinct keys: ", r.Callers)
 		figs = append(figs,
-			figure{n + "lock+unlock/s", b.PerSec, r.PerSec, "/s", "≥ 1.3×", func(b, o float64) bool { return o >= 1.3*b }},
-			figure{n + "lock+unlock p50", ms(b, 50), ms(&r, 50), "ms", "", nil},
-			figure{n + "lock+unlock p99", ms(b, 99), ms(&r, 99), "ms", "", nil},
+			figure{n + "lock+unlock/s", b.PerSec, r.PerSec, "/s"},
+			figure{n + "lock+unlock p50", ms(b, 50), ms(&r, 50), "ms"},
+			figure{n + "lock+unlock p99", ms(b, 99), ms(&r, 99), "ms"},
 		)
 	}
 	for _, r := range results {
@@ -72,11 +68,11 @@ func compare(w io.Writer, results []loadtest.Result, baseName, ourName string, t
 			n = fmt.Sprintf("hot key, %d separate clients: ", r.Callers)
 		}
 		figs = append(figs,
-			figure{n + "acquisitions/s", b.PerSec, r.PerSec, "/s", "≥ 1.2×", func(b, o float64) bool { return o >= 1.2*b }},
-			figure{n + "wait p50", ms(b, 50), ms(&r, 50), "ms", "", nil},
-			figure{n + "wait p99", ms(b, 99), ms(&r, 99), "ms", "≤ 0.1×", func(b, o float64) bool { return o <= 0.1*b }},
-			figure{n + "smallest share / largest", b.ShareRatio(), r.ShareRatio(), "ratio", "ours ≥ 0.5", func(_, o float64) bool { return o >= 0.5 }},
-			figure{n + "failed Lock calls", float64(b.Errors), float64(r.Errors), "", "", nil},
+			figure{n + "acquisitions/s", b.PerSec, r.PerSec, "/s"},
+			figure{n + "wait p50", ms(b, 50), ms(&r, 50), "ms"},
+			figure{n + "wait p99", ms(b, 99), ms(&r, 99), "ms"},
+			figure{n + "smallest share / largest", b.ShareRatio(), r.ShareRatio(), "ratio"},
+			figure{n + "failed Lock calls", float64(b.Errors), float64(r.Errors), ""},
 		)
 	}
 	for _, r := range results {
@@ -86,29 +82,19 @@ func compare(w io.Writer, results []loadtest.Result, baseName, ourName string, t
 		b := get(baseName, r.Scenario)
 		n := strings.TrimSuffix(r.Title, " (wait)") + ": "
 		figs = append(figs,
-			figure{n + "acquisitions/s", b.PerSec, r.PerSec, "/s", "", nil},
-			figure{n + "wait p50", ms(b, 50), ms(&r, 50), "ms", "", nil},
-			figure{n + "wait p99", ms(b, 99), ms(&r, 99), "ms", "", nil},
-			figure{n + "failed Lock calls", float64(b.Errors), float64(r.Errors), "", "", nil},
+			figure{n + "acquisitions/s", b.PerSec, r.PerSec, "/s"},
+			figure{n + "wait p50", ms(b, 50), ms(&r, 50), "ms"},
+			figure{n + "wait p99", ms(b, 99), ms(&r, 99), "ms"},
+			figure{n + "failed Lock calls", float64(b.Errors), float64(r.Errors), ""},
 		)
 	}
-	fmt.Fprintf(w, "| figure | %s | %s | ratio | target |\n|---|---:|---:|---:|---|\n", baseName, ourName)
+	fmt.Fprintf(w, "| figure | %s | %s | ratio |\n|---|---:|---:|---:|\n", baseName, ourName)
 	for _, f := range figs {
 		ratio := "-"
 		if f.base != 0 {
 			ratio = fmt.Sprintf("%.2f", f.our/f.base)
 		}
-		target := f.target
-		if !targets {
-			target = ""
-		} else if f.ok != nil {
-			if f.ok(f.base, f.our) {
-				target += " ✓"
-			} else {
-				target += " ✗"
-			}
-		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", f.name, num(f.base, f.unit), num(f.our, f.unit), ratio, target)
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", f.name, num(f.base, f.unit), num(f.our, f.unit), ratio)
 	}
 }
 

@@ -1,7 +1,7 @@
 // Command bench runs the redlock benchmark scenarios through redsync
 // (github.com/go-redsync/redsync/v4, the most used Go Redlock) and through
 // redquorum, on the same five native redis-server processes, in one run, and
-// prints each figure with the ratio and the project's target.
+// prints each figure with the ratio.
 //
 // It is a module of its own so that the library never depends on redsync.
 // It starts and stops the servers itself; redis-server must be on PATH
@@ -157,7 +157,7 @@ func run(ctx context.Context) error {
 	fmt.Println()
 	var table strings.Builder
 	if len(impls) >= 2 { // each figure of the second against the first
-		compare(&table, results, impls[0].Name, impls[1].Name, impls[0].Name == "redsync" && impls[1].Name == "redquorum")
+		compare(&table, results, impls[0].Name, impls[1].Name)
 	}
 	fmt.Print(table.String())
 	if *mdFile != "" {

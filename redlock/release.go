@@ -57,6 +57,9 @@ func (c *Client) releaseHandedOver(next *round, prev queue.Handover, obtained bo
 	}
 	name := next.name()
 	c.life.workers.Start(context.Background(), len(c.nodes), timeout, func(ctx context.Context, i int) error {
+		if i < 64 && prev.Refused&(1<<i) != 0 {
+			return errSkipped // prev never held the keys there
+		}
 		if res := next.calls.Outcome(i); obtained && (res == nil || errors.Is(res, ErrFenceUnknown)) {
 			return errSkipped // the keys hold next's token
 		}
@@ -91,4 +94,17 @@ func (c *Client) releaseUnclaimed(keys []string, h queue.Handover) {
 	c.life.workers.Start(context.Background(), len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
 		return c.nodes[i].Release(ctx, cmd, h.TTL, name)
 	})
+}
+
+// refusedMask returns the nodes (bit i for node i < 64) whose acquire of r
+// has answered that it did not set the keys. A node still outstanding may
+// yet set them, and is not in the mask.
+func (r *round) refusedMask() uint64 {
+	var m uint64
+	for i := range min(len(r.replies), 64) {
+		if res, done := r.calls.Result(i); done && refused(res) {
+			m |= 1 << i
+		}
+	}
+	return m
 }

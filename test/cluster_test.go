@@ -63,8 +63,9 @@ func keyOnShard(i, n int, name string) string {
 // shards), nodes 1 and 2 clusters of one. Lock, Extend, LockMany and
 // Unlock work on every shard; each hash slot has its own node state (the
 // scripts may only touch one slot), so the restart guard begins anew for
-// every slot that a deployment has not used yet (see the README, "Restart
-// guard"); a shard that loses its data is guarded while the others grant.
+// every slot that a deployment has not used yet (see docs/DESIGN.md, "Multi-key
+// locks, Redis Cluster and Ring nodes"); a shard that loses its data is
+// guarded while the others grant.
 // (Fencing, whose counters are kept in the same per-slot state, needs a
 // quorum of plain masters: see TestClusterNodeFencing.)
 func TestClusterNodes(t *testing.T) {

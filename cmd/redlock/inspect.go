@@ -12,9 +12,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/redlock"
 )
 
-// inspect shows who holds KEY on each node and whether a quorum agrees.
+// inspect shows who holds KEY on each node, each node's restart guard, and
+// whether a quorum agrees on one holder. A node it cannot read gets an error
+// row; the verdict then says what the nodes it reached allow, and inspect
+// returns an error naming the nodes it could not read.
 func inspect(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlags("inspect", "KEY --nodes host:port,... [--prefix P]", out)
 	nodesFlag := fs.String("nodes", "", "comma-separated Redis masters (required)")
@@ -35,37 +39,107 @@ func inspect(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	nodes, err := dialNodes(ctx, addrs)
-	if err != nil {
-		return err
-	}
+	nodes := redlock.NewNodes(addrs...)
 	defer closeNodes(nodes)
 	key := *prefix + pos[0]
-	quorum := len(nodes)/2 + 1
-
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "node\tholder\tttl\tfence\n")
-	votes := map[string]int{}
-	var failed error
+	rows := make([]keyRow, len(nodes))
 	for i, n := range nodes {
-		holder, ttl, fence, err := read(ctx, n, key, *prefix+protocol.StateKey)
-		switch {
-		case err != nil:
-			fmt.Fprintf(tw, "%s\terror: %s\t-\t-\n", addrs[i], oneLine(err.Error()))
-			failed = errors.Join(failed, fmt.Errorf("%s: %w", addrs[i], err))
-		case holder == "":
-			fmt.Fprintf(tw, "%s\t(free)\t-\t%s\n", addrs[i], fence)
-		default:
-			votes[holder]++
-			shown := ttl.String()
-			if ttl < 0 {
-				shown = "none (not a lock)"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", addrs[i], short(holder), shown, fence)
+		rows[i] = readKey(ctx, n, key, *prefix+protocol.StateKey)
+	}
+	if err := printKeyRows(out, addrs, rows); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, verdict(key, rows))
+	var failed error
+	for i, r := range rows {
+		if r.err != nil {
+			failed = errors.Join(failed, fmt.Errorf("node %s: %w", addrs[i], r.err))
 		}
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	if failed != nil {
+		return fmt.Errorf("could not read every node: %v", failed)
+	}
+	return nil
+}
+
+// keyRow is what one node says about a key.
+type keyRow struct {
+	holder string        // the token that holds the key; "" when free
+	ttl    time.Duration // the holder's remaining TTL; negative: none
+	state  nodeState
+	err    error // the node could not be read
+}
+
+// readKey reads key and the node's state (the state key stateKey and the
+// node's clock) from node n in one round trip.
+func readKey(ctx context.Context, n redis.UniversalClient, key, stateKey string) keyRow {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	var get *redis.StringCmd
+	var pttl *redis.DurationCmd
+	var sc stateCmds
+	_, err := n.Pipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, key)
+		pttl = p.PTTL(ctx, key)
+		sc = queueState(ctx, p, stateKey)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return keyRow{err: err}
+	}
+	var r keyRow
+	if r.state, r.err = sc.state(); r.err != nil {
+		return r
+	}
+	if errors.Is(get.Err(), redis.Nil) || strings.HasPrefix(get.Val(), protocol.TombstonePrefix) {
+		return r // free (a tombstone is free for every other token)
+	}
+	r.holder, r.ttl = get.Val(), pttl.Val()
+	if r.ttl >= 0 {
+		r.ttl = r.ttl.Truncate(time.Millisecond)
+	}
+	return r
+}
+
+// printKeyRows prints one line per node.
+func printKeyRows(out io.Writer, addrs []string, rows []keyRow) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "node\tholder\towner\tttl\tfence\tstate\n")
+	for i, r := range rows {
+		switch {
+		case r.err != nil:
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\terror: %s\n", addrs[i], oneLine(r.err.Error()))
+		case r.holder == "":
+			fmt.Fprintf(tw, "%s\t(free)\t-\t-\t%s\t%s\n", addrs[i], r.state.fenceColumn(), r.state)
+		default:
+			ttl := r.ttl.String()
+			if r.ttl < 0 {
+				ttl = "none (not a lock)"
+			}
+			owner := protocol.Owner(r.holder)
+			if owner == "" {
+				owner = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", addrs[i], short(r.holder), owner, ttl, r.state.fenceColumn(), r.state)
+		}
+	}
+	return tw.Flush()
+}
+
+// verdict says whether a quorum (N/2+1) of the nodes agrees on one holder
+// of key, as far as the nodes that could be read tell: the nodes that could
+// not be read may hold the key for anyone.
+func verdict(key string, rows []keyRow) string {
+	quorum := len(rows)/2 + 1
+	votes := map[string]int{}
+	down := 0
+	for _, r := range rows {
+		switch {
+		case r.err != nil:
+			down++
+		case r.holder != "":
+			votes[r.holder]++
+		}
 	}
 	best, bestN := "", 0
 	for h, n := range votes {
@@ -75,48 +149,28 @@ func inspect(ctx context.Context, args []string, out io.Writer) error {
 	}
 	switch {
 	case bestN >= quorum:
-		fmt.Fprintf(out, "held: %d of %d nodes agree on holder %s (quorum %d)\n", bestN, len(nodes), short(best), quorum)
-	case bestN == 0 && failed == nil:
-		fmt.Fprintf(out, "free: no node holds %q\n", key)
+		return fmt.Sprintf("held: %d of %d nodes agree on holder %s (quorum %d)", bestN, len(rows), short(best), quorum)
+	case bestN+down >= quorum && bestN > 0:
+		return fmt.Sprintf("unknown: %d of %d nodes agree on holder %s, %d needed, and %s could not be read", bestN, len(rows), short(best), quorum, nodeCount(down))
+	case bestN+down >= quorum:
+		return fmt.Sprintf("unknown: no node read holds %q, and the %s not read could make the quorum of %d", key, nodeCount(down), quorum)
+	case bestN == 0 && down == 0:
+		return fmt.Sprintf("free: no node holds %q", key)
+	case bestN == 0:
+		return fmt.Sprintf("not held: no node read holds %q, and the %s not read cannot make the quorum of %d", key, nodeCount(down), quorum)
+	case down > 0:
+		return fmt.Sprintf("no quorum: at most %d of %d nodes agree on one holder, %d needed, even counting the %s not read", bestN, len(rows), quorum, nodeCount(down))
 	default:
-		fmt.Fprintf(out, "no quorum: at most %d of %d nodes agree on one holder, %d needed (a lock round in progress, or leftovers that expire with their TTL)\n", bestN, len(nodes), quorum)
+		return fmt.Sprintf("no quorum: at most %d of %d nodes agree on one holder, %d needed (a lock round in progress, or leftovers that expire with their TTL)", bestN, len(rows), quorum)
 	}
-	if failed != nil {
-		return fmt.Errorf("could not read every node: %v", failed)
-	}
-	return nil
 }
 
-// read returns the value of key on one node, its remaining TTL and the node's
-// fence counter ("-" when the node has no counter yet or lost it); holder is
-// "" when the key does not exist.
-func read(ctx context.Context, n redis.UniversalClient, key, state string) (holder string, ttl time.Duration, fence string, err error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	var get *redis.StringCmd
-	var pttl *redis.DurationCmd
-	var f *redis.StringCmd
-	_, err = n.Pipelined(ctx, func(p redis.Pipeliner) error {
-		get = p.Get(ctx, key)
-		pttl = p.PTTL(ctx, key)
-		f = p.HGet(ctx, state, "f")
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return "", 0, "", err
+// nodeCount is "1 node" or "n nodes".
+func nodeCount(n int) string {
+	if n == 1 {
+		return "1 node"
 	}
-	fence = f.Val()
-	if fence == "" {
-		fence = "-"
-	}
-	if errors.Is(get.Err(), redis.Nil) || strings.HasPrefix(get.Val(), protocol.TombstonePrefix) {
-		return "", 0, fence, nil // free (a tombstone is free for every other token)
-	}
-	ttl = pttl.Val()
-	if ttl < 0 {
-		return get.Val(), -1, fence, nil // no expiry
-	}
-	return get.Val(), ttl.Truncate(time.Millisecond), fence, nil
+	return fmt.Sprintf("%d nodes", n)
 }
 
 // short shortens a token for display.

@@ -3,6 +3,8 @@
 //	redlock demo    [--nodes host:port,...] [--stock N] [--buyers N]
 //	redlock bench   [--nodes host:port,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE]
 //	redlock inspect KEY --nodes host:port,... [--prefix P]
+//	redlock guard status --nodes host:port,... [--prefix P]
+//	redlock guard end    --nodes host:port,... [--prefix P] [--yes]
 //
 // Without --nodes, demo and bench start five in-process Redis-protocol nodes
 // (miniredis). Errors are one line on stderr and a non-zero exit status: 2
@@ -28,8 +30,13 @@ usage:
   redlock demo    [--nodes host:port,...] [--stock N] [--buyers N]
   redlock bench   [--nodes host:port,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE]
   redlock inspect KEY --nodes host:port,... [--prefix P]
+  redlock guard status --nodes host:port,... [--prefix P]
+  redlock guard end    --nodes host:port,... [--prefix P] [--yes]
 
-Without --nodes, demo and bench run on five in-process nodes.
+Without --nodes, demo and bench run on five in-process nodes. inspect shows
+who holds a key and each node's restart guard; guard end ends the restart
+guard on nodes you vouch for (a development reset, a deployment that came up
+with a node missing): read "redlock guard end -h" first.
 Run "redlock COMMAND -h" for the flags of one command.
 `
 
@@ -69,11 +76,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = bench(ctx, rest, stdout, stderr)
 	case "inspect":
 		err = inspect(ctx, rest, stdout)
+	case "guard":
+		err = guard(ctx, rest, stdout)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		err = usagef("unknown command %q (want demo, bench or inspect)", cmd)
+		err = usagef("unknown command %q (want demo, bench, inspect or guard)", cmd)
+	}
+	name := args[0]
+	if name == "guard" && len(args) > 1 && !strings.HasPrefix(args[1], "-") {
+		name += " " + args[1]
 	}
 	var ue *usageError
 	switch {
@@ -82,10 +95,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "redlock %s: %v (see redlock -h)\n", args[0], err)
+		fmt.Fprintf(stderr, "redlock %s: %v (see redlock -h)\n", name, err)
 		return 2
 	default:
-		fmt.Fprintf(stderr, "redlock %s: %s\n", args[0], oneLine(err.Error()))
+		fmt.Fprintf(stderr, "redlock %s: %s\n", name, oneLine(err.Error()))
 		return 1
 	}
 }
@@ -96,14 +109,15 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 // them, and prints its usage to out on -h.
 type flags struct {
 	*flag.FlagSet
-	out io.Writer
+	out   io.Writer
+	about string // printed on -h between the synopsis and the flags
 }
 
 func newFlags(name, synopsis string, out io.Writer) flags {
 	fs := flag.NewFlagSet(name+" "+synopsis, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {} // errors are reported by run, in one line
-	return flags{fs, out}
+	return flags{FlagSet: fs, out: out}
 }
 
 // parse parses args, allowing flags after positional arguments, and returns
@@ -113,7 +127,7 @@ func parse(fs flags, args []string) ([]string, error) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprintf(fs.out, "usage: redlock %s\n\n", fs.Name())
+				fmt.Fprintf(fs.out, "usage: redlock %s\n\n%s", fs.Name(), fs.about)
 				fs.SetOutput(fs.out)
 				fs.PrintDefaults()
 				return nil, err

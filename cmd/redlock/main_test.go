@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/internal/testkit/loadtest"
 	"github.com/redquorum/redquorum/redlock"
@@ -101,7 +103,7 @@ func TestInspect(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, out)
 	assert.Contains(t, out, "node")
 	// The fence was written back to the nodes that granted: a quorum at least.
-	row := regexp.MustCompile(`(?m)^127\.0\.0\.1:\d+\s+` + regexp.QuoteMeta(l.Token()[:8]) + `…\s+(59|60)\.\d+s\s+` + fmt.Sprint(l.Fence()) + `$`)
+	row := regexp.MustCompile(`(?m)^127\.0\.0\.1:\d+\s+` + regexp.QuoteMeta(l.Token()[:8]) + `…\s+` + regexp.QuoteMeta(protocol.Owner(l.Token())) + `\s+(59|60)\.\d+s\s+` + fmt.Sprint(l.Fence()) + `\s+serving$`)
 	assert.GreaterOrEqual(t, len(row.FindAllString(out, -1)), 3, out)
 	require.NoError(t, l.Unlock(t.Context()))
 }
@@ -123,6 +125,82 @@ func TestInspectNoQuorum(t *testing.T) {
 	assert.Contains(t, out, "no quorum: at most 1 of 3 nodes agree on one holder, 2 needed")
 	assert.Contains(t, out, "aaaaaaaa…")
 	assert.Contains(t, out, "(free)")
+}
+
+// TestInspectStates: inspect shows the owner named in a token and each
+// node's state, after one node lost its data and guarded itself on the
+// next lock.
+func TestInspectStates(t *testing.T) {
+	leakcheck.Check(t)
+	srvs, addrs := startServers(t, 3)
+	c := newClient(t, addrs)
+	warm, err := c.TryLock(t.Context(), "warm", time.Minute) // a new deployment: every node serves
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(t.Context()))
+	srvs[0].FlushAll()
+	l, err := c.TryLock(t.Context(), "k", time.Minute) // node 0 guards itself, 1 and 2 grant
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return srvs[0].Exists("p:" + protocol.StateKey) }, 5*time.Second, 5*time.Millisecond,
+		"node 0's acquire lands after the round's quorum")
+	owned := protocol.NewToken("web-1:4242")
+	for _, m := range srvs[1:] {
+		require.NoError(t, m.Set("p:o", owned))
+		m.SetTTL("p:o", time.Minute)
+	}
+
+	code, out, errOut := runCLI(t, "inspect", "k", "--nodes", strings.Join(addrs, ","), "--prefix", "p:")
+	require.Equal(t, 0, code, "%s%s", out, errOut)
+	assert.Regexp(t, `(?m)^node\s+holder\s+owner\s+ttl\s+fence\s+state$`, out)
+	assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(addrs[0])+`\s+\(free\)\s+-\s+-\s+-\s+guarded for (59|60)s$`, out)
+	for _, a := range addrs[1:] {
+		assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(a)+`\s+`+regexp.QuoteMeta(l.Token()[:8])+`…\s+`+regexp.QuoteMeta(protocol.Owner(l.Token()))+`\s+(59|60)\.\d+s\s+0\s+serving$`, out)
+	}
+	assert.Contains(t, out, "held: 2 of 3 nodes agree on holder "+l.Token()[:8]+"… (quorum 2)")
+
+	_, out, _ = runCLI(t, "inspect", "o", "--nodes", strings.Join(addrs, ","), "--prefix", "p:")
+	assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(addrs[1])+`\s+`+regexp.QuoteMeta(owned[:8])+`…\s+web-1:4242\s+`, out)
+	assert.Contains(t, out, "held: 2 of 3 nodes agree")
+	require.NoError(t, l.Unlock(t.Context()))
+}
+
+// TestInspectNodeDown: with one node down, inspect still shows the others
+// and the verdict, and exits non-zero naming the node.
+func TestInspectNodeDown(t *testing.T) {
+	leakcheck.Check(t)
+	srvs, addrs := startServers(t, 3)
+	c := newClient(t, addrs)
+	l, err := c.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	srvs[2].Close()
+
+	code, out, errOut := runCLI(t, "inspect", "k", "--nodes", strings.Join(addrs, ","), "--prefix", "p:")
+	assert.Equal(t, 1, code)
+	for _, a := range addrs[:2] {
+		assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(a)+`\s+`+regexp.QuoteMeta(l.Token()[:8])+`…\s+`+regexp.QuoteMeta(protocol.Owner(l.Token()))+`\s+\S+s\s+0\s+serving$`, out)
+	}
+	assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(addrs[2])+`\s+-\s+-\s+-\s+-\s+error: .*connection refused$`, out)
+	assert.Contains(t, out, "held: 2 of 3 nodes agree on holder "+l.Token()[:8]+"…")
+	assert.Contains(t, errOut, "redlock inspect: could not read every node: node "+addrs[2]+": ")
+	assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+}
+
+// TestVerdict covers what inspect concludes from the nodes it could read.
+func TestVerdict(t *testing.T) {
+	a, b, down, free := keyRow{holder: "aaaaaaaaaa-a"}, keyRow{holder: "bbbbbbbbbb-b"}, keyRow{err: errors.New("down")}, keyRow{}
+	for _, tc := range []struct {
+		rows []keyRow
+		want string
+	}{
+		{[]keyRow{a, a, down}, "held: 2 of 3 nodes agree on holder aaaaaaaa… (quorum 2)"},
+		{[]keyRow{free, free, free}, `free: no node holds "k"`},
+		{[]keyRow{a, b, free}, "no quorum: at most 1 of 3 nodes agree on one holder, 2 needed (a lock round"},
+		{[]keyRow{a, free, down}, "unknown: 1 of 3 nodes agree on holder aaaaaaaa…, 2 needed, and 1 node could not be read"},
+		{[]keyRow{free, down, down}, `unknown: no node read holds "k", and the 2 nodes not read could make the quorum of 2`},
+		{[]keyRow{free, free, down}, `not held: no node read holds "k", and the 1 node not read cannot make the quorum of 2`},
+		{[]keyRow{a, b, free, free, down}, "no quorum: at most 1 of 5 nodes agree on one holder, 3 needed, even counting the 1 node not read"},
+	} {
+		assert.True(t, strings.HasPrefix(verdict("k", tc.rows), tc.want), "%s\nwant %s", verdict("k", tc.rows), tc.want)
+	}
 }
 
 func TestErrors(t *testing.T) {
@@ -147,7 +225,11 @@ func TestErrors(t *testing.T) {
 		{[]string{"demo", "--nodes", "a:1,a:1"}, 2, "a:1 is listed twice"},
 		{[]string{"inspect", "--nodes", "a:1"}, 2, "want exactly one KEY, got 0"},
 		{[]string{"inspect", "k"}, 2, "--nodes is required"},
-		{[]string{"inspect", "k", "--nodes", downAddr}, 1, "node " + downAddr + " unreachable"},
+		{[]string{"guard"}, 2, "want a subcommand: status or end"},
+		{[]string{"guard", "lift"}, 2, `unknown subcommand "lift"`},
+		{[]string{"guard", "end"}, 2, "--nodes is required"},
+		{[]string{"guard", "end", "--nodes", "a:1", "now"}, 2, `unexpected argument "now"`},
+		{[]string{"guard", "status", "--nodes", "a:1", "--yes"}, 2, "flag provided but not defined: -yes"},
 		{[]string{"bench", "--nodes", downAddr}, 1, "node " + downAddr + " unreachable"},
 		{[]string{"demo", "--nodes", downAddr}, 1, "node " + downAddr + " unreachable"},
 	} {
@@ -164,22 +246,51 @@ func TestErrors(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"-h"}, {"help"}, {"bench", "-h"}, {"demo", "--help"}, {"inspect", "-h"}} {
+	for _, args := range [][]string{{"-h"}, {"help"}, {"bench", "-h"}, {"demo", "--help"}, {"inspect", "-h"},
+		{"guard", "-h"}, {"guard", "status", "-h"}, {"guard", "end", "--help"}} {
 		code, out, errOut := runCLI(t, args...)
 		assert.Equal(t, 0, code, args)
 		assert.Contains(t, out, "usage", args)
 		assert.Empty(t, errOut, args)
 	}
+	_, out, _ := runCLI(t, "-h")
+	assert.Contains(t, out, "redlock guard end    --nodes host:port,... [--prefix P] [--yes]")
+	_, out, _ = runCLI(t, "guard", "end", "-h")
+	for _, s := range []string{"-yes", "vouch", "live lock key", "Redis Cluster", "does not set the fence counter f", "HSET <state key> f N"} {
+		assert.Contains(t, out, s)
+	}
+}
+
+// startServers starts n in-process nodes for the test, and returns them
+// with their addresses.
+func startServers(t *testing.T, n int) ([]*miniredis.Miniredis, []string) {
+	t.Helper()
+	var srvs []*miniredis.Miniredis
+	var addrs []string
+	for range n {
+		m := miniredis.RunT(t)
+		m.ClockTTL(true)
+		srvs = append(srvs, m)
+		addrs = append(addrs, m.Addr())
+	}
+	return srvs, addrs
+}
+
+// newClient returns a Client with the restart guard on and the key prefix
+// "p:" on the nodes at addrs.
+func newClient(t *testing.T, addrs []string) *redlock.Client {
+	t.Helper()
+	nodes := redlock.NewNodes(addrs...)
+	t.Cleanup(func() { closeNodes(nodes) })
+	c, err := redlock.New(nodes, &redlock.Options{KeyPrefix: "p:", NodeTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // startNodes starts n in-process nodes for the test.
 func startNodes(t *testing.T, n int) []string {
 	t.Helper()
-	var addrs []string
-	for range n {
-		m := miniredis.RunT(t)
-		m.ClockTTL(true)
-		addrs = append(addrs, m.Addr())
-	}
+	_, addrs := startServers(t, n)
 	return addrs
 }

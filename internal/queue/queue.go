@@ -40,6 +40,9 @@ const MaxHandoffs = 3
 type Handover struct {
 	Token string
 	TTL   time.Duration // the lock's TTL, for the tombstones of its release
+	// Refused has bit i set when node i did not set the lock's keys: its
+	// release skips those nodes (nodes beyond 64 are always sent it).
+	Refused uint64
 }
 
 // Queue is a client's queues, one per key with callers. It is safe for
@@ -115,23 +118,7 @@ func (q *Queue) Wait(ctx context.Context, key string, giveUp func() <-chan time.
 // giveUp takes t out of its queue, passing its turn on if it had become the
 // owner meanwhile, with any lock handed over to it. It returns that lock
 // when no waiter is left to take it.
-func (q *Queue) giveUp(t *Turn) Handover {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	k := q.keys[t.key]
-	switch {
-	case k == nil:
-	case k.owner != t:
-		k.waiting = remove(k.waiting, t)
-		k.notify() // t may have been first
-	case len(k.waiting) == 0:
-		delete(q.keys, t.key)
-		return t.inherit
-	default:
-		q.pass(k, t.inherit)
-	}
-	return Handover{}
-}
+func (q *Queue) giveUp(t *Turn) Handover { return q.leave(t, true) }
 
 // join puts a new turn for key in its queue: as the owner (ready nil) when
 // the key has none, else as the last waiter.
@@ -214,11 +201,21 @@ func remove(ts []*Turn, t *Turn) []*Turn {
 // the queue otherwise. For a turn that lost its ownership (its lock expired
 // and a waiter took over) it does nothing. A nil t is ignored.
 func (q *Queue) Leave(t *Turn) {
-	if t == nil {
-		return
+	if t != nil {
+		q.leave(t, false)
 	}
+}
+
+// leave is Leave, passing on the lock handed over to t when inherit is set
+// (a real release otherwise, which ends a run of handovers); it returns
+// that lock when no waiter is left to take it.
+func (q *Queue) leave(t *Turn, inherit bool) Handover {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	var h Handover
+	if inherit {
+		h = t.inherit
+	}
 	k := q.keys[t.key]
 	switch {
 	case k == nil:
@@ -227,10 +224,14 @@ func (q *Queue) Leave(t *Turn) {
 		k.notify() // t may have been first
 	case len(k.waiting) == 0:
 		delete(q.keys, t.key)
+		return h
 	default:
-		k.handoffs = 0 // a real release ends a run of handovers
-		q.pass(k, Handover{})
+		if !inherit {
+			k.handoffs = 0
+		}
+		q.pass(k, h)
 	}
+	return Handover{}
 }
 
 // pass makes the first waiter of k the owner, with h. Callers hold q.mu.

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redquorum/redquorum/internal/protocol"
+)
+
+// nodeCheck is what guard learns about one node before it changes
+// anything.
+type nodeCheck struct {
+	state   nodeState
+	cluster bool          // a Redis Cluster node: its state is one per hash slot
+	live    string        // a live lock key, "" when none was found
+	liveTTL time.Duration // its remaining TTL
+	err     error         // the node could not be read
+}
+
+// stateText is the node's state as guard shows it.
+func (c nodeCheck) stateText() string {
+	switch {
+	case c.err != nil:
+		return "error: " + oneLine(c.err.Error())
+	case c.cluster:
+		return "Redis Cluster node (one state per hash slot)"
+	}
+	return c.state.String()
+}
+
+// problem is why guard end must not touch the nodes, as far as this node
+// tells, in a few words; "" when it tells nothing against it.
+func (c nodeCheck) problem() string {
+	switch {
+	case c.err != nil:
+		return "is unreachable: " + oneLine(c.err.Error())
+	case c.cluster:
+		return "is a Redis Cluster node, whose restart guard is one state per hash slot and cannot be ended from here"
+	case c.live != "":
+		return fmt.Sprintf("holds the live lock key %q (ttl %s)", c.live, seconds(c.liveTTL))
+	}
+	return ""
+}
+
+// checkNodes checks each node: whether it is a Cluster node, its state,
+// and, when scan is set, whether it holds a live lock key under prefix.
+func checkNodes(ctx context.Context, nodes []redis.UniversalClient, prefix string, scan bool) []nodeCheck {
+	checks := make([]nodeCheck, len(nodes))
+	for i, n := range nodes {
+		c := &checks[i]
+		if c.cluster, c.err = isCluster(ctx, n); c.err != nil || c.cluster {
+			continue
+		}
+		if c.state, c.err = readState(ctx, n, prefix+protocol.StateKey); c.err != nil || !scan {
+			continue
+		}
+		c.live, c.liveTTL, c.err = liveKey(ctx, n, prefix)
+	}
+	return checks
+}
+
+// isCluster reports whether n is a Redis Cluster node. A server that
+// answers INFO cluster with an error reply (miniredis, a proxy) is taken
+// for a plain master; a network error is returned.
+func isCluster(ctx context.Context, n redis.UniversalClient) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	info, err := n.Info(ctx, "cluster").Result()
+	var reply redis.Error
+	switch {
+	case errors.As(err, &reply):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return strings.Contains(info, "cluster_enabled:1"), nil
+}
+
+// liveKey returns a key of n under prefix that has a TTL and is neither a
+// node state nor a tombstone, with its remaining TTL: a lock that may be
+// held. It returns "" when there is none.
+func liveKey(ctx context.Context, n redis.UniversalClient, prefix string) (string, time.Duration, error) {
+	match := globEscape(prefix) + "*"
+	var cursor uint64
+	for {
+		sctx, cancel := context.WithTimeout(ctx, opTimeout)
+		keys, next, err := n.Scan(sctx, cursor, match, 1000).Result()
+		var key string
+		var ttl time.Duration
+		if err == nil {
+			key, ttl, err = firstLive(sctx, n, prefix, keys)
+		}
+		cancel()
+		if err != nil || key != "" || next == 0 {
+			return key, ttl, err
+		}
+		cursor = next
+	}
+}
+
+// firstLive returns the first of keys that is a live lock key (see
+// liveKey), with its remaining TTL.
+func firstLive(ctx context.Context, n redis.UniversalClient, prefix string, keys []string) (string, time.Duration, error) {
+	var cand []string
+	for _, k := range keys {
+		if !strings.HasPrefix(k, prefix+protocol.StateKey) { // lock keys must not start with it
+			cand = append(cand, k)
+		}
+	}
+	if len(cand) == 0 {
+		return "", 0, nil
+	}
+	ttls := make([]*redis.DurationCmd, len(cand))
+	vals := make([]*redis.StringCmd, len(cand))
+	_, err := n.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range cand {
+			ttls[i], vals[i] = p.PTTL(ctx, k), p.Get(ctx, k)
+		}
+		return nil
+	})
+	var reply redis.Error
+	if err != nil && !errors.As(err, &reply) {
+		return "", 0, err // an error reply (a key gone meanwhile, not a string) is per key
+	}
+	for i, k := range cand {
+		ttl, terr := ttls[i].Result()
+		if terr != nil || ttl <= 0 { // -1: no TTL, -2: gone
+			continue
+		}
+		v, err := vals[i].Result()
+		if errors.Is(err, redis.Nil) || (err == nil && strings.HasPrefix(v, protocol.TombstonePrefix)) {
+			continue // gone meanwhile, or a tombstone: free for every other token
+		}
+		return k, ttl, nil
+	}
+	return "", 0, nil
+}
+
+// globEscape escapes the characters that SCAN's MATCH pattern gives a
+// meaning, so that the pattern matches prefix as it is.
+func globEscape(prefix string) string {
+	var b strings.Builder
+	for _, r := range prefix {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/redlock"
+)
+
+const guardUsage = `usage:
+  redlock guard status --nodes host:port,... [--prefix P]
+  redlock guard end    --nodes host:port,... [--prefix P] [--yes]
+
+status shows each node's restart guard; end ends it at once on nodes you
+vouch for. Run "redlock guard end -h" before using end.
+`
+
+const guardStatusAbout = `Shows each node's state: "serving", "guarded for Ns" (the node refuses
+locks for that long, by its own clock), "no state (new or lost its data)"
+(the next lock request starts its guard), and "fence unknown" for a node
+that serves without a fence counter because it lost its data.
+
+`
+
+const guardEndAbout = `Ends the restart guard on every given node, so that the nodes grant locks
+at once instead of when their guards run out. The guard keeps out a node
+that lost its data (a restart without persistence, FLUSHALL), because it
+may have forgotten locks that are still held; end it only when you vouch
+that no lock taken before the loss is still in use: a development reset
+with FLUSHALL, or a deployment that came up with a node missing.
+
+It first checks every node and refuses, changing nothing on any node, when
+a node cannot be reached, when a node is a Redis Cluster node (its guard is
+one state per hash slot, which cannot be ended from here), or when a node
+holds a live lock key: a key under the prefix with a TTL that is neither a
+node state nor a tombstone, so a lock may be held. Give every node of the
+deployment in --nodes.
+
+On each node it sets the field g of the state key (prefix + "` + protocol.StateKey + `")
+to 0 and keeps the field id. It does not set the fence counter f: a node
+that lost its data keeps an unknown counter ("fence unknown"), does not
+count toward a fenced lock's quorum, and gets its counter back from the
+next fenced lock it grants, as long as a quorum of the nodes kept theirs.
+When a quorum lost them (FLUSHALL on every node), fenced locks fail until
+you set f on every node to at least the highest fence any protected
+resource has accepted (HSET <state key> f N).
+
+Without --yes it only shows what it would do, and exits with status 1.
+
+`
+
+// guard runs "redlock guard SUBCOMMAND".
+func guard(ctx context.Context, args []string, out io.Writer) error {
+	if len(args) == 0 {
+		return usagef("want a subcommand: status or end")
+	}
+	switch args[0] {
+	case "status":
+		return guardStatus(ctx, args[1:], out)
+	case "end":
+		return guardEnd(ctx, args[1:], out)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(out, guardUsage)
+		return flag.ErrHelp
+	}
+	return usagef("unknown subcommand %q (want status or end)", args[0])
+}
+
+// guardArgs are the flags of a guard subcommand.
+type guardArgs struct {
+	addrs  []string
+	prefix string
+	yes    bool
+}
+
+// parseGuard parses the flags of the guard subcommand sub.
+func parseGuard(sub, about string, args []string, out io.Writer) (guardArgs, error) {
+	synopsis := "--nodes host:port,... [--prefix P]"
+	if sub == "end" {
+		synopsis += " [--yes]"
+	}
+	fs := newFlags("guard "+sub, synopsis, out)
+	fs.about = about
+	nodesFlag := fs.String("nodes", "", "comma-separated Redis masters (required): every node of the deployment")
+	prefix := fs.String("prefix", "", "the Options.KeyPrefix of the locking clients")
+	yes := new(bool)
+	if sub == "end" {
+		yes = fs.Bool("yes", false, "change the nodes; without it, only show what would change")
+	}
+	pos, err := parse(fs, args)
+	switch {
+	case err != nil:
+		return guardArgs{}, err
+	case len(pos) > 0:
+		return guardArgs{}, usagef("unexpected argument %q", pos[0])
+	case *nodesFlag == "":
+		return guardArgs{}, usagef("--nodes is required")
+	}
+	addrs, err := parseNodes(*nodesFlag)
+	return guardArgs{addrs: addrs, prefix: *prefix, yes: *yes}, err
+}
+
+// guardStatus shows each node's state.
+func guardStatus(ctx context.Context, args []string, out io.Writer) error {
+	a, err := parseGuard("status", guardStatusAbout, args, out)
+	if err != nil {
+		return err
+	}
+	nodes := redlock.NewNodes(a.addrs...)
+	defer closeNodes(nodes)
+	checks := checkNodes(ctx, nodes, a.prefix, false)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "node\tstate\n")
+	var failed error
+	for i, c := range checks {
+		fmt.Fprintf(tw, "%s\t%s\n", a.addrs[i], c.stateText())
+		if c.err != nil {
+			failed = errors.Join(failed, fmt.Errorf("node %s: %w", a.addrs[i], c.err))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if failed != nil {
+		return fmt.Errorf("could not read every node: %v", failed)
+	}
+	return nil
+}
+
+// guardEnd checks every node, then, with --yes, ends the guard on each.
+func guardEnd(ctx context.Context, args []string, out io.Writer) error {
+	a, err := parseGuard("end", guardEndAbout, args, out)
+	if err != nil {
+		return err
+	}
+	nodes := redlock.NewNodes(a.addrs...)
+	defer closeNodes(nodes)
+	checks := checkNodes(ctx, nodes, a.prefix, true)
+	states, actions := make([]string, len(checks)), make([]string, len(checks))
+	if err := refusal(a.addrs, checks); err != nil {
+		for i, c := range checks {
+			states[i], actions[i] = c.stateText(), "unchanged"
+			switch p := c.problem(); {
+			case c.err != nil:
+				actions[i] = "refused: unreachable" // the state column shows the error
+			case p != "":
+				actions[i] = "refused: " + p
+			}
+		}
+		if perr := printGuardRows(out, a.addrs, states, actions); perr != nil {
+			return perr
+		}
+		return err
+	}
+	for i, c := range checks {
+		states[i], actions[i] = c.stateText(), "would set serving"
+	}
+	if !a.yes {
+		if err := printGuardRows(out, a.addrs, states, actions); err != nil {
+			return err
+		}
+		fmt.Fprint(out, fenceNote(checks))
+		return fmt.Errorf("nothing changed: add --yes to end the restart guard on these %d nodes", len(nodes))
+	}
+	return endGuards(ctx, out, a, nodes, checks)
+}
+
+// refusal returns why guard end must change nothing, naming each node
+// against it, or nil when every node passed its checks.
+func refusal(addrs []string, checks []nodeCheck) error {
+	var problems []string
+	live := false
+	for i, c := range checks {
+		if p := c.problem(); p != "" {
+			problems = append(problems, "node "+addrs[i]+" "+p)
+			live = live || c.live != ""
+		}
+	}
+	if problems == nil {
+		return nil
+	}
+	msg := "refused, nothing changed on any node: " + strings.Join(problems, "; ")
+	if live {
+		msg += "; a live lock key means a lock may be held that a node which lost its data forgot: wait until it expires or is released"
+	}
+	return errors.New(msg)
+}
+
+// endGuards sets every node serving and shows the states it then reads.
+func endGuards(ctx context.Context, out io.Writer, a guardArgs, nodes []redis.UniversalClient, checks []nodeCheck) error {
+	key := a.prefix + protocol.StateKey
+	states, actions := make([]string, len(nodes)), make([]string, len(nodes))
+	var failed error
+	ended := 0
+	for i, n := range nodes {
+		hctx, cancel := context.WithTimeout(ctx, opTimeout)
+		err := n.HSet(hctx, key, "g", "0").Err()
+		cancel()
+		actions[i] = "not changed"
+		var s nodeState
+		if err == nil {
+			ended++
+			actions[i] = "set serving (was " + checks[i].state.String() + ")"
+			s, err = readState(ctx, n, key)
+		}
+		states[i] = s.String()
+		if err != nil {
+			states[i] = "error: " + oneLine(err.Error())
+			failed = errors.Join(failed, fmt.Errorf("node %s: %w", a.addrs[i], err))
+		}
+	}
+	if err := printGuardRows(out, a.addrs, states, actions); err != nil {
+		return err
+	}
+	fmt.Fprint(out, fenceNote(checks))
+	if failed != nil {
+		return fmt.Errorf("ended the guard on %d of %d nodes: %v", ended, len(nodes), failed)
+	}
+	return nil
+}
+
+// fenceNote warns, in a line, when a quorum of the nodes have unknown fence
+// counters, which guard end leaves unknown: fenced locks then fail until
+// an operator sets them. It returns "" otherwise.
+func fenceNote(checks []nodeCheck) string {
+	unknown := 0
+	for _, c := range checks {
+		if c.state.fence == "" {
+			unknown++
+		}
+	}
+	if unknown < len(checks)/2+1 {
+		return ""
+	}
+	return fmt.Sprintf("note: %d of %d nodes have no fence counter, a quorum: fenced locks (Options.Fencing) fail until you set f on every node (see redlock guard end -h)\n", unknown, len(checks))
+}
+
+// printGuardRows prints one line per node: its state and what guard end
+// did or would do there.
+func printGuardRows(out io.Writer, addrs, states, actions []string) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "node\tstate\taction\n")
+	for i := range addrs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", addrs[i], states[i], actions[i])
+	}
+	return tw.Flush()
+}

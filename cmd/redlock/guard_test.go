@@ -1,0 +1,208 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
+	"github.com/redquorum/redquorum/redlock"
+)
+
+// backends start n nodes for a test: in-process nodes, and native
+// redis-server processes.
+var backends = []struct {
+	name  string
+	start func(t *testing.T, n int) []string
+}{
+	{"miniredis", startNodes},
+	{"redis-server", startRedis},
+}
+
+// startRedis starts n native redis-server processes. Without redis-server
+// it skips, or fails under CI=true.
+func startRedis(t *testing.T, n int) []string {
+	t.Helper()
+	requireRedisServer(t)
+	s, err := redisproc.Start(t.Context(), n)
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+	return s.Addrs
+}
+
+func requireRedisServer(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis-server not found (%v); CI=true, and in CI tests against real Redis must run, not skip", err)
+		}
+		t.Skipf("redis-server not found (%v); run scripts/ensure-redis-server.sh (with CI=true this fails)", err)
+	}
+}
+
+// downAddr returns the address of a node that is not running.
+func downAddr(t *testing.T) string {
+	m := miniredis.RunT(t)
+	a := m.Addr()
+	m.Close()
+	return a
+}
+
+// states returns the state hash of each node, to compare before and after.
+func states(t *testing.T, nodes []redis.UniversalClient) []map[string]string {
+	t.Helper()
+	var out []map[string]string
+	for _, n := range nodes {
+		h, err := n.HGetAll(t.Context(), "p:"+protocol.StateKey).Result()
+		require.NoError(t, err)
+		out = append(out, h)
+	}
+	return out
+}
+
+// waitGuarded waits until every node has a state: a round returns at its
+// quorum, and the acquires of the other nodes land after it.
+func waitGuarded(t *testing.T, nodes []redis.UniversalClient) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, h := range states(t, nodes) {
+			if h["g"] == "" {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 5*time.Millisecond)
+}
+
+// TestGuardEnd: after every node lost its data, a Client that has served
+// before is refused (ErrGuarded) until guard end --yes; the dry run changes
+// nothing.
+func TestGuardEnd(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			leakcheck.Check(t)
+			addrs := b.start(t, 3)
+			nodes := redlock.NewNodes(addrs...)
+			t.Cleanup(func() { closeNodes(nodes) })
+			c := newClient(t, addrs)
+			l, err := c.TryLock(t.Context(), "job", time.Minute)
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(t.Context()))
+			for _, n := range nodes {
+				require.NoError(t, n.FlushAll(t.Context()).Err())
+			}
+			_, err = c.TryLock(t.Context(), "job", time.Minute)
+			require.ErrorIs(t, err, redlock.ErrGuarded, "negative control: every node guards itself")
+			waitGuarded(t, nodes)
+			before := states(t, nodes)
+			args := []string{"guard", "end", "--nodes", strings.Join(addrs, ","), "--prefix", "p:"}
+
+			code, out, errOut := runCLI(t, args...)
+			assert.Equal(t, 1, code)
+			assert.Equal(t, "redlock guard end: nothing changed: add --yes to end the restart guard on these 3 nodes\n", errOut)
+			for _, a := range addrs {
+				assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(a)+`\s+guarded for (59|60)s\s+would set serving$`, out)
+			}
+			assert.Contains(t, out, "note: 3 of 3 nodes have no fence counter, a quorum: fenced locks (Options.Fencing) fail until you set f on every node")
+			assert.Equal(t, before, states(t, nodes), "the dry run changes nothing")
+			_, err = c.TryLock(t.Context(), "job", time.Minute)
+			require.ErrorIs(t, err, redlock.ErrGuarded)
+
+			code, out, errOut = runCLI(t, append(args, "--yes")...)
+			require.Equal(t, 0, code, "%s%s", out, errOut)
+			for i, a := range addrs {
+				assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(a)+`\s+serving, fence unknown\s+set serving \(was guarded for (59|60)s\)$`, out)
+				assert.Equal(t, map[string]string{"g": "0", "id": before[i]["id"]}, states(t, nodes)[i], "g ends, id stays, f stays unknown")
+			}
+			l, err = c.TryLock(t.Context(), "job", time.Minute)
+			require.NoError(t, err, "served at once")
+			require.NoError(t, l.Unlock(t.Context()))
+
+			code, out, _ = runCLI(t, "guard", "status", "--nodes", strings.Join(addrs, ","), "--prefix", "p:")
+			assert.Equal(t, 0, code)
+			assert.Equal(t, 3, strings.Count(out, "serving, fence unknown\n"), out)
+		})
+	}
+}
+
+// TestGuardEndRefuses: a live lock key or an unreachable node makes guard
+// end refuse, naming the key and the node, and change nothing anywhere;
+// tombstones and keys without a TTL do not count.
+func TestGuardEndRefuses(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			leakcheck.Check(t)
+			addrs := b.start(t, 3)
+			nodes := redlock.NewNodes(addrs...)
+			t.Cleanup(func() { closeNodes(nodes) })
+			c := newClient(t, addrs)
+			warm, err := c.TryLock(t.Context(), "warm", time.Minute)
+			require.NoError(t, err)
+			require.NoError(t, warm.Unlock(t.Context()))
+			require.NoError(t, nodes[0].FlushAll(t.Context()).Err())
+			l, err := c.TryLock(t.Context(), "held", time.Minute) // node 0 guards itself, 1 and 2 grant
+			require.NoError(t, err)
+			waitGuarded(t, nodes)
+			before := states(t, nodes)
+			all := strings.Join(addrs, ",")
+
+			code, out, errOut := runCLI(t, "guard", "end", "--nodes", all, "--prefix", "p:", "--yes")
+			assert.Equal(t, 1, code)
+			assert.Contains(t, errOut, "redlock guard end: refused, nothing changed on any node: node "+addrs[1]+` holds the live lock key "p:held" (ttl `)
+			assert.Contains(t, errOut, "; node "+addrs[2]+` holds the live lock key "p:held"`)
+			assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(addrs[0])+`\s+guarded for (59|60)s\s+unchanged$`, out)
+			assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(addrs[1])+`\s+serving\s+refused: holds the live lock key "p:held" \(ttl (59|60)s\)$`, out)
+			assert.Equal(t, before, states(t, nodes))
+
+			require.NoError(t, l.Unlock(t.Context()))
+			down := downAddr(t)
+			code, out, errOut = runCLI(t, "guard", "end", "--nodes", all+","+down, "--prefix", "p:", "--yes")
+			assert.Equal(t, 1, code)
+			assert.Contains(t, errOut, "refused, nothing changed on any node: node "+down+" is unreachable: ")
+			assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(down)+`\s+error: .*\s+refused: unreachable$`, out)
+			assert.Equal(t, before, states(t, nodes))
+
+			require.NoError(t, nodes[1].Set(t.Context(), "p:gone", protocol.TombstonePrefix+"x", time.Minute).Err())
+			require.NoError(t, nodes[2].Set(t.Context(), "p:kept", "no ttl", 0).Err())
+			require.NoError(t, nodes[2].Set(t.Context(), "other:k", "another prefix", time.Minute).Err())
+			code, out, errOut = runCLI(t, "guard", "end", "--nodes", all, "--prefix", "p:", "--yes")
+			require.Equal(t, 0, code, "%s%s", out, errOut)
+			assert.Equal(t, "0", states(t, nodes)[0]["g"])
+			assert.NotContains(t, out, "note:", "two of three nodes kept their fence counters")
+		})
+	}
+}
+
+// TestGuardEndCluster: guard end refuses a Redis Cluster node, whose guard
+// is one state per hash slot.
+func TestGuardEndCluster(t *testing.T) {
+	requireRedisServer(t)
+	leakcheck.Check(t)
+	cl, err := redisproc.StartCluster(t.Context(), 1)
+	require.NoError(t, err)
+	t.Cleanup(cl.Stop)
+	plain := startNodes(t, 2)
+	code, out, errOut := runCLI(t, "guard", "end", "--nodes", strings.Join(append(plain, cl.Addrs[0]), ","), "--yes")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "node "+cl.Addrs[0]+" is a Redis Cluster node, whose restart guard is one state per hash slot and cannot be ended from here")
+	assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(cl.Addrs[0])+`\s+Redis Cluster node \(one state per hash slot\)\s+refused: is a Redis Cluster node`, out)
+	for _, a := range plain {
+		assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(a)+`\s+no state \(new or lost its data\)\s+unchanged$`, out)
+	}
+}
+
+// TestGlobEscape: a prefix matches itself in SCAN's MATCH pattern.
+func TestGlobEscape(t *testing.T) {
+	assert.Equal(t, `lock:`, globEscape("lock:"))
+	assert.Equal(t, `a\*b\?\[c\]\\d`, globEscape(`a*b?[c]\d`))
+}
