@@ -150,6 +150,7 @@ func (e *Error) mainCause() string {
 	}
 	var taken, notOurs, guarded, failed int
 	var left time.Duration
+	var firstFailure error
 	for _, n := range e.Nodes {
 		var g *guardError
 		switch {
@@ -164,6 +165,9 @@ func (e *Error) mainCause() string {
 			}
 			guarded++
 		case !errors.Is(n.Err, ErrFenceUnknown):
+			if failed == 0 {
+				firstFailure = n.Err
+			}
 			failed++
 		}
 	}
@@ -176,7 +180,7 @@ func (e *Error) mainCause() string {
 	case guarded > 0:
 		cause = fmt.Sprintf("restart guard on %d %s, %v left", guarded, nodes(guarded), left)
 	case failed > 0:
-		cause = fmt.Sprintf("%d %s failed or did not answer", failed, nodes(failed))
+		cause = fmt.Sprintf("%d %s failed, such as: %s", failed, nodes(failed), shorten(firstFailure.Error(), 80))
 	}
 	return joinReason(cause, e.Reason)
 }
@@ -186,6 +190,14 @@ func nodes(n int) string {
 		return "node"
 	}
 	return "nodes"
+}
+
+// shorten returns s cut to about n bytes.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // shortKey returns key, or its start and its length when it is longer than

@@ -25,12 +25,11 @@ func (c *Client) release(ctx context.Context, r *round, announce bool) *quorum.R
 	} else {
 		cmd = c.proto.Release(r.storedKeys(), r.acq.Token, r.acq.TTL, announce)
 	}
-	// The wait for an outstanding acquire is bounded by its own timeout,
-	// hence two node timeouts then; a release sent after such a wait has
-	// at least one node timeout of them left.
+	// The wait for an outstanding acquire is bounded by its own timeout;
+	// a release sent after such a wait still has a node timeout left.
 	timeout := c.cfg.nodeTimeout
 	if !r.calls.AllDone() {
-		timeout += c.cfg.nodeTimeout
+		timeout += r.callTimeout
 	}
 	name := r.name()
 	return c.life.workers.Start(detach(ctx), len(c.nodes), timeout, func(ctx context.Context, i int) error {
@@ -53,7 +52,7 @@ func (c *Client) releaseHandedOver(next *round, prev queue.Handover, obtained bo
 	cmd := c.proto.Release(next.storedKeys(), prev.Token, prev.TTL, false)
 	timeout := c.cfg.nodeTimeout
 	if !next.calls.AllDone() {
-		timeout += c.cfg.nodeTimeout
+		timeout += next.callTimeout
 	}
 	name := next.name()
 	c.life.workers.Start(context.Background(), len(c.nodes), timeout, func(ctx context.Context, i int) error {

@@ -30,6 +30,9 @@ type round struct {
 	cmd   protocol.Cmd     // acq as sent to every node on the plain state key; nil when establishing
 	est   []string         // per node, the id of a guarded state to establish, or nil
 	calls *quorum.Round    // the acquires
+	// callTimeout bounds each acquire call: a release that waits for one
+	// must allow for it.
+	callTimeout time.Duration
 	// replies holds, per node, what its acquire reported; written by the
 	// node's call before it returns, read once calls.Result says it has.
 	replies []protocol.AcquireReply
@@ -80,7 +83,8 @@ func (r *round) name() string { return strings.Join(r.keys, ", ") }
 func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []string, prev string) (*round, error) {
 	r := c.newRound(keys, ttl, est, prev)
 	r.start = c.cfg.clock.Now()
-	r.calls = c.life.workers.Start(ctx, len(c.nodes), c.callTimeout(), r.acquireOn)
+	r.callTimeout = c.callTimeout()
+	r.calls = c.life.workers.Start(ctx, len(c.nodes), r.callTimeout, r.acquireOn)
 	ok, err := r.calls.Await(ctx, c.cfg.quorum)
 	if err == nil {
 		r.decide()
