@@ -129,7 +129,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	}
 	defer c.life.exit()
 	l.released = true
-	if c.cfg.clock.Now().Before(l.until) && c.queue.HandOff(l.turn, queue.Handover{Token: l.token, TTL: l.ttl, Refused: l.held.refusedMask()}) {
+	if c.cfg.clock.Now().Before(l.until) && c.queue.HandOff(l.turn, l.held.handover()) {
 		return nil // the next local caller's round takes the keys over
 	}
 	// The release does not depend on ctx: a caller's context that has

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/queue"
@@ -50,13 +51,9 @@ func (c *Client) release(ctx context.Context, r *round, announce bool) *quorum.R
 // are within c.life.enter.
 func (c *Client) releaseHandedOver(next *round, prev queue.Handover, obtained bool) {
 	cmd := c.proto.Release(next.storedKeys(), prev.Token, prev.TTL, false)
-	timeout := c.cfg.nodeTimeout
-	if !next.calls.AllDone() {
-		timeout += next.callTimeout
-	}
 	name := next.name()
-	c.life.workers.Start(context.Background(), len(c.nodes), timeout, func(ctx context.Context, i int) error {
-		if i < 64 && prev.Refused&(1<<i) != 0 {
+	c.life.workers.Start(context.Background(), len(c.nodes), c.handoverTimeout(prev, next), func(ctx context.Context, i int) error {
+		if !heldBy(prev, i) {
 			return errSkipped // prev never held the keys there
 		}
 		if res := next.calls.Outcome(i); obtained && (res == nil || errors.Is(res, ErrFenceUnknown)) {
@@ -90,20 +87,34 @@ func (c *Client) releaseUnclaimed(keys []string, h queue.Handover) {
 	}
 	cmd := c.proto.Release(stored, h.Token, h.TTL, true)
 	name := strings.Join(keys, ", ")
-	c.life.workers.Start(context.Background(), len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+	c.life.workers.Start(context.Background(), len(c.nodes), c.handoverTimeout(h, nil), func(ctx context.Context, i int) error {
+		if !heldBy(h, i) {
+			return errSkipped
+		}
 		return c.nodes[i].Release(ctx, cmd, h.TTL, name)
 	})
 }
 
-// refusedMask returns the nodes (bit i for node i < 64) whose acquire of r
-// has answered that it did not set the keys. A node still outstanding may
-// yet set them, and is not in the mask.
-func (r *round) refusedMask() uint64 {
-	var m uint64
-	for i := range min(len(r.replies), 64) {
-		if res, done := r.calls.Result(i); done && refused(res) {
-			m |= 1 << i
-		}
+// handover returns the lock that r obtained as Unlock hands it over.
+func (r *round) handover() queue.Handover {
+	return queue.Handover{Token: r.acq.Token, TTL: r.acq.TTL, Acquire: r.calls, AcquireTimeout: r.callTimeout}
+}
+
+// heldBy reports whether node i may hold the keys of h, waiting for the
+// node's answer to h's acquire if it is still coming.
+func heldBy(h queue.Handover, i int) bool {
+	return h.Acquire == nil || !refused(h.Acquire.Outcome(i))
+}
+
+// handoverTimeout bounds a release of h that may first wait for h's
+// acquire answers, and for those of next when not nil.
+func (c *Client) handoverTimeout(h queue.Handover, next *round) time.Duration {
+	t := c.cfg.nodeTimeout
+	if h.Acquire != nil && !h.Acquire.AllDone() {
+		t += h.AcquireTimeout
 	}
-	return m
+	if next != nil && !next.calls.AllDone() {
+		t += next.callTimeout
+	}
+	return t
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/quorum"
 )
 
 // Why a wait in the queue ended without a turn (besides ctx.Err()).
@@ -40,9 +41,13 @@ const MaxHandoffs = 3
 type Handover struct {
 	Token string
 	TTL   time.Duration // the lock's TTL, for the tombstones of its release
-	// Refused has bit i set when node i did not set the lock's keys: its
-	// release skips those nodes (nodes beyond 64 are always sent it).
-	Refused uint64
+	// Acquire is the round that obtained the lock, which tells, per node,
+	// whether its acquire set the keys; its answers may still be coming,
+	// for at most AcquireTimeout. The release of what is left of the lock
+	// waits for each node's answer and skips the nodes that refused, so
+	// that it never overtakes the lock's own acquire.
+	Acquire        *quorum.Round
+	AcquireTimeout time.Duration
 }
 
 // Queue is a client's queues, one per key with callers. It is safe for
