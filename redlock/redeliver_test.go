@@ -295,3 +295,33 @@ func TestReleaseOnClosedNodeClients(t *testing.T) {
 	assert.Equal(t, 3, strings.Count(logs.String(), "the node client is closed"), "one warning per node: %s", logs.String())
 	assert.Contains(t, logs.String(), "level=WARN")
 }
+
+// TestRedeliverDuringClose: a release that fails after Close has begun
+// (Close waits for it) is sent once more before Close returns, instead of
+// being dropped: an acquire that the node executes late would otherwise
+// leave its key there until the TTL.
+func TestRedeliverDuringClose(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	cl := c.client(t, nil)
+	l := lockOnAll(t, c, cl, "k", time.Minute)
+	h := c.hooks[2]
+	h.selectCmds(isScript(scripts.Release))
+	h.set(nil, errBroken)
+	open := h.block() // node 2's release waits, then fails
+	require.NoError(t, l.Unlock(t.Context()), "a quorum released")
+	closed := make(chan error, 1)
+	go func() { closed <- cl.Close() }()
+	require.Eventually(t, func() bool {
+		select {
+		case <-cl.life.closing:
+			return true
+		default:
+			return false
+		}
+	}, 5*time.Second, time.Millisecond, "Close has begun")
+	h.set(nil, nil) // the node answers from now on
+	open()
+	require.NoError(t, <-closed)
+	assert.False(t, held(c.srv[2], "k"), "the release that failed during Close was dropped")
+}

@@ -31,7 +31,8 @@ import (
 // of the node's request slots (Node.enter), and a node whose slots are all
 // taken is left for the next attempt. When Config.Closing is closed, the
 // goroutine makes one last attempt for what is queued, at once (bounded by
-// Config.RedeliverTimeout), and ends; [Node.Wait] waits for it. What it
+// Config.RedeliverTimeout), and ends; [Node.Wait] waits for it. A release
+// that fails after that makes its last attempt at once, in its own call. What it
 // could not deliver, and a queue that overflows (Config.RedeliveryLimit),
 // are logged at Debug level: the keys expire with their TTL, as they would
 // without redelivery.
@@ -76,7 +77,12 @@ func inDoubt(err error) bool {
 // which the client waits for before it waits for the node.
 func (n *Node) redeliver(cmd protocol.Cmd, ttl time.Duration, key string, cause error) {
 	if n.closing() {
-		return // Close is making its last attempts or has made them
+		// The client is closing and makes its last attempts: make this
+		// release's now, in the call that failed, which Close waits for.
+		if left := n.redeliverBatch([]pendingRelease{{cmd: cmd, until: n.cfg.Clock.Now().Add(ttl)}}, true); len(left) > 0 {
+			n.cfg.Log.Debug("redlock: Close could not deliver a release in doubt: its keys expire with their TTL", "addr", n.name, "key", key)
+		}
+		return
 	}
 	q, limit := &n.redo, n.cfg.RedeliveryLimit
 	q.mu.Lock()
