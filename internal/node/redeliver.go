@@ -32,10 +32,10 @@ import (
 // taken is left for the next attempt. When Config.Closing is closed, the
 // goroutine makes one last attempt for what is queued, at once (bounded by
 // Config.RedeliverTimeout), and ends; [Node.Wait] waits for it. A release
-// that fails after that makes its last attempt at once, in its own call. What it
-// could not deliver, and a queue that overflows (Config.RedeliveryLimit),
-// are logged at Debug level: the keys expire with their TTL, as they would
-// without redelivery.
+// that fails after that makes its last attempt at once, in its own call.
+// What it could not deliver, and a queue that overflows
+// (Config.RedeliveryLimit), are logged at Debug level: the keys expire with
+// their TTL, as they would without redelivery.
 
 // redelivery is one node's queue of releases in doubt.
 type redelivery struct {
