@@ -285,6 +285,15 @@ const MaxKeyLen = 1024
 // stored returns key as stored on the nodes: after Options.KeyPrefix.
 func (c *Client) stored(key string) string { return c.cfg.prefix + key }
 
+// storedKeys returns keys as stored on the nodes, with room for extra more.
+func (c *Client) storedKeys(keys []string, extra int) []string {
+	stored := make([]string, len(keys), len(keys)+extra)
+	for i, k := range keys {
+		stored[i] = c.stored(k)
+	}
+	return stored
+}
+
 // checkArgs validates the keys and a ttl and returns the ttl cut to whole
 // milliseconds, which is what the nodes apply.
 func (c *Client) checkArgs(keys []string, ttl time.Duration) (time.Duration, error) {

@@ -59,11 +59,7 @@ type round struct {
 func (c *Client) newRound(keys []string, ttl time.Duration, est []string, prev string) *round {
 	r, replies := alloc.WithSlice[round, protocol.AcquireReply](len(c.nodes)) // one allocation for up to alloc.Small nodes
 	r.c, r.keys, r.replies, r.est = c, keys, replies, est
-	stored := make([]string, len(keys), len(keys)+1)
-	for i, k := range keys {
-		stored[i] = c.stored(k)
-	}
-	r.acq = protocol.Acquire{Keys: append(stored, c.stateKey), Token: protocol.NewToken(c.cfg.owner), TTL: ttl, Prev: prev}
+	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: protocol.NewToken(c.cfg.owner), TTL: ttl, Prev: prev}
 	if est == nil {
 		r.cmd = c.proto.AcquireCmd(r.acq) // built once for the plain nodes
 	}
@@ -275,7 +271,7 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 		r, err = c.round(ctx, keys, ttl, ids, prev.Token)
 	}
 	if prev.Token != "" {
-		c.releaseHandedOver(r, prev, err == nil)
+		c.releaseHandedOver(r, prev)
 	}
 	if err != nil {
 		return nil, r.freeIn(), err

@@ -3,7 +3,6 @@ package test
 import (
 	"context"
 	"errors"
-	"os"
 	"os/exec"
 	"strconv"
 	"testing"
@@ -25,12 +24,7 @@ import (
 // client for each, with the settings redlock.NodeOptions gives a plain
 // node. Without redis-server it skips, or fails under CI=true.
 func clusters(t *testing.T, sizes ...int) []*redis.ClusterClient {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis-server not found (%v); CI=true, and in CI tests against real Redis must run, not skip", err)
-		}
-		t.Skipf("redis-server not found (%v); run scripts/ensure-redis-server.sh (with CI=true this fails)", err)
-	}
+	redisproc.Require(t)
 	var out []*redis.ClusterClient
 	for _, n := range sizes {
 		s, err := redisproc.StartCluster(t.Context(), n)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -25,12 +24,7 @@ import (
 // skips, or fails under CI=true.
 func five(t *testing.T) ([]string, []*redis.Client) {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis-server not found (%v); CI=true, and in CI tests against real Redis must run, not skip", err)
-		}
-		t.Skipf("redis-server not found (%v); run scripts/ensure-redis-server.sh (with CI=true this fails)", err)
-	}
+	redisproc.Require(t)
 	s, err := redisproc.Start(t.Context(), 5)
 	require.NoError(t, err)
 	t.Cleanup(s.Stop)
@@ -300,7 +294,7 @@ func TestOpenOwnsNodeClients(t *testing.T) {
 	assert.ErrorIs(t, err, redlock.ErrClosed)
 	_, err = redlock.Open(nil, nil)
 	assert.EqualError(t, err, "redlock: no addresses")
-	assert.True(t, errors.Is(c.Close(), nil), "Close twice")
+	assert.NoError(t, c.Close(), "Close twice")
 }
 
 // TestNewDeploymentSlowNode: a brand-new deployment whose fifth node

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -33,21 +31,11 @@ var backends = []struct {
 // it skips, or fails under CI=true.
 func startRedis(t *testing.T, n int) []string {
 	t.Helper()
-	requireRedisServer(t)
+	redisproc.Require(t)
 	s, err := redisproc.Start(t.Context(), n)
 	require.NoError(t, err)
 	t.Cleanup(s.Stop)
 	return s.Addrs
-}
-
-func requireRedisServer(t *testing.T) {
-	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis-server not found (%v); CI=true, and in CI tests against real Redis must run, not skip", err)
-		}
-		t.Skipf("redis-server not found (%v); run scripts/ensure-redis-server.sh (with CI=true this fails)", err)
-	}
 }
 
 // downAddr returns the address of a node that is not running.
@@ -84,6 +72,21 @@ func waitGuarded(t *testing.T, nodes []redis.UniversalClient) {
 	}, 5*time.Second, 5*time.Millisecond)
 }
 
+// served starts three nodes with start and returns their addresses, a
+// plain client on each and a Client that has locked and unlocked once on
+// them: the nodes are established, the Client in service.
+func served(t *testing.T, start func(t *testing.T, n int) []string) ([]string, []redis.UniversalClient, *redlock.Client) {
+	t.Helper()
+	addrs := start(t, 3)
+	nodes := redlock.NewNodes(addrs...)
+	t.Cleanup(func() { closeNodes(nodes) })
+	c := newClient(t, addrs)
+	l, err := c.TryLock(t.Context(), "warm", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(t.Context()))
+	return addrs, nodes, c
+}
+
 // TestGuardEnd: after every node lost its data, a Client that has served
 // before is refused (ErrGuarded) until guard end --yes; the dry run changes
 // nothing.
@@ -91,17 +94,11 @@ func TestGuardEnd(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			addrs := b.start(t, 3)
-			nodes := redlock.NewNodes(addrs...)
-			t.Cleanup(func() { closeNodes(nodes) })
-			c := newClient(t, addrs)
-			l, err := c.TryLock(t.Context(), "job", time.Minute)
-			require.NoError(t, err)
-			require.NoError(t, l.Unlock(t.Context()))
+			addrs, nodes, c := served(t, b.start)
 			for _, n := range nodes {
 				require.NoError(t, n.FlushAll(t.Context()).Err())
 			}
-			_, err = c.TryLock(t.Context(), "job", time.Minute)
+			_, err := c.TryLock(t.Context(), "job", time.Minute)
 			require.ErrorIs(t, err, redlock.ErrGuarded, "negative control: every node guards itself")
 			waitGuarded(t, nodes)
 			before := states(t, nodes)
@@ -124,7 +121,7 @@ func TestGuardEnd(t *testing.T) {
 				assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(a)+`\s+serving, fence unknown\s+set serving \(was guarded for (59|60)s\)$`, out)
 				assert.Equal(t, map[string]string{"g": "0", "id": before[i]["id"]}, states(t, nodes)[i], "g ends, id stays, f stays unknown")
 			}
-			l, err = c.TryLock(t.Context(), "job", time.Minute)
+			l, err := c.TryLock(t.Context(), "job", time.Minute)
 			require.NoError(t, err, "served at once")
 			require.NoError(t, l.Unlock(t.Context()))
 
@@ -142,13 +139,7 @@ func TestGuardEndRefuses(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			addrs := b.start(t, 3)
-			nodes := redlock.NewNodes(addrs...)
-			t.Cleanup(func() { closeNodes(nodes) })
-			c := newClient(t, addrs)
-			warm, err := c.TryLock(t.Context(), "warm", time.Minute)
-			require.NoError(t, err)
-			require.NoError(t, warm.Unlock(t.Context()))
+			addrs, nodes, c := served(t, b.start)
 			require.NoError(t, nodes[0].FlushAll(t.Context()).Err())
 			l, err := c.TryLock(t.Context(), "held", time.Minute) // node 0 guards itself, 1 and 2 grant
 			require.NoError(t, err)
@@ -186,7 +177,7 @@ func TestGuardEndRefuses(t *testing.T) {
 // TestGuardEndCluster: guard end refuses a Redis Cluster node, whose guard
 // is one state per hash slot.
 func TestGuardEndCluster(t *testing.T) {
-	requireRedisServer(t)
+	redisproc.Require(t)
 	leakcheck.Check(t)
 	cl, err := redisproc.StartCluster(t.Context(), 1)
 	require.NoError(t, err)

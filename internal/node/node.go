@@ -106,9 +106,6 @@ func (n *Node) Name() string { return n.name }
 // Kind returns what the node's client is.
 func (n *Node) Kind() Kind { return n.kind }
 
-// Client returns the node's go-redis client.
-func (n *Node) Client() redis.UniversalClient { return n.client }
-
 // ScriptKeys returns the KEYS of the acquire, extend and fence scripts on
 // this node, given akeys: the lock keys as stored followed by the plain
 // state key ([protocol.StateKey] after the prefix). On a Cluster node the

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -225,4 +226,16 @@ func versionOf(s string) string {
 		}
 	}
 	return strings.TrimSpace(s)
+}
+
+// Require makes tb skip when redis-server is not installed, or, under
+// CI=true, fail: in CI, tests against real Redis must run, not skip.
+func Require(tb testing.TB) {
+	tb.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") == "true" {
+			tb.Fatalf("redis-server not found (%v); CI=true, and in CI tests against real Redis must run, not skip", err)
+		}
+		tb.Skipf("redis-server not found (%v); run scripts/ensure-redis-server.sh (with CI=true this fails)", err)
+	}
 }
