@@ -64,9 +64,8 @@ func (c *Client) Holder(ctx context.Context, key string) (Holder, error) {
 // was unlocked or its validity has run out.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	c := l.c
-	until := l.Until()
 	l.mu.Lock()
-	released := l.released
+	until, released := l.until, l.released
 	l.mu.Unlock()
 	if left := until.Sub(c.cfg.clock.Now()); released || left <= 0 {
 		reason := "already unlocked"
