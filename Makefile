@@ -9,15 +9,20 @@ COMPOSE := $(shell command -v docker-compose 2>/dev/null || echo "docker compose
 demo:
 	$(GO) run ./cmd/redlock demo $(if $(NODES),--nodes $(NODES))
 
-## test: every test: unit, integration and chaos on real Redis in Docker.
+## CONTRIB: the nested modules of the metrics and tracing adapters, tested and
+## vetted with the core module.
+CONTRIB := contrib/prometheus contrib/otel
+
+## test: every test: unit, integration and chaos on real Redis in Docker, and
+## the adapters' tests in CONTRIB against redis-server.
 ## Builds the Redis image first (no registry needed) and runs oldest-go. The
 ## chaos suite runs without -race (the race detector slows it below 10,000
 ## acquisitions in its time budget) and from its own directory, so that
 ## `go test` prints its summary line (acquisitions, faults by kind, violations)
 ## even when it passes.
-test: image oldest-go
-	$(GO) vet ./...
+test: image oldest-go vet
 	$(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/test/chaos$$')
+	for m in $(CONTRIB); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 	cd test/chaos && $(GO) test -count=1 -timeout 8m
 
 ## unit: the tests that need neither Docker nor a Redis server.
@@ -47,8 +52,10 @@ bench:
 	./scripts/ensure-redis-server.sh
 	cd bench && $(GO) run . $(BENCHFLAGS)
 
+## vet: the core module and the CONTRIB modules.
 vet:
 	$(GO) vet ./...
+	for m in $(CONTRIB); do (cd $$m && $(GO) vet ./...) || exit 1; done
 fmt:
 	gofmt -l -w .
 cover:

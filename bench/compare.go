@@ -67,12 +67,17 @@ func compare(w io.Writer, results []loadtest.Result, baseName, ourName string) {
 		if strings.HasSuffix(r.Scenario, "-clients") {
 			n = fmt.Sprintf("hot key, %d separate clients: ", r.Callers)
 		}
+		if strings.HasSuffix(r.Scenario, "-procs") {
+			n = fmt.Sprintf("hot key, %d separate processes: ", r.Callers)
+		}
 		figs = append(figs,
 			figure{n + "acquisitions/s", b.PerSec, r.PerSec, "/s"},
 			figure{n + "wait p50", ms(b, 50), ms(&r, 50), "ms"},
 			figure{n + "wait p99", ms(b, 99), ms(&r, 99), "ms"},
+			figure{n + "handoff p50 (Unlock called to next Lock returned)", float64(b.Handoff.P50) / 1e6, float64(r.Handoff.P50) / 1e6, "ms"},
 			figure{n + "smallest share / largest", b.ShareRatio(), r.ShareRatio(), "ratio"},
 			figure{n + "failed Lock calls", float64(b.Errors), float64(r.Errors), ""},
+			figure{n + "overlapping holds", float64(b.Overlaps), float64(r.Overlaps), ""},
 		)
 	}
 	for _, r := range results {

@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
@@ -39,6 +40,12 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	err := run(ctx)
+	if spec, ok, werr := loadtest.WorkerFromEnv(); ok {
+		err = werr // one caller of a scenario whose callers are processes
+		if err == nil {
+			err = runWorker(ctx, spec)
+		}
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -46,7 +53,24 @@ func main() {
 	}
 }
 
+// runWorker runs the caller of spec in this process.
+func runWorker(ctx context.Context, spec loadtest.WorkerSpec) error {
+	i := slices.IndexFunc(allImpls(), func(i loadtest.Impl) bool { return i.Name == spec.Impl })
+	if i < 0 {
+		return fmt.Errorf("worker: no implementation %q", spec.Impl)
+	}
+	return loadtest.RunWorker(ctx, allImpls()[i], spec)
+}
+
+// allImpls returns every implementation the bench knows.
+func allImpls() []loadtest.Impl {
+	return []loadtest.Impl{redsyncImpl(), loadtest.Redquorum(nil), bareImpl("bare-scripts", true), bareImpl("bare-noop", false)}
+}
+
 func run(ctx context.Context) error {
+	if _, worker, _ := loadtest.WorkerFromEnv(); worker {
+		return nil // main runs the worker
+	}
 	duration := flag.Duration("duration", 5*time.Second, "measured time per scenario and implementation")
 	callers := flag.Int("callers", 8, "concurrent callers in the multi-caller and hot-key scenarios")
 	slow := flag.Duration("slow-node", 20*time.Millisecond, "latency added each way in front of one node in the slow-node scenario (0: skip it)")
@@ -55,7 +79,7 @@ func run(ctx context.Context) error {
 	svgFile := flag.String("svg", "results/latest.svg", "write the latency plot here (empty: don't)")
 	mdFile := flag.String("md", "results/latest.md", "write the comparison table (Markdown) here (empty: don't)")
 	rounds := flag.Int("rounds", 3, "split each scenario into this many short runs per library, alternating the libraries, and pool them (so that both see the same drift in machine load)")
-	only := flag.String("only", "", "run only these scenarios, by ID, comma-separated (distinct-1, distinct-8, hotkey-8, hotkey-8-clients, shared-8-clients, slow-1)")
+	only := flag.String("only", "", "run only these scenarios, by ID, comma-separated (distinct-1, distinct-8, hotkey-8, hotkey-8-clients, hotkey-8-procs, shared-8-clients, slow-1)")
 	implName := flag.String("impl", "", "run only these, comma-separated: redsync, redquorum, and the floors bare-scripts and bare-noop (see bare.go; 1-caller scenario only)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run here")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the run here")
@@ -77,9 +101,9 @@ func run(ctx context.Context) error {
 	env["redis-server"] = srv.Version
 	fmt.Printf("%d redis-server %s on 127.0.0.1, %v per scenario; %s, %s cpus, %s\n\n", *nodes, srv.Version, *duration, env["cpu"], env["cpus"], env["go"])
 
-	impls := []loadtest.Impl{redsyncImpl(), loadtest.Redquorum(nil)}
+	impls := allImpls()[:2]
 	if *implName != "" {
-		all := append(impls, bareImpl("bare-scripts", true), bareImpl("bare-noop", false))
+		all := allImpls()
 		impls = nil
 		for _, name := range strings.Split(*implName, ",") {
 			i := slices.IndexFunc(all, func(i loadtest.Impl) bool { return i.Name == name })
@@ -124,7 +148,8 @@ func run(ctx context.Context) error {
 			}
 		}()
 	}
-	runner := &loadtest.Runner{Progress: os.Stderr, MeasureAllocs: true}
+	runner := &loadtest.Runner{Progress: os.Stderr, MeasureAllocs: true,
+		Spawn: func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, os.Args[0]) }}
 	var results []loadtest.Result
 	for _, sc := range scenarios {
 		total := sc.Duration

@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"context"
 	"os"
 	"strconv"
 	"strings"
@@ -37,10 +38,25 @@ func benchNodes(b *testing.B) []string {
 	return addrs
 }
 
-// BenchmarkLockUnlockNative measures one TryLock+Unlock by one caller; run it with
+// BenchmarkLockUnlockNative measures one Lock+Unlock by one caller; run it with
 // -benchmem for the allocations per lock+unlock.
 func BenchmarkLockUnlockNative(b *testing.B) {
-	c := benchClient(b)
+	lockUnlock(b, benchClient(b, nil))
+}
+
+// BenchmarkLockUnlockNativeObserved is BenchmarkLockUnlockNative with an
+// Observer whose hooks do nothing: the cost of building the events.
+func BenchmarkLockUnlockNativeObserved(b *testing.B) {
+	lockUnlock(b, benchClient(b, &redlock.Observer{
+		Begin: func(ctx context.Context, _ redlock.Op, _ []string) context.Context { return ctx },
+		End:   func(context.Context, redlock.Event) {},
+		Do:    func(context.Context, redlock.DoEvent) {},
+		Node:  func(context.Context, redlock.NodeEvent) {},
+	}))
+}
+
+// lockUnlock runs one Lock+Unlock per iteration on c.
+func lockUnlock(b *testing.B, c *redlock.Client) {
 	ctx := b.Context()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -57,7 +73,7 @@ func BenchmarkLockUnlockNative(b *testing.B) {
 // BenchmarkLockUnlockNativeParallel measures lock+unlock on distinct keys by
 // concurrent callers of one Client (GOMAXPROCS × -cpu callers).
 func BenchmarkLockUnlockNativeParallel(b *testing.B) {
-	c := benchClient(b)
+	c := benchClient(b, nil)
 	ctx := b.Context()
 	var next atomic.Int64
 	b.ReportAllocs()
@@ -78,11 +94,11 @@ func BenchmarkLockUnlockNativeParallel(b *testing.B) {
 	})
 }
 
-// benchClient returns a Client on the benchmark's nodes, closed with them at
-// the end.
-func benchClient(b *testing.B) *redlock.Client {
+// benchClient returns a Client on the benchmark's nodes with obs (may be
+// nil), closed with them at the end.
+func benchClient(b *testing.B, obs *redlock.Observer) *redlock.Client {
 	nodes := redlock.NewNodes(benchNodes(b)...)
-	c, err := redlock.New(nodes, &redlock.Options{NodeTimeout: time.Second}) // a loaded machine stalls for tens of ms
+	c, err := redlock.New(nodes, &redlock.Options{NodeTimeout: time.Second, Observer: obs}) // a loaded machine stalls for tens of ms
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -35,6 +35,8 @@ type Client struct {
 	// from then on this Client never takes the nodes for a new deployment.
 	inService atomic.Bool
 
+	obs *observing // nil without an Options.Observer (record.go)
+
 	owned []redis.UniversalClient // node clients made by Open, closed by Close
 
 	life  lifetime     // closed state and the calls in flight (lifetime.go)
@@ -45,6 +47,18 @@ type Client struct {
 // New returns a Client that locks on the given nodes: independent Redis
 // masters (not replicas of one another), each given as a go-redis client,
 // best built with [NodeOptions] or [NewNodes]. opts may be nil.
+//
+// A node may be a replicated group that fails over: a Sentinel client
+// (redis.NewFailoverClient), or a client of an address that a failover
+// moves to the promoted replica. New adds a check to the OnConnect of each
+// *redis.Client node, after the one it has: every new connection records
+// its server's replication ID in the node's state, once, and a server whose
+// ID is not the recorded one (a promoted replica, a restarted master) starts
+// the restart guard ([ErrGuarded]), since it may lack locks it granted. A
+// connection to a replica is refused. So make the Client before other
+// goroutines use its node clients; connections they opened before are not
+// checked. The check costs one round trip per new connection and nothing
+// per lock.
 //
 // New checks nodes and opts and returns an error naming the offending value:
 // no nodes, a nil node, the same client or address twice, or an option out
@@ -88,7 +102,7 @@ func newClient(clients []redis.UniversalClient, cfg config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, life: newLifetime()}
+	c := &Client{cfg: cfg, life: newLifetime(), obs: newObserving(cfg.observer, len(clients))}
 	c.stateKey = c.stored(protocol.StateKey)
 	ncfg := cfg.nodeConfig(c.life.closing)
 	c.proto = ncfg.Protocol
@@ -104,6 +118,10 @@ func newClient(clients []redis.UniversalClient, cfg config) (*Client, error) {
 	return c, nil
 }
 
+// sentinelAddr is the address go-redis reports for a client made by
+// redis.NewFailoverClient.
+const sentinelAddr = "FailoverClient"
+
 // checkNodes checks the node clients and returns their names, logging a
 // warning for each setting that works against the algorithm.
 func checkNodes(nodes []redis.UniversalClient, cfg config) ([]string, error) {
@@ -117,18 +135,23 @@ func checkNodes(nodes []redis.UniversalClient, cfg config) ([]string, error) {
 			return nil, fmt.Errorf("redlock: nodes[%d] is the same client as nodes[%d]", i, j)
 		}
 		addrs, problems := nodeInfo(n, cfg.nodeTimeout)
+		names[i] = fmt.Sprintf("node %d", i)
+		if len(addrs) > 0 {
+			names[i] = addrs[0]
+		}
+		if names[i] == sentinelAddr {
+			// go-redis gives every Sentinel client this address: it names
+			// no server, and two of them are different nodes.
+			names[i], addrs = fmt.Sprintf("node %d (Sentinel)", i), nil
+		}
 		for _, a := range addrs {
 			if j, dup := seenAddr[a]; dup {
 				return nil, fmt.Errorf("redlock: nodes[%d] and nodes[%d] both address %s: the nodes must be independent masters", i, j, a)
 			}
 			seenAddr[a] = i
 		}
-		names[i] = fmt.Sprintf("node %d", i)
-		if len(addrs) > 0 {
-			names[i] = addrs[0]
-		}
 		for _, p := range problems {
-			cfg.log.Warn("redlock: node client configured against the lock algorithm", "node", i, "addr", names[i], "problem", p)
+			cfg.log.Warn("redlock: node client configured against the lock algorithm", "node", names[i], "index", i, "problem", p)
 		}
 	}
 	return names, nil
@@ -207,7 +230,7 @@ func (c *Client) Close() error {
 // allowance; ttl is used in whole milliseconds. TryLock does not take part
 // in the local queue of [Client.Lock]: it makes its round at once.
 func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	return c.lock(ctx, []string{key}, ttl, false)
+	return c.lock(ctx, OpTryLock, []string{key}, ttl, false)
 }
 
 // TryLockMany is [Client.TryLock] for a lock over several keys, taken
@@ -221,7 +244,7 @@ func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*L
 // hash slot (on a Ring, of one shard): give every key of one lock the same
 // hash tag, for example "{order:42}:stock" and "{order:42}:payment".
 func (c *Client) TryLockMany(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
-	return c.lock(ctx, slices.Clone(keys), ttl, false)
+	return c.lock(ctx, OpTryLockMany, slices.Clone(keys), ttl, false)
 }
 
 // Lock is like [Client.TryLock] but retries until it holds the lock, ctx is
@@ -235,25 +258,37 @@ func (c *Client) TryLockMany(ctx context.Context, keys []string, ttl time.Durati
 // concurrent use; concurrent callers of one Client compete like separate
 // clients.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	return c.lock(ctx, []string{key}, ttl, true)
+	return c.lock(ctx, OpLock, []string{key}, ttl, true)
 }
 
 // LockMany is [Client.Lock] for several keys taken together, as in
 // [Client.TryLockMany].
 func (c *Client) LockMany(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
-	return c.lock(ctx, slices.Clone(keys), ttl, true)
+	return c.lock(ctx, OpLockMany, slices.Clone(keys), ttl, true)
 }
 
-// lock locks keys, which the Lock may keep: one round when wait is false
-// (TryLock), else rounds with the waits of a waiter (wait.go) between them,
-// until one obtains the lock or the waiter gives up (Lock).
-func (c *Client) lock(ctx context.Context, keys []string, ttl time.Duration, wait bool) (*Lock, error) {
+// lock is op on keys, reported to the Observer if there is one.
+func (c *Client) lock(ctx context.Context, op Op, keys []string, ttl time.Duration, wait bool) (*Lock, error) {
+	if c.obs == nil {
+		return c.lockRounds(ctx, keys, ttl, wait, nil)
+	}
+	ctx, rec := c.begin(ctx, op, keys)
+	l, err := c.lockRounds(ctx, keys, ttl, wait, rec)
+	rec.end(err, Obtained)
+	return l, err
+}
+
+// lockRounds locks keys, which the Lock may keep: one round when wait is
+// false (TryLock), else rounds with the waits of a waiter (wait.go) between
+// them, until one obtains the lock or the waiter gives up (Lock). rec, when
+// not nil, records the rounds.
+func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duration, wait bool, rec *record) (*Lock, error) {
 	ttl, err := c.checkArgs(keys, ttl)
 	if err != nil {
 		return nil, err
 	}
 	if !wait {
-		l, _, err := c.attempt(ctx, keys, ttl, queue.Handover{})
+		l, _, err := c.attempt(ctx, keys, ttl, queue.Handover{}, join{}, rec)
 		return l, err
 	}
 	w := c.newWaiter(ctx, keys)
@@ -263,9 +298,12 @@ func (c *Client) lock(ctx context.Context, keys []string, ttl time.Duration, wai
 	for {
 		prev, err := w.next(last, hint)
 		if err != nil {
+			if rec != nil {
+				rec.gaveUp = true
+			}
 			return nil, err
 		}
-		l, freeIn, err := c.attempt(ctx, keys, ttl, prev)
+		l, freeIn, err := c.attempt(ctx, keys, ttl, prev, w.join(), rec)
 		if err == nil {
 			w.held(l)
 			return l, nil
@@ -319,6 +357,8 @@ func (c *Client) checkKeys(keys []string) error {
 			return fmt.Errorf("redlock: keys[%d] is empty", i)
 		case strings.HasPrefix(k, protocol.StateKey):
 			return fmt.Errorf("redlock: key %q starts with %q, which is reserved for the nodes' state", k, protocol.StateKey)
+		case strings.HasPrefix(k, protocol.QueuePrefix):
+			return fmt.Errorf("redlock: key %q starts with %q, which is reserved for the queues of waiters", k, protocol.QueuePrefix)
 		}
 		if j := slices.Index(keys[:i], k); j >= 0 {
 			return fmt.Errorf("redlock: keys[%d] %q is the same as keys[%d]", i, k, j)

@@ -25,13 +25,27 @@ var ErrLockLost = errors.New("redlock: lock lost")
 // Otherwise it returns fn's error, joined with ErrLockLost and the cause when
 // the lock was lost, including when the final Unlock finds that fewer than a
 // quorum of nodes still held it. No goroutine outlives Do.
-func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error) (err error) {
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error) error {
+	if c.obs == nil {
+		return c.do(ctx, key, ttl, fn, nil)
+	}
+	ctx, rec := c.begin(ctx, OpDo, []string{key})
+	err := c.do(ctx, key, ttl, fn, rec)
+	rec.end(err, Released)
+	return err
+}
+
+// do is Do, recorded in rec when not nil.
+func (c *Client) do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, rec *record) (err error) {
 	if fn == nil {
 		return errors.New("redlock: Do with a nil fn")
 	}
 	l, err := c.Lock(ctx, key, ttl)
 	if err != nil {
 		return err
+	}
+	if rec != nil {
+		rec.lock, rec.ended = l, true
 	}
 	fctx, cancel := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
@@ -40,6 +54,7 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	go func() {
 		defer close(watched)
 		if why := c.watch(ctx, l, ttl, stop); why != nil {
+			c.doEvent(ctx, l, 0, why)
 			lost <- why
 			cancel(ErrLockLost)
 		}
@@ -59,6 +74,7 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		if why == nil && errors.Is(uerr, ErrNotHeld) {
 			why = fmt.Errorf("found at unlock: %w", uerr)
 			uerr = nil
+			c.doEvent(ctx, l, 0, why)
 		}
 		if why != nil {
 			err = joinErrs(err, &lostError{why}, ErrLockLost)
@@ -91,7 +107,7 @@ func joinErrs(err, more, replaced error) error {
 func (c *Client) watch(ctx context.Context, l *Lock, ttl time.Duration, stop <-chan struct{}) error {
 	ctx = context.WithoutCancel(ctx) // the caller's cancellation stops fn, not the extensions
 	clk := c.cfg.clock
-	for {
+	for n := 1; ; n++ {
 		left := l.Until().Sub(clk.Now())
 		select {
 		case <-stop:
@@ -109,6 +125,7 @@ func (c *Client) watch(ctx context.Context, l *Lock, ttl time.Duration, stop <-c
 			if err != nil {
 				return err
 			}
+			c.doEvent(ctx, l, n, nil)
 		case <-clk.After(left):
 			<-res // Extend is bounded by the node timeout
 			return errors.New("validity ran out during an extension")

@@ -42,17 +42,30 @@
 // that must turn away a holder paused beyond its validity. It costs a
 // second round trip when locking.
 //
+// # Observing
+//
+// Options.Observer receives an event for every operation (its outcome,
+// duration, waits and each round's votes with each node's latency), for
+// Do's extensions and for the changes of a node's state; see [Observer].
+// The nested modules contrib/prometheus and contrib/otel turn the events
+// into Prometheus metrics and OpenTelemetry spans and metrics. Without an
+// Observer no event is built. The library logs through Options.Logger,
+// at Warn only for what needs a change (see [Options]), and at Debug for
+// releases that failed; the healthy path logs nothing.
+//
 // # Assumptions
 //
 // Two clients never hold one lock within its validity provided that: the
-// nodes are independent masters (no replication between them, no failover
-// that promotes a replica with a stale copy), and every client of a lock
-// uses the same nodes with a majority quorum; a node loses a key before its
-// TTL passes only together with its state key (a restart without
-// persistence, FLUSHALL, FLUSHDB: lock nodes that set maxmemory use
-// maxmemory-policy noeviction, since eviction can drop one key and keep the
-// other), and not every node loses its data within one TTL (see
-// [ErrGuarded]); every client of a
+// nodes are independent (no replication between them; a node may be a
+// replicated group whose failover promotes a replica, which then refuses
+// locks for RestartGuard: see [New]), and every client of a lock uses the
+// same nodes with a majority quorum; a node loses a key before its TTL
+// passes only together with its state key (a restart without persistence,
+// FLUSHALL, FLUSHDB: lock nodes that set maxmemory use maxmemory-policy
+// noeviction, since eviction can drop one key and keep the other) or by
+// becoming another server (a failover, a restart from a persisted file),
+// and not every node loses its data within one TTL (see [ErrGuarded]);
+// every client of a
 // deployment uses the same RestartGuard; clocks on the client and the nodes
 // run at rates that differ by less than DriftFactor; and the holder stops
 // relying on the lock at [Lock.Until], which it cannot do through a process

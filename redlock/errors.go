@@ -25,9 +25,10 @@ var (
 	// least one node refused because the lock was busy.
 	ErrTaken = errors.New("redlock: key held by another owner")
 	// ErrGuarded is the per-node outcome of a node in its restart guard: it
-	// lost its data (a restart without persistence, FLUSHALL, eviction) and
-	// refuses to grant any lock for Options.RestartGuard, since it may have
-	// forgotten locks that are still valid.
+	// lost its data (a restart without persistence, FLUSHALL, eviction) or
+	// its server changed (a failover, a restart from a persisted file), and
+	// it refuses to grant any lock for Options.RestartGuard, since it may
+	// have forgotten locks that are still valid.
 	//
 	// A node keeps a state key without expiry (Options.KeyPrefix +
 	// "redquorum:node"; on a Redis Cluster node, one per hash slot). The
@@ -35,7 +36,10 @@ var (
 	// node's data is gone with it, so the node records "guarded until node
 	// TIME + RestartGuard" and refuses; once that time has passed, it grants
 	// again. Since the state lives in the node's own data, the node cannot
-	// lose its locks without losing its state.
+	// lose its locks without losing its state. The state also records the
+	// replication ID of its server, which each new connection checks (see
+	// [New]): a promoted replica keeps the state but has a new ID, and starts
+	// the guard the same way.
 	//
 	// A brand-new deployment is guarded everywhere at once. A round that
 	// finds every one of the N nodes guarded, all guards begun within 5

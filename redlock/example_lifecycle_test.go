@@ -101,10 +101,17 @@ func Example_restartGuard() {
 	first, err := client.TryLock(ctx, "warm-up", time.Second)
 	fmt.Println("first lock:", err)
 	_ = first.Unlock(ctx)
+	// TryLock and Unlock return once a quorum answered. Let their requests
+	// reach node 2 too before it goes down, so that node 2 is established.
+	time.Sleep(100 * time.Millisecond)
 
 	srv[2].Close() // node 2 is unreachable while A locks
 	a, err := client.TryLock(ctx, "job", 10*time.Second)
 	fmt.Println("A:", err)
+	// A returned once nodes 0 and 1 granted; its request to node 2 may not
+	// have been sent yet. Give it time to fail while node 2 is down, so that
+	// node 2 comes back without A's lock.
+	time.Sleep(100 * time.Millisecond)
 	_ = srv[2].Restart()
 	// Connections to node 2 from before its restart are dead; NewNodes'
 	// clients find that out once a connection has been idle for 100 ms.

@@ -21,11 +21,14 @@ var errNotSent = node.ErrNotSent
 
 // testScripts are the node scripts as go-redis Scripts, for tests that run
 // one with arguments of their own or recognise its commands by SHA.
-type testScripts struct{ Acquire, Release, Extend, Fence *redis.Script }
+type testScripts struct{ Acquire, Release, Extend, Fence, Check *redis.Script }
+
+// checkSource is the connection check's Lua source as sent.
+var _, _, _, _, checkSource = protocol.New(0, false).Sources()
 
 var scripts = func() testScripts {
-	a, r, e, f := protocol.New(0, false).Sources()
-	return testScripts{redis.NewScript(a), redis.NewScript(r), redis.NewScript(e), redis.NewScript(f)}
+	a, r, e, f, c := protocol.New(0, false).Sources()
+	return testScripts{redis.NewScript(a), redis.NewScript(r), redis.NewScript(e), redis.NewScript(f), redis.NewScript(c)}
 }()
 
 // runScript sends args, a script command, to node by SHA, loading the

@@ -118,6 +118,19 @@ func (l *Lock) Until() time.Time {
 // turn. A handed-over Unlock cannot tell whether a quorum still held the
 // token; call [Lock.Extend] first if you need to know.
 func (l *Lock) Unlock(ctx context.Context) error {
+	c := l.c
+	if c.obs == nil {
+		return l.unlock(ctx, nil)
+	}
+	ctx, rec := c.begin(ctx, OpUnlock, l.keys)
+	rec.lock = l
+	err := l.unlock(ctx, rec)
+	rec.end(err, Released)
+	return err
+}
+
+// unlock is Unlock, recorded in rec when not nil.
+func (l *Lock) unlock(ctx context.Context, rec *record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := l.c
@@ -129,6 +142,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	}
 	defer c.life.exit()
 	l.released = true
+	if rec != nil {
+		rec.ended = true
+	}
 	if c.cfg.clock.Now().Before(l.until) && c.queue.HandOff(l.turn, l.held.handover()) {
 		return nil // the next local caller's round takes the keys over
 	}
@@ -136,8 +152,12 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	// ended (a deferred Unlock after the request was cancelled) still
 	// releases the lock, within the release round's own timeout.
 	ctx = detach(ctx)
-	r := c.release(ctx, l.held, true)
+	start, lat := rec.now(), rec.latencies()
+	r := c.release(ctx, l.held, true, lat)
 	ok, err := r.Await(ctx, c.cfg.quorum)
+	if rec != nil {
+		rec.add(start, r, lat, false)
+	}
 	c.queue.Leave(l.turn) // the next local caller may start its rounds
 	if err != nil {
 		return c.newError("unlock", l.name(), ok, r, ErrNotHeld, err)
@@ -153,6 +173,18 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // On failure Until is unchanged, nothing is deleted on any node, and the
 // error wraps [ErrNotHeld]: treat the lock as lost.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	c := l.c
+	if c.obs == nil {
+		return l.extend(ctx, ttl, nil)
+	}
+	ctx, rec := c.begin(ctx, OpExtend, l.keys)
+	err := l.extend(ctx, ttl, rec)
+	rec.end(err, Extended)
+	return err
+}
+
+// extend is Extend, recorded in rec when not nil.
+func (l *Lock) extend(ctx context.Context, ttl time.Duration, rec *record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := l.c
@@ -172,14 +204,17 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		}
 		return &Error{Op: "extend", Key: l.name(), Quorum: c.cfg.quorum, Reason: reason, sentinel: ErrNotHeld}
 	}
-	held := l.held
-	r := c.life.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+	held, lat := l.held, rec.latencies()
+	r := c.life.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, timed(lat, func(ctx context.Context, i int) error {
 		if res, done := held.calls.Result(i); done && refused(res) {
 			return errSkipped
 		}
 		return c.nodes[i].Extend(ctx, held.acq.Keys, l.token, ttl)
-	})
+	}))
 	ok, qerr := r.Await(ctx, c.cfg.quorum)
+	if rec != nil {
+		rec.add(start, r, lat, false)
+	}
 	validity := clock.Validity(ttl, c.cfg.clock.Now().Sub(start), c.cfg.drift)
 	if qerr != nil || validity <= 0 {
 		e := c.newError("extend", l.name(), ok, r, ErrNotHeld, qerr)

@@ -105,10 +105,23 @@ type Options struct {
 	// Empty means "<hostname>:<pid>".
 	Owner string
 
-	// Logger receives warnings about node clients configured against the
-	// algorithm's needs and about failures of background releases. Nil means
-	// slog.Default().
+	// Logger receives the library's log records. Nil means slog.Default().
+	// Records carry the attributes "node" (a node's address), "key" and
+	// "err" where they apply. Warn: a node client configured against the
+	// algorithm, Cluster nodes that hold the restart guard per hash slot, a
+	// release that found its node client closed, an Observer hook that
+	// panicked; each says what to change. Debug: releases that failed or
+	// are retried in the background. Nothing is logged at Info or above
+	// while the nodes and the configuration are healthy.
 	Logger *slog.Logger
+
+	// Observer, when not nil, receives an event for every operation, every
+	// extension of [Client.Do] and every change of a node's state: see
+	// [Observer]. The adapters in the nested modules
+	// github.com/redquorum/redquorum/contrib/prometheus and
+	// github.com/redquorum/redquorum/contrib/otel turn them into metrics
+	// and traces. Nil costs nothing.
+	Observer *Observer
 }
 
 // config is Options validated and with defaults filled in.
@@ -124,6 +137,7 @@ type config struct {
 	guard              time.Duration // 0: off
 	fencing            bool
 	owner              string
+	observer           *Observer
 	tunables
 }
 
@@ -152,6 +166,16 @@ type tunables struct {
 	// the nodes may be a brand-new deployment that this very round
 	// guarded, and a slow node's late answer then still counts.
 	newDeploymentWait time.Duration
+	// handoffGrace is how long a waiter lets the waiter that a release
+	// named as next in line take the key before it tries itself (see
+	// waiter.sleep).
+	handoffGrace time.Duration
+	// graceFloor is the shortest of those graces.
+	graceFloor time.Duration
+	// yieldWindow is how long after an announcement that named a waiter of
+	// another client a Lock's first round lets that waiter go first (see
+	// waiter.yield).
+	yieldWindow time.Duration
 }
 
 // defaultTunables are the tunables of every Client.
@@ -164,6 +188,8 @@ func defaultTunables() tunables {
 		redeliverMax:        2 * time.Second,
 		newDeploymentWindow: 5 * time.Second,
 		newDeploymentWait:   time.Second,
+		yieldWindow:         10 * time.Millisecond,
+		graceFloor:          time.Millisecond,
 	}
 }
 
@@ -177,7 +203,7 @@ func (o *Options) config(n int) (config, error) {
 		quorum: o.Quorum, drift: o.DriftFactor, nodeTimeout: o.NodeTimeout,
 		minRetry: o.MinRetryDelay, maxRetry: o.MaxRetryDelay, maxWait: o.MaxWait,
 		prefix: o.KeyPrefix, clock: o.Clock, log: o.Logger, guard: o.RestartGuard,
-		fencing: o.Fencing, tunables: defaultTunables(),
+		fencing: o.Fencing, observer: o.Observer, tunables: defaultTunables(),
 	}
 	if c.quorum == 0 {
 		c.quorum = n/2 + 1
@@ -194,6 +220,8 @@ func (o *Options) config(n int) (config, error) {
 	if err := c.durations(); err != nil {
 		return c, err
 	}
+	c.handoffGrace = c.nodeTimeout
+	c.yieldWindow = min(c.yieldWindow, c.nodeTimeout)
 	if err := c.restartGuard(o); err != nil {
 		return c, err
 	}
@@ -273,7 +301,7 @@ func (c *config) setOwner(owner string) error {
 // nodeConfig returns what the nodes of a Client with c share.
 func (c *config) nodeConfig(closing <-chan struct{}) *node.Config {
 	return &node.Config{
-		Prefix: c.prefix, Protocol: protocol.New(c.guard, c.fencing), Clock: c.clock, Log: c.log,
+		Prefix: c.prefix, Protocol: protocol.New(c.guard, c.fencing).WithQueues(c.prefix), Clock: c.clock, Log: c.log,
 		Tags: new(hashslot.Tags), Closing: closing,
 		BatchWindow: c.batchWindow, RedeliveryLimit: c.redeliveryLimit,
 		RedeliverFirst: c.redeliverFirst, RedeliverMax: c.redeliverMax,

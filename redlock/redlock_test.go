@@ -619,6 +619,6 @@ func TestNodeWarnings(t *testing.T) {
 	out := logs.String()
 	assert.Contains(t, out, "MaxRetries is 3")
 	assert.Contains(t, out, "ContextTimeoutEnabled is false")
-	assert.Contains(t, out, "addr="+c.srv[2].Addr())
-	assert.NotContains(t, out, "addr="+c.srv[0].Addr(), "a node built with NodeOptions was warned about")
+	assert.Contains(t, out, "node="+c.srv[2].Addr())
+	assert.NotContains(t, out, "node="+c.srv[0].Addr(), "a node built with NodeOptions was warned about")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/queue"
@@ -14,8 +15,9 @@ import (
 // parallel (see releaseLock). announce (an Unlock, not the clean-up of a
 // failed round) publishes the release to waiting clients (internal/wake).
 // It returns the round without waiting for it; its calls belong to the
-// Client. Callers are within c.life.enter.
-func (c *Client) release(ctx context.Context, r *round, announce bool) *quorum.Round {
+// Client. lat, when not nil, receives each node's latency (see timed).
+// Callers are within c.life.enter.
+func (c *Client) release(ctx context.Context, r *round, announce bool, lat []time.Duration) *quorum.Round {
 	// The ttl makes the script leave a tombstone where a key is missing,
 	// against a late SET of this token (release.lua).
 	var cmd protocol.Cmd
@@ -24,7 +26,7 @@ func (c *Client) release(ctx context.Context, r *round, announce bool) *quorum.R
 	} else {
 		cmd = c.proto.Release(r.storedKeys(), r.acq.Token, r.acq.TTL, announce)
 	}
-	return c.releaseLock(detach(ctx), cmd, r.name(), r.handover(), nil)
+	return c.releaseLock(detach(ctx), cmd, r.name(), r.handover(), nil, lat)
 }
 
 // releaseHandedOver releases prev, a lock that Unlock handed over to a
@@ -34,7 +36,7 @@ func (c *Client) release(ctx context.Context, r *round, announce bool) *quorum.R
 // prev's keys may remain. Callers are within c.life.enter.
 func (c *Client) releaseHandedOver(next *round, prev queue.Handover) {
 	cmd := c.proto.Release(next.storedKeys(), prev.Token, prev.TTL, false)
-	c.releaseLock(context.Background(), cmd, next.name(), prev, next)
+	c.releaseLock(context.Background(), cmd, next.name(), prev, next, nil)
 }
 
 // releaseUnclaimed releases h, a lock on keys that Unlock handed over to a
@@ -46,7 +48,7 @@ func (c *Client) releaseUnclaimed(keys []string, h queue.Handover) {
 	}
 	defer c.life.exit()
 	cmd := c.proto.Release(c.storedKeys(keys, 0), h.Token, h.TTL, true)
-	c.releaseLock(context.Background(), cmd, strings.Join(keys, ", "), h, nil)
+	c.releaseLock(context.Background(), cmd, strings.Join(keys, ", "), h, nil, nil)
 }
 
 // releaseLock sends cmd, the release of the lock h (named name), to every
@@ -55,8 +57,8 @@ func (c *Client) releaseUnclaimed(keys []string, h queue.Handover) {
 // acquire did not set the keys, and those where after, a later round on
 // the same keys that took them over, was granted. The wait for an
 // outstanding acquire is bounded by its own call timeout; a release sent
-// after such a wait still has a node timeout left.
-func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string, h queue.Handover, after *round) *quorum.Round {
+// after such a wait still has a node timeout left. lat is as for release.
+func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string, h queue.Handover, after *round, lat []time.Duration) *quorum.Round {
 	timeout := c.cfg.nodeTimeout
 	if h.Acquire != nil && !h.Acquire.AllDone() {
 		timeout += h.AcquireTimeout
@@ -64,7 +66,7 @@ func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string,
 	if after != nil && !after.calls.AllDone() {
 		timeout += after.callTimeout
 	}
-	return c.life.workers.Start(ctx, len(c.nodes), timeout, func(ctx context.Context, i int) error {
+	return c.life.workers.Start(ctx, len(c.nodes), timeout, timed(lat, func(ctx context.Context, i int) error {
 		if h.Acquire != nil && refused(h.Acquire.Outcome(i)) {
 			return errSkipped // the lock never held the keys there
 		}
@@ -74,7 +76,7 @@ func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string,
 			}
 		}
 		return c.nodes[i].Release(ctx, cmd, h.TTL, name)
-	})
+	}))
 }
 
 // detach returns ctx without its cancellation and deadline: a release

@@ -36,9 +36,12 @@ type round struct {
 	// replies holds, per node, what its acquire reported; written by the
 	// node's call before it returns, read once calls.Result says it has.
 	replies []protocol.AcquireReply
-	start   time.Time
-	until   time.Time // validity, once obtained
-	fence   uint64
+	// lat holds, per node, its acquire's latency, written like replies;
+	// nil unless the Client has an Observer.
+	lat   []time.Duration
+	start time.Time
+	until time.Time // validity, once obtained
+	fence uint64
 
 	// decided is set once the acquires have their quorum: acquires still
 	// waiting for a busy node are then not sent (see node.Node.Acquire).
@@ -53,15 +56,31 @@ type round struct {
 	lock Lock
 }
 
+// join is a Lock's place in the queue of waiters of its first key on the
+// nodes, which its rounds join when the keys are taken (see
+// protocol.Acquire.Place); the zero join joins nothing.
+type join struct {
+	place  string // the waiter's id
+	ticket int64  // when the waiter began, in Unix ms
+	first  bool   // the waiter's first round, whose token is its id
+}
+
 // newRound returns a round for keys with a new token, establishing est
-// when not nil and taking over the keys of the handed-over lock prev when
-// not "".
-func (c *Client) newRound(keys []string, ttl time.Duration, est []string, prev string) *round {
+// when not nil, taking over the keys of the handed-over lock prev when not
+// "", and joining the queue of waiters as j says.
+func (c *Client) newRound(keys []string, ttl time.Duration, est []string, prev string, j join) *round {
 	r, replies := alloc.WithSlice[round, protocol.AcquireReply](len(c.nodes)) // one allocation for up to alloc.Small nodes
 	r.c, r.keys, r.replies, r.est = c, keys, replies, est
-	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: protocol.NewToken(c.cfg.owner), TTL: ttl, Prev: prev}
+	token := j.place
+	if !j.first {
+		token = protocol.NewToken(c.cfg.owner)
+	}
+	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Prev: prev, Place: j.place, Ticket: j.ticket}
 	if est == nil {
 		r.cmd = c.proto.AcquireCmd(r.acq) // built once for the plain nodes
+	}
+	if c.obs != nil {
+		r.lat = make([]time.Duration, len(c.nodes))
 	}
 	return r
 }
@@ -73,14 +92,14 @@ func (r *round) storedKeys() []string { return r.acq.Keys[:len(r.keys)] }
 // ", ".
 func (r *round) name() string { return strings.Join(r.keys, ", ") }
 
-// round makes one lock round (see newRound for est and prev). On failure it
-// releases what the round took and returns it with the error, for its
-// replies. Callers are within c.life.enter.
-func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []string, prev string) (*round, error) {
-	r := c.newRound(keys, ttl, est, prev)
+// round makes one lock round (see newRound for est, prev and j). On
+// failure it releases what the round took and returns it with the error,
+// for its replies. Callers are within c.life.enter.
+func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []string, prev string, j join) (*round, error) {
+	r := c.newRound(keys, ttl, est, prev, j)
 	r.start = c.cfg.clock.Now()
 	r.callTimeout = c.callTimeout()
-	r.calls = c.life.workers.Start(ctx, len(c.nodes), r.callTimeout, r.acquireOn)
+	r.calls = c.life.workers.Start(ctx, len(c.nodes), r.callTimeout, timed(r.lat, r.acquireOn))
 	ok, err := r.calls.Await(ctx, c.cfg.quorum)
 	if err == nil {
 		r.decide()
@@ -99,7 +118,7 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	if err == nil {
 		e.Reason = fmt.Sprintf("the round took too long: validity %v after ttl %v and drift allowance %v", validity, ttl, clock.Drift(ttl, c.cfg.drift))
 	}
-	c.release(context.Background(), r, false)
+	c.release(context.Background(), r, false, nil)
 	return r, e
 }
 
@@ -258,17 +277,23 @@ func (c *Client) newDeployment(r *round, err error) []string {
 // by Unlock, when prev.Token is not "", and then releasing what is left of
 // prev. On a closed Client it sends nothing: prev's keys then expire. On
 // failure it also returns how long until the current holder's keys have
-// expired on enough nodes for a quorum, or 0 when unknown.
-func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, prev queue.Handover) (*Lock, time.Duration, error) {
+// expired on enough nodes for a quorum, or 0 when unknown. j is the
+// round's place in the queue of waiters; rec, when not nil, records the
+// rounds.
+func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, prev queue.Handover, j join, rec *record) (*Lock, time.Duration, error) {
 	if err := c.life.enter(); err != nil {
 		return nil, 0, err
 	}
 	defer c.life.exit()
-	r, err := c.round(ctx, keys, ttl, nil, prev.Token)
-	if ids := c.newDeployment(r, err); ids != nil && ctx.Err() == nil {
+	r, err := c.round(ctx, keys, ttl, nil, prev.Token, j)
+	ids := c.newDeployment(r, err)
+	rec.addAcquire(r)
+	if ids != nil && ctx.Err() == nil {
 		// Every node is guarded at once: a new deployment. End the guard on
 		// all of them, each only if it still has the state we saw.
-		r, err = c.round(ctx, keys, ttl, ids, prev.Token)
+		j.first = false // the first round's token is spent
+		r, err = c.round(ctx, keys, ttl, ids, prev.Token, j)
+		rec.addAcquire(r)
 	}
 	if prev.Token != "" {
 		c.releaseHandedOver(r, prev)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/queue"
 	"github.com/redquorum/redquorum/internal/retry"
 )
@@ -28,11 +29,16 @@ type waiter struct {
 	// made only when Lock has to wait (an allocation saved per call).
 	giveUpAt    time.Time
 	hasDeadline bool
+	began       time.Time // when Lock was called
+	// place is this caller's id in the key's queue of waiters on the
+	// nodes (see join); "" until its first round.
+	place string
 }
 
 func (c *Client) newWaiter(ctx context.Context, keys []string) waiter {
 	_, hasDeadline := ctx.Deadline()
-	return waiter{c: c, ctx: ctx, keys: keys, hasDeadline: hasDeadline, giveUpAt: c.cfg.clock.Now().Add(c.cfg.maxWait)}
+	now := c.cfg.clock.Now()
+	return waiter{c: c, ctx: ctx, keys: keys, hasDeadline: hasDeadline, began: now, giveUpAt: now.Add(c.cfg.maxWait)}
 }
 
 // giveUpChan returns a channel that fires once Options.MaxWait has passed
@@ -56,7 +62,11 @@ func (w *waiter) giveUpChan() <-chan time.Time {
 // or the Client was closed (at once, not at the next round).
 func (w *waiter) next(last *Error, hint time.Duration) (queue.Handover, error) {
 	if w.turn == nil {
-		return w.queued()
+		h, err := w.queued()
+		if err == nil && h.Token == "" {
+			err = w.yield()
+		}
+		return h, err
 	}
 	if err := w.ctx.Err(); err != nil {
 		// The context ended during the round, perhaps after its decision.
@@ -73,24 +83,108 @@ func (w *waiter) next(last *Error, hint time.Duration) (queue.Handover, error) {
 		// waiters do not arrive in step.
 		wait = hint + retry.Jitter(min(cfg.minRetry, hint/4))
 	}
-	key := w.c.stored(w.keys[0])
-	wake := w.c.wake.On(key) // closed when a node announces the key's release
-	defer w.c.wake.Done(key, wake)
-	select {
-	case <-cfg.clock.After(wait):
-	case <-wake:
-		w.jitter(cfg.clock.Now().Sub(w.start))
-	case <-w.ctx.Done():
-		last.cause = errors.Join(last.cause, w.ctx.Err())
-		return queue.Handover{}, last
-	case <-w.giveUpChan():
-		last.Reason = joinReason(last.Reason, fmt.Sprintf("gave up after Options.MaxWait %v", cfg.maxWait))
-		return queue.Handover{}, last
-	case <-w.c.life.closing:
-		return queue.Handover{}, ErrClosed
+	if err := w.sleep(cfg.clock.After(wait), last); err != nil {
+		return queue.Handover{}, err
 	}
 	w.start = cfg.clock.Now()
 	return queue.Handover{}, nil
+}
+
+// join returns the place of the waiter's next round in the key's queue of
+// waiters on the nodes: its id is the token of its first round, and its
+// ticket the time Lock was called, in Unix ms rounded down to ticketStep.
+func (w *waiter) join() join {
+	ticket := w.began.UnixMilli() / ticketStep * ticketStep
+	if w.place == "" {
+		w.place = protocol.NewToken(w.c.cfg.owner)
+		return join{place: w.place, ticket: ticket, first: true}
+	}
+	return join{place: w.place, ticket: ticket}
+}
+
+// ticketStep is the resolution of the tickets, in ms. Waiters that began
+// within one step are ordered by id; the coarser step lets the Locks of a
+// step share their ticket's box (see protocol.Protocol.ticketArg).
+const ticketStep = 10
+
+// sleep waits until timer fires or a node announces the release of the
+// keys. An announcement that names this waiter as next in line ends the
+// sleep at once; one that names nobody, after a jitter (see jitter); one
+// that names another waiter gives that one a grace to take the keys (see
+// grace): the sleep then ends at the next announcement, or when the grace
+// has passed, so that a waiter that died or gave up stalls the key no
+// longer than that. It returns the error for
+// Lock to return when the caller must give up.
+func (w *waiter) sleep(timer <-chan time.Time, last *Error) error {
+	cfg := w.c.cfg
+	key := w.c.stored(w.keys[0])
+	for {
+		wake := w.c.wake.On(key) // closed when a node announces the key's release
+		var next string
+		select {
+		case <-timer:
+			w.c.wake.Done(key, wake)
+			return nil
+		case <-wake:
+			next = w.c.wake.Next(wake)
+		case <-w.ctx.Done():
+			w.c.wake.Done(key, wake)
+			last.cause = errors.Join(last.cause, w.ctx.Err())
+			return last
+		case <-w.giveUpChan():
+			w.c.wake.Done(key, wake)
+			last.Reason = joinReason(last.Reason, fmt.Sprintf("gave up after Options.MaxWait %v", cfg.maxWait))
+			return last
+		case <-w.c.life.closing:
+			w.c.wake.Done(key, wake)
+			return ErrClosed
+		}
+		w.c.wake.Done(key, wake)
+		switch next {
+		case w.place:
+			return nil
+		case "":
+			w.jitter(cfg.clock.Now().Sub(w.start))
+			return nil
+		}
+		timer = cfg.clock.After(w.grace())
+	}
+}
+
+// grace is how long a waiter lets the waiter named as next in line take
+// the key: four times this waiter's last round, enough for the named one's
+// round, from 1 ms (tunables.graceFloor) up to Options.NodeTimeout. A first
+// round that yields has no round yet: it gives 1 ms.
+func (w *waiter) grace() time.Duration {
+	cfg := w.c.cfg
+	return min(cfg.handoffGrace, max(cfg.graceFloor, 4*cfg.clock.Now().Sub(w.start)))
+}
+
+// yield lets the waiter that a release of the key just named as next in
+// line go first: when this Client heard such an announcement less than
+// the yield window ago (tunables.yieldWindow) (it is still subscribed to the key from an earlier wait,
+// typically because it has just released the key itself), the first round
+// waits as a waiter woken for another would (see sleep), for the rest of
+// the window. Without it, a client that unlocks and locks again at once
+// would usually beat the named waiter, which needs the announcement and a
+// round.
+func (w *waiter) yield() error {
+	if !w.c.wake.Heard() {
+		return nil // the common case, without a lock or the key's name
+	}
+	next, at := w.c.wake.Named(w.c.stored(w.keys[0]))
+	if next == "" {
+		return nil
+	}
+	left := w.c.cfg.yieldWindow - w.c.cfg.clock.Now().Sub(at)
+	if left <= 0 {
+		return nil
+	}
+	e := &Error{Op: "lock", Key: strings.Join(w.keys, ", "), Quorum: w.c.cfg.quorum, sentinel: ErrNotObtained,
+		Reason: "let the waiter of another client named by the last release go first"}
+	err := w.sleep(w.c.cfg.clock.After(left), e)
+	w.start = w.c.cfg.clock.Now()
+	return err
 }
 
 // queued waits for the caller's turn in the local queue.

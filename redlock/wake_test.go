@@ -88,14 +88,24 @@ func waitWaiting(t *testing.T, cl *Client, key string) {
 	require.Eventually(t, func() bool { return cl.wake.Waiting(cl.stored(key)) }, 5*time.Second, time.Millisecond)
 }
 
-// scriptCounter counts the scripts run on a node.
+// scriptCounter counts the lock scripts run on a node (not the connection
+// checks).
 type scriptCounter struct{ n atomic.Int64 }
+
+// lockScript reports whether cmd runs a script other than the connection check.
+func lockScript(cmd redis.Cmder) bool {
+	name, args := cmd.Name(), cmd.Args()
+	if name != "evalsha" && name != "eval" || len(args) < 2 {
+		return false
+	}
+	return args[1] != scripts.Check.Hash() && args[1] != checkSource
+}
 
 func (h *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+		if lockScript(cmd) {
 			h.n.Add(1)
 		}
 		return next(ctx, cmd)
@@ -105,7 +115,7 @@ func (h *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, cmd := range cmds {
-			if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			if lockScript(cmd) {
 				h.n.Add(1)
 			}
 		}

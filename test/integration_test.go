@@ -393,7 +393,7 @@ var aclArgs = []string{
 	"--user", "locker", "on", ">locker-secret", "resetkeys", "~lock:*",
 	"resetchannels", "&redquorum:released:lock:*",
 	"-@all", "+evalsha", "+eval", "+get", "+set", "+pttl", "+pexpire", "+del", "+exists",
-	"+hget", "+hset", "+hsetnx", "+time", "+publish", "+subscribe", "+unsubscribe", "+ping",
+	"+hget", "+hset", "+hsetnx", "+hdel", "+zadd", "+zrem", "+zpopmin", "+time", "+info", "+publish", "+subscribe", "+unsubscribe", "+ping",
 	"--user", "admin", "on", ">admin-secret", "~*", "&*", "+@all",
 }
 
@@ -439,6 +439,8 @@ func TestACL(t *testing.T) {
 			return admin.PubSubNumSub(ctx, "redquorum:released:lock:acl").Val()["redquorum:released:lock:acl"] > 0
 		}, 10*time.Second, 10*time.Millisecond,
 			"the waiting client subscribed on %s", n.Name())
+		assert.Equal(t, int64(1), admin.ZCard(ctx, "lock:"+protocol.QueuePrefix+"acl").Val(),
+			"the waiting client joined the queue of waiters on %s", n.Name())
 	}
 	require.NoError(t, l.Unlock(ctx), "unlock as the least-privilege user")
 	select {

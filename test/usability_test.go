@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/faultproxy"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/internal/testkit/redisproc"
@@ -265,11 +266,12 @@ func TestGuardedErrorText(t *testing.T) {
 	}
 }
 
-// nonState returns keys without the nodes' state keys.
+// nonState returns keys without the nodes' state keys and the queues of
+// waiters (which expire by themselves).
 func nonState(keys []string) []string {
 	var out []string
 	for _, k := range keys {
-		if !strings.HasPrefix(k, "redquorum:node") {
+		if !protocol.Reserved(k) {
 			out = append(out, k)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"time"
 
 	"github.com/redquorum/redquorum/internal/testkit/loadtest"
@@ -12,7 +14,7 @@ import (
 
 // bench measures lock+unlock latency, throughput and hot-key contention.
 func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench", "[--nodes host:port,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE]", stdout)
+	fs := newFlags("bench", "[--nodes host:port,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE] [--metrics ADDR]", stdout)
 	nodesFlag := fs.String("nodes", "", "comma-separated Redis masters to use instead of five in-process nodes")
 	duration := fs.Duration("duration", 5*time.Second, "measured time per scenario")
 	callers := fs.Int("callers", 8, "concurrent callers in the multi-caller and hot-key scenarios")
@@ -20,6 +22,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	jsonFile := fs.String("json", "", "write the results as JSON to this file")
 	svgFile := fs.String("svg", "", "write a latency distribution plot per scenario to this SVG file")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	metricsAddr := fs.String("metrics", "", "serve the lock metrics in the Prometheus text format at http://ADDR/metrics while the bench runs (the names of contrib/prometheus)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -35,7 +38,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usagef("--slow-node %v: must not be negative", *slow)
 	}
 
-	runner := &loadtest.Runner{}
+	runner := &loadtest.Runner{Spawn: func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, os.Args[0]) }}
 	if !*quiet {
 		runner.Progress = stderr
 	}
@@ -51,6 +54,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		addrs = a
 		where = fmt.Sprintf("%d in-process nodes (miniredis: slow, and allocations not measured since the nodes run in this process; use --nodes for real figures)", len(addrs))
 		opts.NodeTimeout = time.Second // Lua in an interpreter on the same cores as the callers
+		runner.Settings = map[string]string{"node-timeout": opts.NodeTimeout.String()}
 	} else {
 		if addrs, err = parseNodes(*nodesFlag); err != nil {
 			return err
@@ -62,6 +66,16 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		closeNodes(nodes)
 		runner.MeasureAllocs = true
 		where = fmt.Sprintf("%d nodes: %v", len(addrs), addrs)
+	}
+	if *metricsAddr != "" {
+		m := newMetrics()
+		addr, stop, err := serveMetrics(ctx, *metricsAddr, m)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		opts.Observer = m.observer()
+		fmt.Fprintf(stderr, "metrics at http://%s/metrics\n", addr)
 	}
 	fmt.Fprintf(stdout, "redquorum bench on %s, %v per scenario\n", where, *duration)
 	var results []loadtest.Result
@@ -95,4 +109,18 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// benchWorker runs one caller of a bench scenario whose callers are
+// processes of their own (see loadtest.Runner.Spawn).
+func benchWorker(ctx context.Context, spec loadtest.WorkerSpec) error {
+	opts := &redlock.Options{}
+	if v := spec.Settings["node-timeout"]; v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return err
+		}
+		opts.NodeTimeout = d
+	}
+	return loadtest.RunWorker(ctx, loadtest.Redquorum(opts), spec)
 }

@@ -108,7 +108,7 @@ func liveKey(ctx context.Context, n redis.UniversalClient, prefix string) (strin
 func firstLive(ctx context.Context, n redis.UniversalClient, prefix string, keys []string) (string, time.Duration, error) {
 	var cand []string
 	for _, k := range keys {
-		if !strings.HasPrefix(k, prefix+protocol.StateKey) { // lock keys must not start with it
+		if !reserved(prefix, k) {
 			cand = append(cand, k)
 		}
 	}
@@ -152,4 +152,12 @@ func globEscape(prefix string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// reserved reports whether k, a key found on a node, is not a lock key but
+// one of the library's own: a node state or a queue of waiters (lock keys
+// must not start with either).
+func reserved(prefix, k string) bool {
+	rest, ok := strings.CutPrefix(k, prefix)
+	return ok && protocol.Reserved(rest)
 }

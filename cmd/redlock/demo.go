@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/retry"
 	"github.com/redquorum/redquorum/internal/testkit/faultproxy"
 	"github.com/redquorum/redquorum/internal/testkit/loadtest"
@@ -158,7 +157,7 @@ func demo(ctx context.Context, args []string, out io.Writer) error {
 	for _, n := range nodeSets[0] {
 		keys, _ := n.Keys(ctx, prefix+"*").Result()
 		for _, k := range keys {
-			if !strings.HasPrefix(k, prefix+protocol.StateKey) { // not the node's own state (restart guard)
+			if !reserved(prefix, k) { // not the node's own state, nor a queue of waiters
 				left++
 			}
 		}

@@ -45,7 +45,9 @@ node state nor a tombstone, so a lock may be held. Give every node of the
 deployment in --nodes.
 
 On each node it sets the field g of the state key (prefix + "` + protocol.StateKey + `")
-to 0 and keeps the field id. It does not set the fence counter f: a node
+to 0, records the server's replication ID (INFO replication) in the field
+r, so that the clients take the server for the one the state belongs to,
+and keeps the field id. It does not set the fence counter f: a node
 that lost its data keeps an unknown counter ("fence unknown"), does not
 count toward a fenced lock's quorum, and gets its counter back from the
 next fenced lock it grants, as long as a quorum of the nodes kept theirs.
@@ -202,7 +204,7 @@ func endGuards(ctx context.Context, out io.Writer, a guardArgs, nodes []redis.Un
 	ended := 0
 	for i, n := range nodes {
 		hctx, cancel := context.WithTimeout(ctx, opTimeout)
-		err := n.HSet(hctx, key, "g", "0").Err()
+		err := endGuard(hctx, n, key)
 		cancel()
 		actions[i] = "not changed"
 		var s nodeState
@@ -225,6 +227,31 @@ func endGuards(ctx context.Context, out io.Writer, a guardArgs, nodes []redis.Un
 		return fmt.Errorf("ended the guard on %d of %d nodes: %v", ended, len(nodes), failed)
 	}
 	return nil
+}
+
+// endGuard sets the node's state key serving, recorded under the server's
+// replication ID, so that the lock clients' connection check takes the
+// server for the one the state belongs to. Where INFO cannot tell the ID,
+// it removes the recorded one, which the next check then records.
+func endGuard(ctx context.Context, n redis.UniversalClient, key string) error {
+	id := ""
+	if info, err := n.Info(ctx, "replication").Result(); err == nil {
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "master_replid:"); ok {
+				id = v
+			}
+		}
+	}
+	_, err := n.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		if id == "" {
+			p.HDel(ctx, key, "r")
+			p.HSet(ctx, key, "g", "0")
+		} else {
+			p.HSet(ctx, key, "g", "0", "r", id)
+		}
+		return nil
+	})
+	return err
 }
 
 // fenceNote warns, in a line, when a quorum of the nodes have unknown fence

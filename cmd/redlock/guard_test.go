@@ -119,7 +119,11 @@ func TestGuardEnd(t *testing.T) {
 			require.Equal(t, 0, code, "%s%s", out, errOut)
 			for i, a := range addrs {
 				assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(a)+`\s+serving, fence unknown\s+set serving \(was guarded for (59|60)s\)$`, out)
-				assert.Equal(t, map[string]string{"g": "0", "id": before[i]["id"]}, states(t, nodes)[i], "g ends, id stays, f stays unknown")
+				after := states(t, nodes)[i]
+				assert.Equal(t, "0", after["g"], "g ends")
+				assert.Equal(t, before[i]["id"], after["id"], "id stays")
+				assert.NotContains(t, after, "f", "f stays unknown")
+				assert.NotEqual(t, "?", after["r"], "the replication ID is recorded (or left to the next check)")
 			}
 			l, err := c.TryLock(t.Context(), "job", time.Minute)
 			require.NoError(t, err, "served at once")
@@ -134,7 +138,7 @@ func TestGuardEnd(t *testing.T) {
 
 // TestGuardEndRefuses: a live lock key or an unreachable node makes guard
 // end refuse, naming the key and the node, and change nothing anywhere;
-// tombstones and keys without a TTL do not count.
+// tombstones, queues of waiters and keys without a TTL do not count.
 func TestGuardEndRefuses(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
@@ -166,6 +170,8 @@ func TestGuardEndRefuses(t *testing.T) {
 			require.NoError(t, nodes[1].Set(t.Context(), "p:gone", protocol.TombstonePrefix+"x", time.Minute).Err())
 			require.NoError(t, nodes[2].Set(t.Context(), "p:kept", "no ttl", 0).Err())
 			require.NoError(t, nodes[2].Set(t.Context(), "other:k", "another prefix", time.Minute).Err())
+			require.NoError(t, nodes[0].ZAdd(t.Context(), "p:"+protocol.QueuePrefix+"held", redis.Z{Score: 1, Member: "w"}).Err())
+			require.NoError(t, nodes[0].PExpire(t.Context(), "p:"+protocol.QueuePrefix+"held", time.Minute).Err()) // a queue of waiters
 			code, out, errOut = runCLI(t, "guard", "end", "--nodes", all, "--prefix", "p:", "--yes")
 			require.Equal(t, 0, code, "%s%s", out, errOut)
 			assert.Equal(t, "0", states(t, nodes)[0]["g"])
@@ -196,4 +202,28 @@ func TestGuardEndCluster(t *testing.T) {
 func TestGlobEscape(t *testing.T) {
 	assert.Equal(t, `lock:`, globEscape("lock:"))
 	assert.Equal(t, `a\*b\?\[c\]\\d`, globEscape(`a*b?[c]\d`))
+}
+
+// TestGuardStatusServerChanged: a guard that the connection check started
+// (its id is the server's replication ID) says why; guard end records the
+// server's replication ID, so that no connection check starts it again.
+func TestGuardStatusServerChanged(t *testing.T) {
+	leakcheck.Check(t)
+	addrs := startRedis(t, 1)
+	n := redis.NewClient(&redis.Options{Addr: addrs[0], Protocol: 2})
+	t.Cleanup(func() { _ = n.Close() })
+	key := "p:" + protocol.StateKey
+	now := time.Now().UnixMilli()
+	require.NoError(t, n.HSet(t.Context(), key, "g", now+60000, "id", "abc", "r", "abc").Err())
+
+	code, out, _ := runCLI(t, "guard", "status", "--nodes", addrs[0], "--prefix", "p:")
+	assert.Equal(t, 0, code)
+	assert.Regexp(t, `guarded for (59|60)s \(server changed: failover or restart\)`, out)
+
+	code, out, errOut := runCLI(t, "guard", "end", "--nodes", addrs[0], "--prefix", "p:", "--yes")
+	require.Equal(t, 0, code, "%s%s", out, errOut)
+	r := n.HGet(t.Context(), key, "r").Val()
+	assert.Len(t, r, 40)
+	assert.Contains(t, n.Info(t.Context(), "replication").Val(), "master_replid:"+r+"\r\n")
+	assert.Equal(t, "0", n.HGet(t.Context(), key, "g").Val())
 }

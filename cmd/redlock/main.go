@@ -1,7 +1,7 @@
 // Command redlock shows the redquorum lock at work and measures it.
 //
 //	redlock demo    [--nodes host:port,...] [--stock N] [--buyers N]
-//	redlock bench   [--nodes host:port,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE]
+//	redlock bench   [--nodes host:port,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE] [--metrics ADDR]
 //	redlock inspect KEY --nodes host:port,... [--prefix P]
 //	redlock guard status --nodes host:port,... [--prefix P]
 //	redlock guard end    --nodes host:port,... [--prefix P] [--yes]
@@ -22,13 +22,15 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redquorum/redquorum/internal/testkit/loadtest"
 )
 
 const usage = `redlock: a distributed lock over independent Redis masters.
 
 usage:
   redlock demo    [--nodes host:port,...] [--stock N] [--buyers N]
-  redlock bench   [--nodes host:port,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE]
+  redlock bench   [--nodes host:port,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE] [--metrics ADDR]
   redlock inspect KEY --nodes host:port,... [--prefix P]
   redlock guard status --nodes host:port,... [--prefix P]
   redlock guard end    --nodes host:port,... [--prefix P] [--yes]
@@ -42,7 +44,19 @@ Run "redlock COMMAND -h" for the flags of one command.
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	var code int
+	if spec, ok, err := loadtest.WorkerFromEnv(); ok {
+		// One caller of a bench scenario whose callers are processes.
+		if err == nil {
+			err = benchWorker(ctx, spec)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "redlock bench worker:", err)
+			code = 1
+		}
+	} else {
+		code = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	}
 	stop()
 	os.Exit(code)
 }

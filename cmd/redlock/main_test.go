@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,22 @@ import (
 	"github.com/redquorum/redquorum/internal/testkit/loadtest"
 	"github.com/redquorum/redquorum/redlock"
 )
+
+// TestMain runs the test binary as a bench worker when redlock bench
+// (under TestBench) starts it as one.
+func TestMain(m *testing.M) {
+	if spec, ok, err := loadtest.WorkerFromEnv(); ok {
+		if err == nil {
+			err = benchWorker(context.Background(), spec)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 // runCLI runs one command line in-process and returns its exit status and
 // output.
@@ -60,7 +77,7 @@ func TestBench(t *testing.T) {
 	code, out, errOut := runCLI(t, "bench", "--duration", "300ms", "--callers", "2", "--slow-node", "5ms",
 		"--json", jsonFile, "--svg", svgFile)
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
-	for _, row := range []string{"lock+unlock, 1 caller", "lock+unlock, 2 callers, distinct keys", "one hot key, 2 contenders", "one hot key, 2 separate clients", "2 separate clients, 64 shared keys", "one node +5ms each way"} {
+	for _, row := range []string{"lock+unlock, 1 caller", "lock+unlock, 2 callers, distinct keys", "one hot key, 2 contenders", "one hot key, 2 separate clients", "one hot key, 2 separate processes", "2 separate clients, 64 shared keys", "one node +5ms each way"} {
 		assert.Contains(t, out, row)
 	}
 	assert.Contains(t, errOut, "done", "progress goes to stderr")
@@ -69,17 +86,22 @@ func TestBench(t *testing.T) {
 	b, err := os.ReadFile(jsonFile)
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(b, &rep))
-	require.Len(t, rep.Results, 6)
+	require.Len(t, rep.Results, 7)
 	for _, r := range rep.Results {
 		assert.Positive(t, r.Ops, r.Title)
 		assert.Positive(t, r.Latency.P50, r.Title)
 		assert.LessOrEqual(t, r.Latency.P50, r.Latency.P99, r.Title)
+		assert.Zero(t, r.Overlaps, r.Title)
 	}
-	assert.Len(t, rep.Results[2].Shares, 2)
+	for _, i := range []int{2, 3, 4} { // the hot key: in one client, in clients, in processes
+		assert.Len(t, rep.Results[i].Shares, 2, rep.Results[i].Title)
+		assert.Positive(t, rep.Results[i].Handoff.P50, rep.Results[i].Title)
+	}
+	assert.Equal(t, "hotkey-2-procs", rep.Results[4].Scenario)
 	svg, err := os.ReadFile(svgFile)
 	require.NoError(t, err)
 	assert.True(t, bytes.HasPrefix(svg, []byte("<svg")))
-	assert.Equal(t, 6, bytes.Count(svg, []byte("<polyline")), "one curve per scenario")
+	assert.Equal(t, 7, bytes.Count(svg, []byte("<polyline")), "one curve per scenario")
 }
 
 func TestInspect(t *testing.T) {

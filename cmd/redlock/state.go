@@ -19,6 +19,9 @@ type nodeState struct {
 	guardLeft time.Duration // while guarded, the time left on the node's clock
 	fence     string        // the field f; "" when the counter is unknown
 	bad       string        // a g that is not a time in ms, shown as it is
+	// changed is set when the guard was started by the connection check
+	// (check.lua): its id is the server's replication ID, not a round's.
+	changed bool
 }
 
 // String is the state as inspect and guard show it.
@@ -28,6 +31,8 @@ func (s nodeState) String() string {
 		return fmt.Sprintf("unreadable state (g=%q)", s.bad)
 	case !s.known:
 		return "no state (new or lost its data)"
+	case s.guardLeft > 0 && s.changed:
+		return "guarded for " + seconds(s.guardLeft) + " (server changed: failover or restart)"
 	case s.guardLeft > 0:
 		return "guarded for " + seconds(s.guardLeft)
 	case s.fence == "":
@@ -78,7 +83,7 @@ func (c stateCmds) state() (nodeState, error) {
 	if !ok {
 		return nodeState{fence: h["f"]}, nil // acquire.lua treats a state without g as none
 	}
-	s := nodeState{known: true, fence: h["f"]}
+	s := nodeState{known: true, fence: h["f"], changed: h["r"] != "" && h["id"] == h["r"]}
 	until, err := strconv.ParseInt(g, 10, 64)
 	if err != nil {
 		s.bad = g

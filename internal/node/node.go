@@ -8,7 +8,9 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +30,9 @@ var (
 	// round was decided, or its time ran out, while the node's requests in
 	// flight were at the limit. The node cannot hold the keys.
 	ErrNotSent = errors.New("not sent: the node was busy and the round did not need it")
+	// ErrReplica is the outcome of a call on a connection to a server that
+	// is a replica: the connection check refused it (see connCheck).
+	ErrReplica = errors.New("the server is a replica, not a master")
 )
 
 // Kind is what a node client is.
@@ -73,7 +78,9 @@ type Node struct {
 	name   string
 	kind   Kind
 	client redis.UniversalClient
-	cfg    *Config
+	// sentinel is set for a client made by redis.NewFailoverClient.
+	sentinel bool
+	cfg      *Config
 	// slots bounds the requests in flight to the connection pool (see
 	// enter); nil for a node without a limit.
 	slots chan struct{}
@@ -83,7 +90,9 @@ type Node struct {
 	closedWarned atomic.Bool
 }
 
-// New returns the node of client, named name in errors and logs.
+// New returns the node of client, named name in errors and logs. On a
+// *redis.Client it adds the connection check (see connCheck) to the
+// client's OnConnect, so New must run before other goroutines use client.
 func New(client redis.UniversalClient, name string, cfg *Config) *Node {
 	n := &Node{name: name, client: client, cfg: cfg}
 	switch c := client.(type) {
@@ -95,6 +104,8 @@ func New(client redis.UniversalClient, name string, cfg *Config) *Node {
 		if size := c.Options().PoolSize; size > 0 {
 			n.slots = make(chan struct{}, size)
 		}
+		n.sentinel = c.Options().Addr == "FailoverClient"
+		n.installCheck(c)
 	}
 	n.proc = batchedClient{b: &batcher{window: cfg.BatchWindow}, client: client}
 	return n
@@ -145,7 +156,7 @@ func (n *Node) Acquire(ctx context.Context, a *protocol.Acquire, shared protocol
 	}
 	v, err := n.cfg.Protocol.Run(ctx, &n.proc, cmd)
 	if err != nil {
-		return protocol.AcquireReply{}, err
+		return protocol.AcquireReply{}, n.explain(err)
 	}
 	return protocol.DecodeAcquire(v)
 }
@@ -156,7 +167,7 @@ func (n *Node) Acquire(ctx context.Context, a *protocol.Acquire, shared protocol
 // ErrNotOurs when a key was gone or held another token.
 func (n *Node) Release(ctx context.Context, cmd protocol.Cmd, ttl time.Duration, key string) error {
 	if err := n.enter(ctx, nil); err != nil {
-		n.cfg.Log.Debug("redlock: release not sent: the node stayed busy", "addr", n.name, "key", key, "err", err)
+		n.cfg.Log.Debug("redlock: release not sent: the node stayed busy", "node", n.name, "key", key, "err", err)
 		n.redeliver(cmd, ttl, key, err)
 		return err
 	}
@@ -165,12 +176,12 @@ func (n *Node) Release(ctx context.Context, cmd protocol.Cmd, ttl time.Duration,
 	if errors.Is(err, redis.ErrClosed) {
 		if !n.closedWarned.Swap(true) {
 			n.cfg.Log.Warn("redlock: a release could not be sent: the node client is closed; close the Client before its node clients, or its locks stay on the node until their TTL",
-				"addr", n.name, "key", key)
+				"node", n.name, "key", key)
 		}
 		return err // nothing to retry on a closed client
 	}
 	if err != nil {
-		n.cfg.Log.Debug("redlock: release failed", "addr", n.name, "key", key, "err", err)
+		n.cfg.Log.Debug("redlock: release failed", "node", n.name, "key", key, "err", err)
 		if inDoubt(err) {
 			n.redeliver(cmd, ttl, key, err)
 		}
@@ -199,9 +210,18 @@ func (n *Node) call(ctx context.Context, cmd protocol.Cmd) error {
 	defer n.exit()
 	v, err := n.cfg.Protocol.RunInt(ctx, n.client, cmd)
 	if err != nil {
-		return err
+		return n.explain(err)
 	}
 	return held(v)
+}
+
+// explain adds what go-redis leaves out to err: a Sentinel client reports a
+// master name that no Sentinel knows as "all sentinels ... unreachable".
+func (n *Node) explain(err error) error {
+	if n.sentinel && strings.Contains(err.Error(), "all sentinels") {
+		return fmt.Errorf("no master from the Sentinels (unreachable, or they know no master of that name): %w", err)
+	}
+	return err
 }
 
 func held(v int64) error {

@@ -80,7 +80,7 @@ func (n *Node) redeliver(cmd protocol.Cmd, ttl time.Duration, key string, cause 
 		// The client is closing and makes its last attempts: make this
 		// release's now, in the call that failed, which Close waits for.
 		if left := n.redeliverBatch([]pendingRelease{{cmd: cmd, until: n.cfg.Clock.Now().Add(ttl)}}, true); len(left) > 0 {
-			n.cfg.Log.Debug("redlock: Close could not deliver a release in doubt: its keys expire with their TTL", "addr", n.name, "key", key)
+			n.cfg.Log.Debug("redlock: Close could not deliver a release in doubt: its keys expire with their TTL", "node", n.name, "key", key)
 		}
 		return
 	}
@@ -89,7 +89,7 @@ func (n *Node) redeliver(cmd protocol.Cmd, ttl time.Duration, key string, cause 
 	if len(q.pending) >= limit {
 		if !q.dropping {
 			n.cfg.Log.Debug("redlock: too many releases in doubt on one node: the oldest are dropped and their keys expire with their TTL",
-				"addr", n.name, "limit", limit)
+				"node", n.name, "limit", limit)
 		}
 		q.dropping = true
 		q.pending = q.pending[1:]
@@ -101,7 +101,7 @@ func (n *Node) redeliver(cmd protocol.Cmd, ttl time.Duration, key string, cause 
 		q.wg.Add(1)
 	}
 	q.mu.Unlock()
-	n.cfg.Log.Debug("redlock: release in doubt, retrying in the background", "addr", n.name, "key", key, "err", cause)
+	n.cfg.Log.Debug("redlock: release in doubt, retrying in the background", "node", n.name, "key", key, "err", cause)
 	if start {
 		go n.redeliverLoop()
 	}
@@ -135,7 +135,7 @@ func (n *Node) redeliverLoop() {
 		if q.putBack(left, last) {
 			if last && len(left) > 0 {
 				n.cfg.Log.Debug("redlock: Close could not deliver releases in doubt: their keys expire with their TTL",
-					"addr", n.name, "count", len(left))
+					"node", n.name, "count", len(left))
 			}
 			return
 		}

@@ -1,14 +1,24 @@
--- (@GONE@ stands for protocol.TombstonePrefix, replaced when the scripts are loaded.)
+-- (@GONE@ and @QUEUE@ stand for protocol.TombstonePrefix and
+-- protocol.QueuePrefix, replaced when the scripts are loaded.)
 -- acquire: take every key of KEYS[1..n-1] for token ARGV[1] for ARGV[2] ms,
 -- all or none. KEYS[n], the last, is the node's state, a hash without expiry:
 -- g = the node time in ms until which the node is in its restart guard (0: established),
 -- id = the token of the round that created the state, f = the fence counter
--- (absent: unknown, after the node lost its data).
+-- (absent: unknown, after the node lost its data), r = the replication ID
+-- of the server that last checked the state ('?': unknown; see check.lua).
 -- ARGV[3] is the restart guard in ms (0: off), ARGV[4] the id of a guarded
 -- state to establish at once ('' for none: only a client that saw every node
 -- guarded sends it), ARGV[5] is '1' when the caller wants the fence counter,
 -- ARGV[6] (optional, '' for none) the token of a holder in the same client
 -- that hands the lock over to this round: keys that hold it count as free.
+-- ARGV[7] (optional) is the id of a waiter, to join the queue of waiters of
+-- KEYS[1], a hint for the order in which releases wake waiters that never
+-- decides a grant; ARGV[8] is then its ticket, a whole number that orders
+-- the queue (ties by id), and ARGV[9] the client's key prefix. When the keys
+-- are taken, the waiter joins the queue, keeping its place if it is in it
+-- (see release.lua); when they are granted, it leaves it. The queue is the
+-- sorted set ARGV[9] .. "@QUEUE@" .. KEYS[1] without the prefix; it expires
+-- once no waiter joined it for the holder's time left plus ARGV[2].
 -- Returns
 --   0 when every key now holds our token (newly set, or already ours: a lost
 --     reply or a retry, in which case the TTL is reset), or {0, f} when ARGV[5]
@@ -30,6 +40,10 @@ if guard > 0 then
       -- No state: the node is new or lost its data (restart without
       -- persistence, flush, eviction). It may have granted locks it forgot.
       redis.call('HSET', state, 'g', string.format('%.0f', now + guard), 'id', ARGV[1])
+      -- The replication ID is unknown when the data went while connections
+      -- stayed open (FLUSHALL): the next connection check restarts the guard
+      -- (see check.lua). One recorded by a check that found no state stays.
+      redis.call('HSETNX', state, 'r', '?')
       return {-2, guard, ARGV[1]}
     end
     local id = redis.call('HGET', state, 'id')
@@ -61,10 +75,21 @@ for i = 1, #KEYS - 1 do
     if ttl > wait then wait = ttl end
   end
 end
-if wait > 0 then return wait end
+local place = ARGV[7]
+local queue
+if place then queue = ARGV[9] .. '@QUEUE@' .. string.sub(KEYS[1], #ARGV[9] + 1) end
+if wait > 0 then
+  if place then
+    -- pcall: a hint, which an ACL or a Cluster's slots may refuse.
+    redis.pcall('ZADD', queue, 'NX', ARGV[8], place)
+    redis.pcall('PEXPIRE', queue, wait + tonumber(ARGV[2]))
+  end
+  return wait
+end
 for i = 1, #KEYS - 1 do
   redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
 end
+if place then redis.pcall('ZREM', queue, place) end
 if ARGV[5] == '1' then
   local f = redis.call('HGET', state, 'f')
   if f then return {0, tonumber(f)} end

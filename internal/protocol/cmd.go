@@ -35,6 +35,14 @@ type Acquire struct {
 	// Prev is the token of a lock of the same client handed over to this
 	// acquire: keys that hold it count as free. "" for none.
 	Prev string
+	// Place is the id of the waiter that makes the acquire, when it is to
+	// join the first key's queue of waiters if the keys are taken; "" for
+	// none (nothing is sent either when the protocol has no queues, see
+	// [Protocol.WithQueues]). Ticket orders the waiters of the queue, the
+	// same on every node: the time the waiter began, in Unix ms. Waiters
+	// of equal tickets are ordered by id.
+	Place  string
+	Ticket int64
 }
 
 // AcquireCmd returns the command for a.
@@ -46,7 +54,15 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 	if a.Prev != "" {
 		prev = a.Prev
 	}
-	return newCmd(p.acquire, a.Keys, a.Token, p.ttlArg(a.TTL), p.guard, est, p.fenced, prev)
+	if a.Place == "" || p.prefix == nil {
+		return newCmd(p.acquire, a.Keys, a.Token, p.ttlArg(a.TTL), p.guard, est, p.fenced, prev)
+	}
+	var token any = a.Token
+	place := token // the waiter's first round: one box for both
+	if a.Place != a.Token {
+		place = a.Place
+	}
+	return newCmd(p.acquire, a.Keys, token, p.ttlArg(a.TTL), p.guard, est, p.fenced, prev, place, p.ticketArg(a.Ticket), p.prefix)
 }
 
 // ReleaseAfter returns the release of the lock that acq, an acquire's
@@ -55,16 +71,23 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 // deletion on [ReleasedChannel].
 func (p *Protocol) ReleaseAfter(acq Cmd, announce bool) Cmd {
 	nkeys := acq[2].(int) - 1 // without the state key
-	cmd := make(Cmd, 0, 3+nkeys+3)
+	cmd := make(Cmd, 0, 3+nkeys+4)
 	cmd = append(cmd, "evalsha", p.release.sha, nkeys)
 	cmd = append(cmd, acq[3:3+nkeys]...)
 	token, ttl := acq[3+nkeys+1], acq[3+nkeys+2]
-	return append(cmd, token, announceArg(announce), ttl)
+	cmd = append(cmd, token, announceArg(announce), ttl)
+	if announce && p.prefix != nil {
+		cmd = append(cmd, p.prefix)
+	}
+	return cmd
 }
 
 // Release returns the release of the lock with token on keys (as stored),
 // leaving a tombstone for ttl where a key is missing.
 func (p *Protocol) Release(keys []string, token string, ttl time.Duration, announce bool) Cmd {
+	if announce && p.prefix != nil {
+		return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl), p.prefix)
+	}
 	return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl))
 }
 
@@ -124,4 +147,10 @@ func run[C interface {
 		return zero, err
 	}
 	return c.Result()
+}
+
+// Check returns the command that checks a new connection's server against
+// the node's state key (as stored): see check.lua and [DecodeCheck].
+func (p *Protocol) Check(stateKey string) Cmd {
+	return newCmd(p.check, []string{stateKey}, p.guard)
 }

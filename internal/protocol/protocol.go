@@ -23,17 +23,31 @@ import (
 // The reserved names, each after the client's key prefix.
 const (
 	// StateKey is each node's state: a hash without expiry holding the
-	// restart guard ("g"), the id of the round that created it ("id") and
-	// the fence counter ("f"). On a Redis Cluster node there is one per hash
+	// restart guard ("g"), the id of the round that created it ("id"), the
+	// fence counter ("f") and the replication ID of the server that last
+	// checked it ("r", see check.lua). On a Redis Cluster node there is one per hash
 	// slot (see [SlotStateKey]). Lock keys must not start with it.
 	StateKey = "redquorum:node"
 	// TombstonePrefix, followed by a token, is the value a release leaves
 	// where a key is missing, so that the token's late SET is refused.
 	TombstonePrefix = "redquorum:gone:"
 	// ReleasedChannel, followed by a key as stored, is the channel on which
-	// an unlock announces the key's release.
+	// an unlock announces the key's release. The message names the next in
+	// line of the key's queue, or is empty.
 	ReleasedChannel = "redquorum:released:"
+	// QueuePrefix, after the client's key prefix and followed by a key
+	// without it, is the key's queue of waiters: a sorted set that orders
+	// the waiters of separate clients, a hint for whom a release wakes
+	// first (see acquire.lua). Lock keys must not start with it.
+	QueuePrefix = "redquorum:queue:"
 )
+
+// Reserved reports whether key, without the client's prefix, is one of
+// the library's own keys (a node state or a queue of waiters) rather than a
+// lock key. Lock keys must not start with either name.
+func Reserved(key string) bool {
+	return strings.HasPrefix(key, StateKey) || strings.HasPrefix(key, QueuePrefix)
+}
 
 // SlotStateKey returns the state key, after prefix, that lives in the hash
 // slot of key on a Redis Cluster node, where a script may only touch keys of
@@ -51,6 +65,8 @@ var (
 	extendLua string
 	//go:embed fence.lua
 	fenceLua string
+	//go:embed check.lua
+	checkLua string
 )
 
 // script is one Lua script with its reserved names filled in.
@@ -60,7 +76,7 @@ type script struct {
 }
 
 func newScript(lua string) script {
-	src := strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel).Replace(lua)
+	src := strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@QUEUE@", QueuePrefix).Replace(lua)
 	sum := sha1.Sum([]byte(src))
 	return script{src: src, sha: hex.EncodeToString(sum[:])}
 }
@@ -70,12 +86,16 @@ func newScript(lua string) script {
 // holding a string or a large integer costs an allocation per command). It
 // is safe for concurrent use.
 type Protocol struct {
-	acquire, release, extend, fence script
+	acquire, release, extend, fence, check script
 
 	guard   any // the restart guard in ms; 0: off
 	fenced  any // "1" when the acquire is to return the fence counter
 	none    any // "": no state to establish, no lock handed over
+	prefix  any // the key prefix, for the queues of waiters; nil: no queues
 	lastTTL atomic.Pointer[boxedTTL]
+	// lastTicket is the last ticket sent, boxed (an int64): the waiters
+	// whose tickets are equal share it.
+	lastTicket atomic.Value
 }
 
 // New returns the protocol of a client whose nodes keep a restart guard of
@@ -83,12 +103,20 @@ type Protocol struct {
 func New(guard time.Duration, fencing bool) *Protocol {
 	p := &Protocol{
 		acquire: newScript(acquireLua), release: newScript(releaseLua),
-		extend: newScript(extendLua), fence: newScript(fenceLua),
+		extend: newScript(extendLua), fence: newScript(fenceLua), check: newScript(checkLua),
 		guard: guard.Milliseconds(), fenced: "0", none: "",
 	}
 	if fencing {
 		p.fenced = "1"
 	}
+	return p
+}
+
+// WithQueues makes the releases of p's unlocks name the next in line of
+// the key's queue of waiters, and its acquires able to join it, for keys
+// stored after prefix. It returns p; call it before p is used.
+func (p *Protocol) WithQueues(prefix string) *Protocol {
+	p.prefix = prefix
 	return p
 }
 
@@ -111,9 +139,21 @@ func (p *Protocol) ttlArg(ttl time.Duration) any {
 	return b.arg
 }
 
+// ticketArg returns a queue ticket as a script argument, the same box as
+// the last command's when the ticket is the same.
+func (p *Protocol) ticketArg(ticket int64) any {
+	b := p.lastTicket.Load()
+	if t, ok := b.(int64); ok && t == ticket {
+		return b
+	}
+	b = ticket
+	p.lastTicket.Store(b)
+	return b
+}
+
 // scriptOf returns the script whose SHA is sha.
 func (p *Protocol) scriptOf(sha any) (script, bool) {
-	for _, s := range []script{p.acquire, p.release, p.extend, p.fence} {
+	for _, s := range []script{p.acquire, p.release, p.extend, p.fence, p.check} {
 		if s.sha == sha {
 			return s, true
 		}
@@ -123,6 +163,6 @@ func (p *Protocol) scriptOf(sha any) (script, bool) {
 
 // Sources returns the scripts' Lua sources as sent, for tests that run a
 // script with arguments of their own.
-func (p *Protocol) Sources() (acquire, release, extend, fence string) {
-	return p.acquire.src, p.release.src, p.extend.src, p.fence.src
+func (p *Protocol) Sources() (acquire, release, extend, fence, check string) {
+	return p.acquire.src, p.release.src, p.extend.src, p.fence.src, p.check.src
 }

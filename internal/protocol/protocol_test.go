@@ -76,16 +76,39 @@ func TestDecodeAcquire(t *testing.T) {
 	}
 }
 
+// TestDecodeCheck covers every reply of check.lua.
+func TestDecodeCheck(t *testing.T) {
+	for _, tc := range []struct {
+		reply any
+		want  CheckReply
+	}{
+		{[]any{int64(0), "abc"}, CheckReply{Outcome: Same, ID: "abc"}},
+		{[]any{int64(1), "abc", int64(60000)}, CheckReply{Outcome: Changed, ID: "abc", Guard: time.Minute}},
+		{[]any{int64(-1), "slave"}, CheckReply{Outcome: NotMaster, Detail: "slave"}},
+		{[]any{int64(-2), "NOPERM"}, CheckReply{Outcome: Unchecked, Detail: "NOPERM"}},
+	} {
+		got, err := DecodeCheck(tc.reply)
+		require.NoError(t, err, "%v", tc.reply)
+		assert.Equal(t, tc.want, got, "%v", tc.reply)
+	}
+	for _, bad := range []any{int64(0), []any{int64(1), "abc"}, []any{int64(5), "x"}, nil} {
+		_, err := DecodeCheck(bad)
+		assert.ErrorContains(t, err, "unexpected reply", "%v", bad)
+	}
+}
+
 // TestNames: the scripts name the reserved keys and channels only through
 // the constants, which fill in every placeholder.
 func TestNames(t *testing.T) {
-	for name, lua := range map[string]string{"acquire": acquireLua, "release": releaseLua, "extend": extendLua, "fence": fenceLua} {
+	for name, lua := range map[string]string{"acquire": acquireLua, "release": releaseLua, "extend": extendLua, "fence": fenceLua, "check": checkLua} {
 		assert.NotContains(t, lua, "redquorum:", "%s.lua spells a reserved name instead of its placeholder", name)
 		assert.NotContains(t, newScript(lua).src, "@", "%s.lua has a placeholder left", name)
 	}
 	p := New(0, false)
 	assert.Contains(t, p.acquire.src, "'"+TombstonePrefix+"'")
 	assert.Contains(t, p.release.src, "'"+ReleasedChannel+"' .. KEYS[i]")
+	assert.True(t, Reserved(StateKey) && Reserved(QueuePrefix+"k") && Reserved(StateKey+":{a}"))
+	assert.False(t, Reserved("job") || Reserved("redquorum:job"), "lock keys")
 	assert.True(t, strings.HasPrefix(SlotStateKey("p:", "k", new(hashslot.Tags)), "p:"+StateKey+":{"), "%s", SlotStateKey("p:", "k", new(hashslot.Tags)))
 }
 

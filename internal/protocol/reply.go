@@ -67,3 +67,53 @@ func DecodeAcquire(v any) (AcquireReply, error) {
 // 1 when every key held the token and the script did its work, 0 when a key
 // is gone or holds another token.
 func Held(v int64) bool { return v == 1 }
+
+// CheckOutcome is what the connection check found on a server.
+type CheckOutcome uint8
+
+const (
+	// Same: the server is a master with the replication ID recorded in the
+	// node's state (or it had none, and now has the server's).
+	Same CheckOutcome = iota
+	// Changed: the state was recorded under another replication ID (a
+	// failover, or a restart from a persisted file): the restart guard now
+	// runs on the server, and its fence counter is unknown.
+	Changed
+	// NotMaster: the server is a replica; nothing was written.
+	NotMaster
+	// Unchecked: the server's replication ID could not be read (INFO denied
+	// by an ACL, or absent); nothing was checked.
+	Unchecked
+)
+
+// CheckReply is a server's answer to the connection check.
+type CheckReply struct {
+	Outcome CheckOutcome
+	// ID is the server's replication ID (Same, Changed).
+	ID string
+	// Guard is, for Changed, how long the server's restart guard now runs.
+	Guard time.Duration
+	// Detail is the server's role (NotMaster) or why nothing was checked
+	// (Unchecked).
+	Detail string
+}
+
+// DecodeCheck turns the check script's reply into a CheckReply.
+func DecodeCheck(v any) (CheckReply, error) {
+	if a, ok := v.([]any); ok && len(a) >= 2 {
+		code, _ := a[0].(int64)
+		s, _ := a[1].(string)
+		switch {
+		case code == 0 && len(a) == 2:
+			return CheckReply{Outcome: Same, ID: s}, nil
+		case code == 1 && len(a) == 3:
+			ms, _ := a[2].(int64)
+			return CheckReply{Outcome: Changed, ID: s, Guard: time.Duration(ms) * time.Millisecond}, nil
+		case code == -1 && len(a) == 2:
+			return CheckReply{Outcome: NotMaster, Detail: s}, nil
+		case code == -2 && len(a) == 2:
+			return CheckReply{Outcome: Unchecked, Detail: s}, nil
+		}
+	}
+	return CheckReply{}, fmt.Errorf("unexpected reply %v from the check script", v)
+}

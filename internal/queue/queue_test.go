@@ -289,17 +289,23 @@ func TestHandOff(t *testing.T) {
 
 // pausing returns a give-up function that blocks the caller at its call
 // number at until proceed is closed, having closed entered: it stands for
-// the scheduler pausing a waiter just before its select.
-func pausing(at int) (giveUp func() <-chan time.Time, entered, proceed chan struct{}) {
-	entered, proceed = make(chan struct{}), make(chan struct{})
+// the scheduler pausing a waiter just before its select. Every earlier call
+// is let through, having closed first (the waiter watches the queue from
+// then on).
+func pausing(at int) (giveUp func() <-chan time.Time, first, entered, proceed chan struct{}) {
+	first, entered, proceed = make(chan struct{}), make(chan struct{}), make(chan struct{})
 	calls := 0
 	return func() <-chan time.Time {
-		if calls++; calls == at {
+		calls++
+		if calls == 1 && at > 1 {
+			close(first)
+		}
+		if calls == at {
 			close(entered)
 			<-proceed
 		}
 		return nil
-	}, entered, proceed
+	}, first, entered, proceed
 }
 
 // TestHandoverNotLostWhenWaiterGivesUp: a lock handed over to a waiter whose
@@ -316,8 +322,9 @@ func TestHandoverNotLostWhenWaiterGivesUp(t *testing.T) {
 			owner, _, err := q.Wait(t.Context(), "k", never)
 			require.NoError(t, err)
 			ctx, cancel := context.WithCancel(t.Context())
-			giveUp, entered, proceed := pausing(2)
+			giveUp, watching, entered, proceed := pausing(2)
 			first := enqueue(t, q, ctx, "k", giveUp)
+			<-watching                            // the waiter is in its first select
 			q.Held(owner, start.Add(time.Minute)) // wakes the waiter into its second select
 			<-entered
 			var second <-chan result
@@ -358,7 +365,7 @@ func TestFirstWaiterTakesOverExpiredHolder(t *testing.T) {
 	owner, _, err := q.Wait(t.Context(), "k", never)
 	require.NoError(t, err)
 	q.Held(owner, start.Add(time.Second))
-	giveUp, entered, proceed := pausing(1)
+	giveUp, _, entered, proceed := pausing(1)
 	first := make(chan result, 1)
 	go func() {
 		turn, h, err := q.Wait(t.Context(), "k", giveUp)

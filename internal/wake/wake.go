@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,11 +36,15 @@ type Waker struct {
 
 	mu      sync.Mutex
 	closed  bool
-	quit    chan struct{}        // closed by Close: stops the idle loop
-	subs    []*sub               // one per node while a key is subscribed, else nil
-	keys    map[string]time.Time // subscribed keys (as on the nodes) and their last wait
-	waiters map[string]*entry    // by key on the nodes
-	wg      sync.WaitGroup       // the listeners, the idle loop and the (un)subscribing goroutines
+	quit    chan struct{}              // closed by Close: stops the idle loop
+	subs    []*sub                     // one per node while a key is subscribed, else nil
+	keys    map[string]time.Time       // subscribed keys (as on the nodes) and their last wait
+	waiters map[string]*entry          // by key on the nodes, until announced
+	entries map[<-chan struct{}]*entry // every entry with waits, announced or not
+	named   map[string]named           // per subscribed key, the last announcement and whom it named
+	// heard is set while named has an entry, so that Heard needs no lock.
+	heard atomic.Bool
+	wg    sync.WaitGroup // the listeners, the idle loop and the (un)subscribing goroutines
 }
 
 // sub is one node's pub/sub connection. Its mu orders the connection's
@@ -49,11 +54,21 @@ type sub struct {
 	mu sync.Mutex
 }
 
+// named is whom an announcement named as next in line ("" for nobody),
+// and when it came.
+type named struct {
+	next string
+	at   time.Time
+}
+
 // entry is the channel of the waits for one key's release, closed when a
 // node announces it, and how many are waiting.
 type entry struct {
 	ch chan struct{}
 	n  int
+	// next is the waiter the announcement named as next in line ("" for
+	// none); written before ch is closed.
+	next string
 }
 
 // New returns a Waker on nodes whose keys stay subscribed for idle after
@@ -97,6 +112,7 @@ func (w *Waker) On(key string) <-chan struct{} {
 	if e == nil {
 		e = &entry{ch: make(chan struct{})}
 		w.waiters[key] = e
+		w.entries[e.ch] = e
 	}
 	e.n++
 	return e.ch
@@ -113,6 +129,8 @@ func (w *Waker) connect() {
 	w.keys = map[string]time.Time{}
 	if w.waiters == nil {
 		w.waiters = map[string]*entry{}
+		w.entries = map[<-chan struct{}]*entry{}
+		w.named = map[string]named{}
 	}
 	subs := w.subs
 	w.wg.Go(func() { w.idleLoop(subs) })
@@ -152,11 +170,26 @@ func (w *Waker) Done(key string, ch <-chan struct{}) {
 	if _, ok := w.keys[key]; ok {
 		w.keys[key] = w.clock.Now()
 	}
-	if e := w.waiters[key]; e != nil && e.ch == ch {
+	if e := w.entries[ch]; e != nil {
 		if e.n--; e.n == 0 {
-			delete(w.waiters, key)
+			delete(w.entries, ch)
+			if w.waiters[key] == e {
+				delete(w.waiters, key)
+			}
 		}
 	}
+}
+
+// Next returns the waiter that the announcement which closed ch, a channel
+// from On, named as next in line for the key: "" when it named none, or
+// before ch is closed. Call it before Done.
+func (w *Waker) Next(ch <-chan struct{}) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e := w.entries[ch]; e != nil {
+		return e.next
+	}
+	return ""
 }
 
 // listen wakes the waiters of every released key announced on s until s
@@ -168,7 +201,10 @@ func (w *Waker) listen(s *sub) {
 		closed := w.closed
 		if err == nil {
 			key := strings.TrimPrefix(msg.Channel, protocol.ReleasedChannel)
+			w.named[key] = named{msg.Payload, w.clock.Now()}
+			w.heard.Store(true)
 			if e := w.waiters[key]; e != nil {
+				e.next = msg.Payload
 				close(e.ch)
 				delete(w.waiters, key)
 			}
@@ -224,6 +260,8 @@ func (w *Waker) dropIdle(subs []*sub) (next time.Duration, done bool) {
 			continue
 		}
 		delete(w.keys, k)
+		delete(w.named, k)
+		w.heard.Store(len(w.named) > 0)
 		drop = append(drop, k)
 	}
 	if len(w.keys) == 0 {
@@ -256,6 +294,22 @@ func (w *Waker) Close() {
 	}
 	w.wg.Wait()
 }
+
+// Named returns the waiter that the last announcement of key's release
+// (as stored) named as next in line, and when it came; "" when it named
+// nobody, or when none was heard since key was subscribed. A client that
+// has just released a key hears its own announcement, if it waited for the
+// key before: its next Lock can then let the named waiter go first.
+func (w *Waker) Named(key string) (next string, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.named[key]
+	return n.next, n.at
+}
+
+// Heard reports, without taking a lock, whether any key has an
+// announcement to report through Named.
+func (w *Waker) Heard() bool { return w.heard.Load() }
 
 // Waiting reports whether a wait for key (as stored) is under way.
 func (w *Waker) Waiting(key string) bool {

@@ -28,6 +28,50 @@ func TestChaos(t *testing.T) {
 	}
 }
 
+// TestChaosHotKey is the hot-key phase across processes: four OS
+// processes of one contender each lock one key, so that every handoff goes
+// from one process to another, through the queue of waiters on the nodes
+// (a release names the next in line), while every kind of fault hits a
+// minority of the nodes.
+func TestChaosHotKey(t *testing.T) {
+	r := Run(t, Options{Procs: 4, Workers: 1, Keys: 1, Faults: AllFaults, Target: 500, MinDuration: 15 * time.Second})
+	assert.GreaterOrEqual(t, r.Acquisitions, 500, "successful acquisitions under faults")
+	require.Len(t, r.ByProc, 4)
+	for p, n := range r.ByProc {
+		assert.Positive(t, n, "acquisitions by process %d", p)
+	}
+	assert.Empty(t, r.Overlaps, "holds that overlap")
+	assert.Equal(t, porcupine.Ok, r.Linearizable, "porcupine's verdict; visualization: %s", r.Visualization)
+	assert.Zero(t, r.Oversold, "sold + left − initial stock")
+	assert.Empty(t, r.Leftover, "lock keys left after their TTL")
+}
+
+// TestChaosReplicated is the main suite on a replicated deployment: every
+// lock node has a replica, and failovers to a replica that lacks the latest
+// locks join the other faults on a minority of the nodes. The connection
+// check starts the restart guard on a promoted replica, so no checker may
+// find two holders at once, and no lock key may be left on a master or a
+// replica.
+func TestChaosReplicated(t *testing.T) {
+	r := Run(t, Options{Replicated: true, Faults: ReplicatedFaults, Target: 2000, MinDuration: 25 * time.Second})
+	assert.GreaterOrEqual(t, r.Acquisitions, 2000, "successful acquisitions under faults")
+	require.Len(t, r.ByProc, 2)
+	assert.Positive(t, r.ByProc[1], "acquisitions by the second OS process")
+	assert.Empty(t, r.Overlaps, "holds that overlap")
+	assert.Equal(t, porcupine.Ok, r.Linearizable, "porcupine's verdict; visualization: %s", r.Visualization)
+	assert.Zero(t, r.Oversold, "sold + left − initial stock")
+	assert.GreaterOrEqual(t, r.MinStock, int64(0))
+	assert.Empty(t, r.Leftover, "lock keys left after their TTL")
+	// A run injects a few dozen faults, a sixth of them failovers; a kind
+	// that happens not to be drawn in one run is no failure, failovers aside.
+	assert.Positive(t, r.Faults[Failover], "failovers")
+	others := 0
+	for _, k := range AllFaults {
+		others += r.Faults[k]
+	}
+	assert.Positive(t, others, "faults other than failovers")
+}
+
 // TestNegativeControl runs the suite misconfigured: the two processes are
 // split so that each sees its own three of the five nodes, and each has a
 // Client over only those three (OwnNodes), with the default quorum of 2 of 3.
@@ -58,24 +102,60 @@ func TestRestartGuardChaos(t *testing.T) {
 		Faults: []FaultKind{Kill}, FaultNodes: []int{2}, MaxFaulty: 1, KillDowntime: -1,
 		Target: 1 << 30, MaxDuration: 30 * time.Second, // a timed run: the target is never met
 	}
+	guardPair(t, base, Kill, "node 2 was restarted",
+		2*time.Second,  // with the guard off
+		10*time.Second) // with it on: the guard keeps node 2 out for a TTL after each restart
+}
+
+// guardPair runs base, whose only fault is kind on node 2, with the restart
+// guard off and then on, faults apart by gapOff and gapOn. With the guard
+// off, both checkers must report the double holds (the negative control);
+// with it on (as short as the TTL allows), neither may.
+func guardPair(t *testing.T, base Options, kind FaultKind, what string, gapOff, gapOn time.Duration) {
 	t.Run("GuardOff", func(t *testing.T) {
 		o := base
-		o.FaultGap = 2 * time.Second
+		o.FaultGap = gapOff
 		o.Client.UnsafeNoRestartGuard = true
 		r := Run(t, o)
-		require.Positive(t, r.Faults[Kill], "node 2 was restarted")
+		require.Positive(t, r.Faults[kind], what)
 		assert.NotEmpty(t, r.Overlaps, "the interval check must find the double hold")
 		assert.Equal(t, porcupine.Illegal, r.Linearizable, "porcupine must reject the history")
 	})
 	t.Run("GuardOn", func(t *testing.T) {
 		o := base
-		o.FaultGap = 10 * time.Second // the guard keeps node 2 out for a TTL after each restart
-		o.Client.RestartGuard = o.TTL // the shortest guard the TTL allows
+		o.FaultGap = gapOn
+		o.Client.RestartGuard = o.TTL
 		r := Run(t, o)
-		require.Positive(t, r.Faults[Kill], "node 2 was restarted")
+		require.Positive(t, r.Faults[kind], what)
 		assert.Positive(t, r.Acquisitions)
 		assert.Empty(t, r.Overlaps, "holds that overlap")
 		assert.Equal(t, porcupine.Ok, r.Linearizable, "porcupine's verdict; visualization: %s", r.Visualization)
 		assert.Zero(t, r.Oversold, "sold + left − initial stock")
+		assert.Empty(t, r.Leftover, "lock keys left after their TTL")
 	})
+}
+
+// TestFailoverChaos fails node 2 over to a replica that lacks what was
+// granted, extended and released during the failover's lag (up to 2s). As in
+// TestRestartGuardChaos, the two processes see different majorities that
+// share only node 2 (Split), so every hold passes through node 2. Holders
+// sleep up to twice the TTL, so most holds last until their validity ends
+// and their keys expire on the promoted replica when they do on the old
+// master: a key granted during the lag is then free on the promoted replica
+// while its holder still holds it. (With releases before the TTL, the
+// promoted replica would mostly keep the released key of the previous
+// holder, which protects the new one.) With the restart guard off, the
+// promoted replica grants such a held lock to the other process, which then
+// holds a majority too: both checkers must report it (the negative control).
+// With the guard on, the connection check sees the promoted replica's new
+// replication ID and starts its guard, and no checker finds anything.
+func TestFailoverChaos(t *testing.T) {
+	base := Options{
+		Split: true, Keys: 2, TTL: 3 * time.Second, Hold: 6 * time.Second, Replicated: true,
+		Faults: []FaultKind{Failover}, FaultNodes: []int{2}, MaxFaulty: 1, FailoverLag: 2 * time.Second,
+		Target: 1 << 30, MaxDuration: 20 * time.Second, // a timed run: the target is never met
+	}
+	guardPair(t, base, Failover, "node 2 failed over",
+		time.Second,   // with the guard off
+		5*time.Second) // with it on: the guard keeps node 2 out for a TTL after each failover
 }

@@ -1,7 +1,8 @@
 // Package chaos is the chaos suite of redquorum: many contenders in several
 // OS processes compete for a few keys on real Redis masters (test/rig) while a
-// fault schedule kills, pauses, partitions and slows the lock nodes, and the
-// recorded history is checked for two holders at once.
+// fault schedule kills, pauses, partitions, slows and (with replicas) fails
+// over the lock nodes, and the recorded history is checked for two holders at
+// once.
 //
 // # What is recorded
 //
@@ -44,6 +45,22 @@
 // gather a majority of its own list on a pair the other never touches): see
 // TestNegativeControl. A checker that cannot fail proves nothing.
 //
+// # Replicated runs and failovers
+//
+// With Options.Replicated, every lock node has a replica (rig.WithReplicas),
+// and the schedule can inject the Failover fault: the node's replica is
+// promoted while the contenders keep locking on the old master for a random
+// lag, then the old master is killed and the node's address moves to the
+// promoted replica, which lacks every grant, extension and release of the
+// lag. Nothing but the connection check (check.lua) tells the client: a
+// new connection finds a replication ID other than the one recorded in the
+// node's state and starts the node's restart guard. TestChaosReplicated runs
+// every kind of fault with failovers on a replicated deployment and must be
+// clean; its leftover check also lists the keys of each replica once it has
+// caught up with its master. TestFailoverChaos shows that the scenario does
+// hand out held locks when the guard is off (the negative control) and that
+// the guard prevents it.
+//
 // # Assumptions of the suite
 //
 // The lock's assumptions (README) hold during the run: at most a minority of
@@ -51,4 +68,6 @@
 // which restarts it without persistence) stays down for longer than the
 // longest TTL before it comes back (Options.KillDowntime). A test that wants
 // a node to come back empty within a hold sets KillDowntime below the TTL.
+// A failover breaks that assumption on purpose: the promoted replica answers
+// at once, and only the restart guard keeps the run safe.
 package chaos

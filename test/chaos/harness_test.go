@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/redlock"
 	"github.com/redquorum/redquorum/test/rig"
@@ -55,10 +56,23 @@ const (
 	// Latency delays the node's traffic each way by 1 ms to 3/4 of the
 	// client's NodeTimeout: the node is sometimes in time and sometimes not.
 	Latency FaultKind = "latency"
+	// Failover fails a replicated node over to its replica (rig's
+	// Node.Failover): the replica is promoted while the contenders keep
+	// locking on the old master for a random lag of Options.FailoverLag/10
+	// to FailoverLag, so that the promoted replica lacks what was granted
+	// and extended in that time. The node is down from the kill of the old
+	// master until its proxy points at the new one, and its restart guard
+	// runs after that. It needs Options.Replicated.
+	Failover FaultKind = "failover"
 )
 
-// AllFaults is every kind of fault, for the schedule of the main suite.
+// AllFaults is every kind of fault that needs no replicas, for the schedule
+// of the main suite.
 var AllFaults = []FaultKind{Kill, Pause, Partition, ClientPartition, Latency}
+
+// ReplicatedFaults is every kind of fault, for a replicated run: AllFaults
+// and Failover.
+var ReplicatedFaults = append(slices.Clone(AllFaults), Failover)
 
 // Options configures [Run]. The zero value of a field means its default.
 type Options struct {
@@ -90,6 +104,13 @@ type Options struct {
 	// key never matters). Set it below TTL, with a negative value meaning
 	// zero, to test a node that forgets a lock while it is held.
 	KillDowntime time.Duration
+	// Replicated gives every lock node a replica (rig.WithReplicas), which
+	// the Failover fault needs. The leftover check then also lists the
+	// replicas' keys.
+	Replicated bool
+	// FailoverLag is the longest lag of a Failover (500ms): how long the old
+	// master keeps taking writes that the promoted replica lacks.
+	FailoverLag time.Duration
 
 	// Client is the redlock configuration of every contender. Only fields
 	// that survive JSON (not Clock or Logger) reach the other processes.
@@ -142,6 +163,7 @@ func (o *Options) defaults() {
 	defD(&o.MaxDuration, 5*time.Minute)
 	defD(&o.FaultGap, 300*time.Millisecond)
 	defD(&o.KillDowntime, o.TTL+500*time.Millisecond)
+	defD(&o.FailoverLag, 500*time.Millisecond)
 	o.KillDowntime = max(o.KillDowntime, 0)
 	if o.Stock == 0 {
 		o.Stock = 1 << 30
@@ -183,11 +205,14 @@ type Result struct {
 	LockWait, Held time.Duration // summed over contenders: time in Lock, and from Lock to the end of Unlock
 }
 
-// String is the summary line of the run: totals, faults and violations.
+// String is the summary line of the run: totals, faults and violations. It
+// counts every kind of AllFaults, and the other kinds the run could inject.
 func (r *Result) String() string {
-	kinds := make([]string, 0, len(r.Faults))
-	for _, k := range AllFaults {
-		kinds = append(kinds, fmt.Sprintf("%s=%d", k, r.Faults[k]))
+	kinds := make([]string, 0, len(ReplicatedFaults))
+	for _, k := range ReplicatedFaults {
+		if _, ok := r.Faults[k]; ok || slices.Contains(AllFaults, k) {
+			kinds = append(kinds, fmt.Sprintf("%s=%d", k, r.Faults[k]))
+		}
 	}
 	return fmt.Sprintf("%d acquisitions (by process: %v), %d failed attempts in %v (%.0f/s; contenders spent %v in Lock, %v holding); faults: %s (refused by Docker: %d); violations: overlaps=%d oversold=%d porcupine=%s; leftover keys=%d; min stock=%d; resource errors=%d",
 		r.Acquisitions, r.ByProc, r.Failures, r.Duration.Round(time.Millisecond), float64(r.Acquisitions)/r.Duration.Seconds(),
@@ -245,8 +270,15 @@ func Run(t *testing.T, o Options) *Result {
 	if o.OwnNodes && !o.Split {
 		t.Fatal("chaos: OwnNodes needs Split")
 	}
+	if slices.Contains(o.Faults, Failover) && !o.Replicated {
+		t.Fatal("chaos: the Failover fault needs Replicated")
+	}
 	leakcheck.Check(t)
-	c := rig.Start(t, o.Nodes+1)
+	var rigOpts []rig.Option
+	if o.Replicated {
+		rigOpts = append(rigOpts, rig.WithReplicas()) // the resource node's replica is never used
+	}
+	c := rig.Start(t, o.Nodes+1, rigOpts...)
 	lockNodes, resNode := c.Nodes[:o.Nodes], c.Nodes[o.Nodes]
 
 	// Each process reaches each lock node through a proxy of its own, so
@@ -284,6 +316,9 @@ func Run(t *testing.T, o Options) *Result {
 	require.NoError(t, res.Set(ctx, "acquired", 0, 0).Err())
 
 	f := &faulter{o: o, nodes: lockNodes, views: views, busy: map[int]bool{}, counts: map[FaultKind]int{}}
+	for _, k := range o.Faults {
+		f.counts[k] = 0 // the summary line shows every kind the run could inject
+	}
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	var faults sync.WaitGroup
 	if len(o.Faults) > 0 {
@@ -394,22 +429,15 @@ func Run(t *testing.T, o Options) *Result {
 	r.Linearizable, r.Visualization, err = CheckLinearizable(r.History, time.Minute, t.ArtifactDir())
 	require.NoError(t, err)
 
-	// Once every TTL set before calm has run out, no lock key may be left.
+	// Once every TTL set before calm has run out, no lock key may be left,
+	// on a master or, once it has caught up, on its replica.
 	time.Sleep(time.Until(calm.Add(o.TTL + 250*time.Millisecond)))
 	for _, n := range lockNodes {
-		cl := redis.NewClient(redlock.NodeOptions(n.Addr()))
-		ks, err := cl.Keys(ctx, "*").Result()
-		require.NoError(t, err, "list the keys of %s", n.Name())
-		for _, k := range ks {
-			if strings.HasPrefix(k, "redquorum:node") {
-				continue // the node's state (restart guard, fences), not a lock
-			}
-			if v, _ := cl.Get(ctx, k).Result(); strings.HasPrefix(v, "redquorum:gone:") {
-				continue // a release's tombstone: free for every other token
-			}
-			r.Leftover = append(r.Leftover, n.Name()+": "+k)
+		r.Leftover = append(r.Leftover, lockKeys(t, n.Name(), n.Addr())...)
+		if o.Replicated {
+			require.NoError(t, n.WaitReplicated(ctx))
+			r.Leftover = append(r.Leftover, lockKeys(t, n.Name()+" (replica)", n.ReplicaAddr())...)
 		}
-		cl.Close()
 	}
 
 	fmt.Printf("chaos: %s: %s\n", t.Name(), r)
@@ -417,6 +445,30 @@ func Run(t *testing.T, o Options) *Result {
 		fmt.Printf("chaos: %s: porcupine's visualization of the illegal history (kept with go test -artifacts): %s\n", t.Name(), r.Visualization)
 	}
 	return r
+}
+
+// lockKeys returns "name: key" for every lock key on the server at addr: its
+// keys but the node's state and the tombstones of releases.
+func lockKeys(t *testing.T, name, addr string) []string {
+	t.Helper()
+	cl := redis.NewClient(redlock.NodeOptions(addr))
+	defer cl.Close()
+	ks, err := cl.Keys(t.Context(), "*").Result()
+	require.NoError(t, err, "list the keys of %s", name)
+	var out []string
+	for _, k := range ks {
+		if strings.HasPrefix(k, "redquorum:node") {
+			continue // the node's state (restart guard, fences), not a lock
+		}
+		if v, _ := cl.Get(t.Context(), k).Result(); strings.HasPrefix(v, "redquorum:gone:") {
+			continue // a release's tombstone: free for every other token
+		}
+		if strings.HasPrefix(k, protocol.QueuePrefix) && cl.PTTL(t.Context(), k).Val() > 0 {
+			continue // a queue of waiters, which expires by itself
+		}
+		out = append(out, name+": "+k)
+	}
+	return out
 }
 
 // child runs one contender process from its JSON configuration and writes its
@@ -644,6 +696,8 @@ func (f *faulter) inject(i int, kind FaultKind) {
 		n.SetLatency(time.Millisecond + rand.N(f.o.Client.NodeTimeout*3/4))
 		time.Sleep(d)
 		n.SetLatency(0)
+	case Failover:
+		err = n.Failover(ctx, f.o.FailoverLag/10+rand.N(f.o.FailoverLag*9/10+1))
 	default:
 		err = fmt.Errorf("unknown fault kind %q", kind)
 	}

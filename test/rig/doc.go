@@ -7,10 +7,21 @@
 // [Node.Addr], the proxy's address, so that a test can crash a node
 // ([Node.Kill], [Node.Start], [Node.Restart]: the node comes back empty),
 // stall its process ([Node.Pause]), cut it off the network ([Node.Partition])
-// or slow it down ([Node.SetLatency]). Everything is removed in t.Cleanup,
-// also when the test fails; a node's container also stops by itself once the
-// test's deadline has passed, and later runs remove what a killed test binary
-// left behind.
+// or slow it down ([Node.SetLatency]).
+//
+// With [WithReplicas], each node also has a replica: a second container on
+// the same network that replicates from the master by container name, and
+// that clients do not reach. [Node.Failover] promotes the replica while
+// clients keep writing to the master for a lag, kills the master, points the
+// proxy at the promoted replica and starts the old master again, empty, as
+// the new replica: the writes of the lag are lost, as after a failover to an
+// asynchronous replica, and the next Failover swaps the two back. The other
+// faults act on the current master. [Node.ReplicaAddr] and
+// [Node.WaitReplicated] let a test read what the replica has.
+//
+// Everything is removed in t.Cleanup, also when the test fails; a node's
+// containers also stop by themselves once the test's deadline has passed,
+// and later runs remove what a killed test binary left behind.
 //
 // When Docker is not reachable, Start skips the test, or fails it when the
 // environment variable CI is "true": CI must never skip. When the image is

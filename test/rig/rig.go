@@ -46,7 +46,10 @@ var defaultArgs = []string{"--save", "", "--appendonly", "no", "--protected-mode
 // An Option configures [Start].
 type Option func(*config)
 
-type config struct{ args []string }
+type config struct {
+	args     []string
+	replicas bool
+}
 
 // WithArgs appends redis-server arguments for every node, after the defaults
 // (no RDB or AOF persistence, protected mode off, bind 0.0.0.0, port 6379);
@@ -60,8 +63,9 @@ func WithArgs(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
 }
 
-// Cluster is a set of independent Redis masters started by [Start]. Its
-// methods and those of its nodes are safe for concurrent use.
+// Cluster is a set of independent Redis masters started by [Start], each
+// with a replica under [WithReplicas]. Its methods and those of its nodes are
+// safe for concurrent use.
 type Cluster struct {
 	// Nodes are the servers, in the order Start created them.
 	Nodes []*Node
@@ -76,13 +80,24 @@ type Cluster struct {
 	guards     sync.WaitGroup
 }
 
-// Node is one Redis server in a container, reached through its own [Proxy].
+// Node is one Redis master in a container, reached through its own [Proxy],
+// and under [WithReplicas] a replica of it in a second container.
 type Node struct {
 	c     *Cluster
 	name  string
-	id    string // container ID; the container survives Kill and Start
 	proxy *Proxy
-	mu    sync.Mutex // serialises Docker operations on the container
+
+	mu      sync.Mutex // serialises Docker operations on the node; guards master and replica
+	master  *container // the server behind the proxy
+	replica *container // replicates from master; nil without WithReplicas
+}
+
+// container is one Redis server's container, which survives Kill and Start.
+type container struct {
+	c    *Cluster
+	name string
+	id   string
+	addr string // published address on 127.0.0.1 of the running server
 }
 
 // Start starts n Redis masters on a Docker network of their own, each behind
@@ -117,14 +132,18 @@ func Start(t testing.TB, n int, opts ...Option) *Cluster {
 
 	ctx, cancel := context.WithTimeout(t.Context(), readyTimeout)
 	defer cancel()
-	args := append(slices.Clone(defaultArgs), cfg.args...)
+	args := slices.Clone(defaultArgs)
+	if cfg.replicas {
+		args = append(args, replicaArgs...)
+	}
+	args = append(args, cfg.args...)
 	c.Nodes = make([]*Node, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range c.Nodes {
 		node := &Node{c: c, name: fmt.Sprintf("redquorum-rig-%s-%d", c.id, i+1)}
 		c.Nodes[i] = node
-		wg.Go(func() { errs[i] = node.create(ctx, args) })
+		wg.Go(func() { errs[i] = node.create(ctx, args, cfg.replicas) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -159,7 +178,9 @@ func AddrsFromEnv() []string {
 	return strings.Split(v, ",")
 }
 
-// Name returns the name of the node's container.
+// Name returns the name of the node: the name of its first master's
+// container. It does not change when a [Node.Failover] moves the node to
+// its other container.
 func (n *Node) Name() string { return n.name }
 
 // Addr returns the address clients use for the node: its proxy's, which stays
@@ -170,11 +191,11 @@ func (n *Node) Addr() string { return n.proxy.Addr() }
 // direction only.
 func (n *Node) Proxy() *Proxy { return n.proxy }
 
-// Kill sends SIGKILL to the node's server and waits until its container has
-// exited. Clients see their open connections closed, as after a crash (in a
-// partition, only once it heals), and new connections closed at once until
-// [Node.Start]. Killing a stopped node does nothing. On failure the node may
-// be running or not.
+// Kill sends SIGKILL to the node's server (its current master) and waits
+// until its container has exited. Clients see their open connections closed,
+// as after a crash (in a partition, only once it heals), and new connections
+// closed at once until [Node.Start]. Killing a stopped node does nothing. On
+// failure the node may be running or not.
 func (n *Node) Kill(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -183,8 +204,9 @@ func (n *Node) Kill(ctx context.Context) error {
 
 // Start starts a killed node's container again and waits until it answers
 // PING. The server starts empty (no persistence) and may be published on a
-// new port, which the proxy follows; [Node.Addr] does not change. Starting a
-// running node does nothing. On failure the node may be running or not.
+// new port, which the proxy follows; [Node.Addr] does not change. A replica
+// then resyncs from the empty master. Starting a running node does nothing.
+// On failure the node may be running or not.
 func (n *Node) Start(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -202,19 +224,24 @@ func (n *Node) Restart(ctx context.Context) error {
 	return n.start(ctx)
 }
 
-// Pause freezes the node's processes (docker pause), as a long GC pause or a
-// stopped VM would: connections stay open and commands time out.
+// Pause freezes the processes of the node's master (docker pause), as a long
+// GC pause or a stopped VM would: connections stay open and commands time
+// out.
 func (n *Node) Pause() error {
-	if err := n.c.pool.Client.PauseContainer(n.id); err != nil {
-		return fmt.Errorf("rig: pause %s: %w", n.name, err)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.c.pool.Client.PauseContainer(n.master.id); err != nil {
+		return fmt.Errorf("rig: pause %s: %w", n.master.name, err)
 	}
 	return nil
 }
 
 // Unpause lets a paused node run again; it then answers what it was sent.
 func (n *Node) Unpause() error {
-	if err := n.c.pool.Client.UnpauseContainer(n.id); err != nil {
-		return fmt.Errorf("rig: unpause %s: %w", n.name, err)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.c.pool.Client.UnpauseContainer(n.master.id); err != nil {
+		return fmt.Errorf("rig: unpause %s: %w", n.master.name, err)
 	}
 	return nil
 }
@@ -229,80 +256,114 @@ func (n *Node) Heal() { n.proxy.Heal() }
 // that a round trip takes at least 2d longer; zero removes the delay.
 func (n *Node) SetLatency(d time.Duration) { n.proxy.SetLatency(d, d) }
 
-// create starts the node's proxy and container and waits until it is ready.
-func (n *Node) create(ctx context.Context, args []string) error {
+// create starts the node's proxy and container, and with replica its
+// replica's, and waits until they are ready.
+func (n *Node) create(ctx context.Context, args []string, replica bool) error {
 	proxy, err := NewProxy("")
 	if err != nil {
 		return err
 	}
 	n.proxy = proxy
-	repo, tag, _ := strings.Cut(Image, ":")
-	res, err := n.c.pool.RunWithOptions(&dockertest.RunOptions{
-		Name:         n.name,
-		Repository:   repo,
-		Tag:          tag, // explicit, so dockertest finds the local image and never pulls
-		Cmd:          args,
-		Labels:       n.c.labels,
-		ExposedPorts: []string{string(redisPort)},
-		PortBindings: map[dc.Port][]dc.PortBinding{redisPort: {{HostIP: "127.0.0.1"}}},
-		NetworkID:    n.c.network.Network.ID,
-	}, func(hc *dc.HostConfig) { hc.NetworkMode = n.c.network.Network.Name })
-	if err != nil {
-		return fmt.Errorf("run %s: %w", n.name, err)
+	if n.master, err = n.c.run(ctx, n.name, args); err != nil {
+		return err
 	}
-	n.id = res.Container.ID
-	return n.up(ctx)
+	n.proxy.SetTarget(n.master.addr)
+	if !replica {
+		return nil
+	}
+	if n.replica, err = n.c.run(ctx, n.name+"-replica", args); err != nil {
+		return err
+	}
+	return n.follow(ctx)
 }
 
 func (n *Node) kill(ctx context.Context) error {
-	client := n.c.pool.Client
-	err := client.KillContainer(dc.KillContainerOptions{ID: n.id, Signal: dc.SIGKILL, Context: ctx})
-	if notRunning := new(dc.ContainerNotRunning); err != nil && !errors.As(err, &notRunning) {
-		return fmt.Errorf("rig: kill %s: %w", n.name, err)
-	}
+	err := n.master.kill(ctx)
 	n.proxy.SetTarget("")
-	if _, err := client.WaitContainerWithContext(n.id, ctx); err != nil {
-		return fmt.Errorf("rig: kill %s: wait for exit: %w", n.name, err)
+	return err
+}
+
+func (n *Node) start(ctx context.Context) error {
+	if err := n.master.start(ctx); err != nil {
+		return err
+	}
+	n.proxy.SetTarget(n.master.addr)
+	return nil
+}
+
+// run creates and starts a container named name that runs redis-server with
+// args, and waits until it is ready.
+func (c *Cluster) run(ctx context.Context, name string, args []string) (*container, error) {
+	repo, tag, _ := strings.Cut(Image, ":")
+	res, err := c.pool.RunWithOptions(&dockertest.RunOptions{
+		Name:         name,
+		Repository:   repo,
+		Tag:          tag, // explicit, so dockertest finds the local image and never pulls
+		Cmd:          args,
+		Labels:       c.labels,
+		ExposedPorts: []string{string(redisPort)},
+		PortBindings: map[dc.Port][]dc.PortBinding{redisPort: {{HostIP: "127.0.0.1"}}},
+		NetworkID:    c.network.Network.ID,
+	}, func(hc *dc.HostConfig) { hc.NetworkMode = c.network.Network.Name })
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", name, err)
+	}
+	ct := &container{c: c, name: name, id: res.Container.ID}
+	return ct, ct.up(ctx)
+}
+
+// kill sends SIGKILL to the container and waits until it has exited.
+func (ct *container) kill(ctx context.Context) error {
+	client := ct.c.pool.Client
+	err := client.KillContainer(dc.KillContainerOptions{ID: ct.id, Signal: dc.SIGKILL, Context: ctx})
+	if notRunning := new(dc.ContainerNotRunning); err != nil && !errors.As(err, &notRunning) {
+		return fmt.Errorf("rig: kill %s: %w", ct.name, err)
+	}
+	ct.addr = ""
+	if _, err := client.WaitContainerWithContext(ct.id, ctx); err != nil {
+		return fmt.Errorf("rig: kill %s: wait for exit: %w", ct.name, err)
 	}
 	return nil
 }
 
-func (n *Node) start(ctx context.Context) error {
-	err := n.c.pool.Client.StartContainerWithContext(n.id, nil, ctx)
+// start starts the stopped container and waits until it is ready; a running
+// one is left as it is.
+func (ct *container) start(ctx context.Context) error {
+	err := ct.c.pool.Client.StartContainerWithContext(ct.id, nil, ctx)
 	if running := new(dc.ContainerAlreadyRunning); errors.As(err, &running) {
 		return nil
 	}
 	if err == nil {
-		err = n.up(ctx)
+		err = ct.up(ctx)
 	}
 	if err != nil {
-		return fmt.Errorf("rig: start %s: %w", n.name, err)
+		return fmt.Errorf("rig: start %s: %w", ct.name, err)
 	}
 	return nil
 }
 
-// up waits until the running container is published and answers PING, points
-// the proxy at it and arms the container's safety-net stop.
-func (n *Node) up(ctx context.Context) error {
+// up waits until the running container is published and answers PING,
+// records its address and arms its safety-net stop.
+func (ct *container) up(ctx context.Context) error {
 	for {
-		c, err := n.c.pool.Client.InspectContainerWithContext(n.id, ctx)
+		c, err := ct.c.pool.Client.InspectContainerWithContext(ct.id, ctx)
 		if err != nil {
 			return err
 		}
 		if !c.State.Running {
-			return fmt.Errorf("%s exited with code %d; last log lines:\n%s", n.name, c.State.ExitCode, n.logs())
+			return fmt.Errorf("%s exited with code %d; last log lines:\n%s", ct.name, c.State.ExitCode, ct.logs())
 		}
 		if b := c.NetworkSettings.Ports[redisPort]; len(b) > 0 && b[0].HostPort != "" {
 			addr := net.JoinHostPort("127.0.0.1", b[0].HostPort)
 			if ping(ctx, addr) == nil {
-				n.proxy.SetTarget(addr)
-				n.c.guard(n.id)
+				ct.addr = addr
+				ct.c.guard(ct.id)
 				return nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s does not answer PING: %w", n.name, ctx.Err())
+			return fmt.Errorf("%s does not answer PING: %w", ct.name, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -334,13 +395,13 @@ func ping(ctx context.Context, addr string) error {
 	return nil
 }
 
-// logs returns the last lines the node's server printed.
-func (n *Node) logs() string {
+// logs returns the last lines the container's server printed.
+func (ct *container) logs() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var buf bytes.Buffer
-	err := n.c.pool.Client.Logs(dc.LogsOptions{
-		Context: ctx, Container: n.id, OutputStream: &buf, ErrorStream: &buf,
+	err := ct.c.pool.Client.Logs(dc.LogsOptions{
+		Context: ctx, Container: ct.id, OutputStream: &buf, ErrorStream: &buf,
 		Stdout: true, Stderr: true, Tail: "20",
 	})
 	if err != nil {
@@ -363,8 +424,10 @@ func (c *Cluster) guard(id string) {
 // cleanup removes the proxies, containers and network of the cluster.
 func (c *Cluster) cleanup(t testing.TB) {
 	for _, n := range c.Nodes {
-		if t.Failed() && n.id != "" {
-			t.Logf("rig: last log lines of %s:\n%s", n.name, n.logs())
+		for _, ct := range []*container{n.master, n.replica} {
+			if t.Failed() && ct != nil {
+				t.Logf("rig: last log lines of %s:\n%s", ct.name, ct.logs())
+			}
 		}
 		if n.proxy != nil {
 			n.proxy.Close()

@@ -14,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/test/rig"
@@ -277,4 +279,102 @@ func TestWithArgs(t *testing.T) {
 	if err := locker.FlushAll(ctx).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("FLUSHALL as locker = %v, want NOPERM", err)
 	}
+}
+
+// role returns the replication role ("master" or "slave") of the server that
+// c reaches.
+func role(t *testing.T, c *redis.Client) string {
+	t.Helper()
+	info, err := c.Info(t.Context(), "replication").Result()
+	require.NoError(t, err)
+	for line := range strings.Lines(info) {
+		if r, ok := strings.CutPrefix(strings.TrimSpace(line), "role:"); ok {
+			return r
+		}
+	}
+	t.Fatalf("INFO replication has no role:\n%s", info)
+	return ""
+}
+
+func TestReplicas(t *testing.T) {
+	leakcheck.Check(t)
+	c := rig.Start(t, 1, rig.WithReplicas())
+	n, ctx, addr := c.Nodes[0], t.Context(), c.Nodes[0].Addr()
+	cl := client(t, addr)
+	require.Equal(t, "master", role(t, cl))
+	require.NotEmpty(t, n.ReplicaAddr())
+	require.Equal(t, "slave", role(t, client(t, n.ReplicaAddr())))
+
+	// failover writes a key the replica gets, fails the node over while a
+	// writer keeps writing, and checks what the new master has.
+	failover := func(t *testing.T, round int) {
+		kept := fmt.Sprint("kept", round)
+		require.NoError(t, cl.Set(ctx, kept, round, 0).Err())
+		require.NoError(t, n.WaitReplicated(ctx))
+		replica := n.ReplicaAddr()
+
+		w := client(t, addr)
+		stop := make(chan struct{})
+		var acked []string // keys whose SET the server confirmed
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(2 * time.Millisecond):
+				}
+				k := fmt.Sprintf("lag%d:%d", round, i)
+				if w.Set(ctx, k, i, 0).Err() == nil {
+					acked = append(acked, k)
+				}
+			}
+		}()
+		began := time.Now()
+		err := n.Failover(ctx, 300*time.Millisecond)
+		close(stop)
+		<-done
+		require.NoError(t, err)
+		t.Logf("failover %d took %v", round, time.Since(began).Round(time.Millisecond))
+
+		require.Equal(t, addr, n.Addr())
+		require.Equal(t, "master", role(t, cl))
+		require.Equal(t, fmt.Sprint(round), cl.Get(ctx, kept).Val(), "written before the failover")
+		var lost int
+		for _, k := range acked {
+			if err := cl.Get(ctx, k).Err(); errors.Is(err, redis.Nil) {
+				lost++
+			} else {
+				require.NoError(t, err)
+			}
+		}
+		t.Logf("failover %d lost %d of %d acknowledged writes", round, lost, len(acked))
+		assert.Positive(t, lost, "acknowledged writes lost: those of the lag, which only the old master had")
+		require.NotEqual(t, replica, n.ReplicaAddr(), "the replica is the old master's container")
+		require.Equal(t, "slave", role(t, client(t, n.ReplicaAddr())))
+		require.NoError(t, n.WaitReplicated(ctx))
+		require.Equal(t, fmt.Sprint(round), client(t, n.ReplicaAddr()).Get(ctx, kept).Val(), "the new replica synced")
+	}
+	t.Run("Failover", func(t *testing.T) { failover(t, 1) })
+	t.Run("SecondFailover", func(t *testing.T) { failover(t, 2) })
+
+	t.Run("Restart", func(t *testing.T) {
+		require.NoError(t, cl.Set(ctx, "x", 1, 0).Err())
+		require.NoError(t, n.WaitReplicated(ctx))
+		require.NoError(t, n.Restart(ctx))
+		require.Equal(t, "master", role(t, cl))
+		require.ErrorIs(t, cl.Get(ctx, "x").Err(), redis.Nil, "the master restarted empty")
+		require.NoError(t, n.WaitReplicated(ctx))
+		keys, err := client(t, n.ReplicaAddr()).Keys(ctx, "*").Result()
+		require.NoError(t, err)
+		require.Empty(t, keys, "the replica resynced from the empty master")
+	})
+	t.Run("FailoverAfterRestart", func(t *testing.T) { failover(t, 3) })
+
+	t.Run("NoReplica", func(t *testing.T) {
+		plain := rig.Start(t, 1)
+		require.Empty(t, plain.Nodes[0].ReplicaAddr())
+		require.Error(t, plain.Nodes[0].Failover(ctx, 0))
+	})
 }

@@ -9,11 +9,13 @@
 package loadtest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -52,12 +54,14 @@ type Scenario struct {
 	TTL      time.Duration
 	Slow     time.Duration // latency added each way in front of the first node
 	Separate bool          // each caller has its own Locker, like separate processes
+	Procs    bool          // each caller runs in an OS process of its own (see Runner.Spawn)
 	Shared   int           // > 0: callers lock random keys of one pool of this many, holding Hold
 }
 
 // Scenarios returns the standard set: lock+unlock on distinct keys by one
 // caller and by callers concurrent callers, one hot key with callers
-// contenders holding it 1 ms (in one client, and in a client each), callers
+// contenders holding it 1 ms (in one client, in a client each, and in a
+// process each), callers
 // separate clients locking random keys of a pool of sharedKeys and holding
 // each 1 ms (occasional contention, as many service instances over many
 // keys), and, when slow > 0, one caller with the first node slow by that
@@ -68,6 +72,7 @@ func Scenarios(d time.Duration, callers int, slow time.Duration) []Scenario {
 		{ID: fmt.Sprintf("distinct-%d", callers), Title: fmt.Sprintf("lock+unlock, %d callers, distinct keys", callers), Callers: callers, Duration: d, TTL: 10 * time.Second},
 		{ID: fmt.Sprintf("hotkey-%d", callers), Title: fmt.Sprintf("one hot key, %d contenders holding 1ms (wait)", callers), Callers: callers, HotKey: true, Hold: time.Millisecond, Duration: d, TTL: 10 * time.Second},
 		{ID: fmt.Sprintf("hotkey-%d-clients", callers), Title: fmt.Sprintf("one hot key, %d separate clients holding 1ms (wait)", callers), Callers: callers, HotKey: true, Hold: time.Millisecond, Duration: d, TTL: 10 * time.Second, Separate: true},
+		{ID: fmt.Sprintf("hotkey-%d-procs", callers), Title: fmt.Sprintf("one hot key, %d separate processes holding 1ms (wait)", callers), Callers: callers, HotKey: true, Hold: time.Millisecond, Duration: d, TTL: 10 * time.Second, Separate: true, Procs: true},
 		{ID: fmt.Sprintf("shared-%d-clients", callers), Title: fmt.Sprintf("%d separate clients, %d shared keys, holding 1ms (wait)", callers, sharedKeys), Callers: callers, Shared: sharedKeys, Hold: time.Millisecond, Duration: d, TTL: 10 * time.Second, Separate: true},
 	}
 	if slow > 0 {
@@ -102,8 +107,14 @@ type Result struct {
 	BytesPerOp  float64 `json:"bytes_per_op,omitempty"`
 	Shares      []int   `json:"shares,omitempty"` // hot key: acquisitions per contender
 	FirstError  string  `json:"first_error,omitempty"`
+	// Handoff is, for a hot key, the time from a holder's Unlock call to
+	// the next holder's Lock returning; Overlaps counts holds that began
+	// before the previous one's Unlock call (0 for a lock).
+	Handoff  Dist `json:"handoff"`
+	Overlaps int  `json:"overlaps"`
 
-	samples []time.Duration // sorted
+	samples  []time.Duration // sorted
+	handoffs []time.Duration // sorted
 }
 
 // ShareRatio returns the smallest contender's share divided by the largest's
@@ -125,6 +136,13 @@ type Runner struct {
 	MeasureAllocs bool
 	// Warmup is run before measuring; zero means a tenth of the duration.
 	Warmup time.Duration
+	// Spawn returns the command of a worker process, for the scenarios whose
+	// callers run in processes of their own: the program itself, which
+	// then finds its [WorkerSpec] with [WorkerFromEnv] and runs it with
+	// [RunWorker]. Run sets the command's environment and output.
+	Spawn func(ctx context.Context) *exec.Cmd
+	// Settings go to every worker process in its WorkerSpec.
+	Settings map[string]string
 }
 
 // Run measures impl in sc on the nodes at addrs. It returns an error only
@@ -140,6 +158,12 @@ func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string
 		defer p.Close()
 		p.SetLatency(sc.Slow, sc.Slow)
 		addrs[0] = p.Addr()
+	}
+	prefix := "bench:" + impl.Name + ":" + sc.ID + ":" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	if sc.Procs {
+		res, err := r.runProcs(ctx, impl, sc, addrs, prefix)
+		res.Impl, res.Scenario, res.Title, res.Callers = impl.Name, sc.ID, sc.Title, sc.Callers
+		return res, err
 	}
 	lockers := make([]Locker, 1, sc.Callers)
 	n := 1
@@ -161,7 +185,6 @@ func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string
 	for len(lockers) < sc.Callers {
 		lockers = append(lockers, lockers[0]) // one Locker shared by the callers
 	}
-	prefix := "bench:" + impl.Name + ":" + sc.ID + ":" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 	warm := r.Warmup
 	if warm == 0 {
 		warm = sc.Duration / 10
@@ -220,87 +243,139 @@ const keyRing = 512
 // run drives the callers for d, caller w through lockers[w], and gathers
 // their samples.
 func run(ctx context.Context, lockers []Locker, sc Scenario, prefix string, d time.Duration) Result {
-	type worker struct {
-		samples []time.Duration
-		errs    int
-		first   error
-	}
-	workers := make([]worker, sc.Callers)
-	keys := make([][]string, sc.Callers)
-	for w := range keys {
-		n := keyRing
-		if sc.HotKey {
-			n = 1
-		}
-		if sc.Shared > 0 {
-			n = sc.Shared
-		}
-		keys[w] = make([]string, n)
-		for i := range n {
-			keys[w][i] = prefix + strconv.Itoa(w) + ":" + strconv.Itoa(i)
-			if sc.Shared > 0 {
-				keys[w][i] = prefix + "shared:" + strconv.Itoa(i)
-			}
-			if sc.HotKey {
-				keys[w][i] = prefix + "hot"
-			}
-		}
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := time.Now()
 	deadline := start.Add(d)
+	callers := make([]caller, sc.Callers)
 	var wg sync.WaitGroup
-	for w := range workers {
-		wk := &workers[w]
-		wk.samples = make([]time.Duration, 0, 4096)
-		wg.Go(func() {
-			for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
-				t0 := time.Now()
-				lctx, lcancel := context.WithDeadline(ctx, deadline.Add(10*time.Second))
-				k := keys[w][i%len(keys[w])]
-				if sc.Shared > 0 {
-					k = keys[w][rand.IntN(len(keys[w]))]
-				}
-				l, err := lockers[w].Lock(lctx, k, sc.TTL)
-				lcancel()
-				if err == nil && (sc.HotKey || sc.Shared > 0) {
-					wk.samples = append(wk.samples, time.Since(t0))
-					time.Sleep(sc.Hold)
-				}
-				if err == nil {
-					err = l.Unlock(ctx)
-					if err == nil && !sc.HotKey && sc.Shared == 0 {
-						wk.samples = append(wk.samples, time.Since(t0))
-					}
-				}
-				if err != nil && !errors.Is(err, context.Canceled) {
-					wk.errs++
-					if wk.first == nil {
-						wk.first = err
-					}
-				}
-			}
-		})
+	for w := range callers {
+		wg.Go(func() { callers[w] = callerLoop(ctx, lockers[w], sc, callerKeys(sc, prefix, w), deadline) })
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	res := Result{Seconds: elapsed.Seconds()}
-	for _, wk := range workers {
-		res.samples = append(res.samples, wk.samples...)
-		res.Errors += wk.errs
-		if wk.first != nil && res.FirstError == "" {
-			res.FirstError = wk.first.Error()
+	return gather(callers, sc, time.Since(start))
+}
+
+// callerKeys returns the keys caller w locks, in turn or at random.
+func callerKeys(sc Scenario, prefix string, w int) []string {
+	n := keyRing
+	if sc.HotKey {
+		n = 1
+	}
+	if sc.Shared > 0 {
+		n = sc.Shared
+	}
+	keys := make([]string, n)
+	for i := range n {
+		keys[i] = prefix + strconv.Itoa(w) + ":" + strconv.Itoa(i)
+		if sc.Shared > 0 {
+			keys[i] = prefix + "shared:" + strconv.Itoa(i)
 		}
 		if sc.HotKey {
-			res.Shares = append(res.Shares, len(wk.samples))
+			keys[i] = prefix + "hot"
+		}
+	}
+	return keys
+}
+
+// caller is what one caller measured.
+type caller struct {
+	Samples []time.Duration `json:"samples_ns"`
+	Holds   []Hold          `json:"holds,omitempty"` // hot key only
+	Errors  int             `json:"errors"`
+	First   string          `json:"first_error,omitempty"`
+}
+
+// Hold is one hold of a hot key, in wall-clock Unix nanoseconds (which
+// separate processes on one machine share): when Lock returned it, and when
+// Unlock was called.
+type Hold struct {
+	Obtained int64 `json:"obtained"`
+	Released int64 `json:"released"`
+}
+
+// callerLoop locks keys through l until deadline.
+func callerLoop(ctx context.Context, l Locker, sc Scenario, keys []string, deadline time.Time) caller {
+	c := caller{Samples: make([]time.Duration, 0, 4096)}
+	var first error
+	for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+		t0 := time.Now()
+		lctx, lcancel := context.WithDeadline(ctx, deadline.Add(10*time.Second))
+		k := keys[i%len(keys)]
+		if sc.Shared > 0 {
+			k = keys[rand.IntN(len(keys))]
+		}
+		held, err := l.Lock(lctx, k, sc.TTL)
+		lcancel()
+		var h Hold
+		if err == nil && (sc.HotKey || sc.Shared > 0) {
+			h.Obtained = time.Now().UnixNano()
+			c.Samples = append(c.Samples, time.Since(t0))
+			time.Sleep(sc.Hold)
+		}
+		if err == nil {
+			h.Released = time.Now().UnixNano()
+			err = held.Unlock(ctx)
+			if err == nil && !sc.HotKey && sc.Shared == 0 {
+				c.Samples = append(c.Samples, time.Since(t0))
+			}
+			if sc.HotKey {
+				c.Holds = append(c.Holds, h)
+			}
+		}
+		if err != nil && !errors.Is(err, context.Canceled) {
+			c.Errors++
+			if first == nil {
+				first = err
+				c.First = err.Error()
+			}
+		}
+	}
+	return c
+}
+
+// gather pools what the callers measured over elapsed.
+func gather(callers []caller, sc Scenario, elapsed time.Duration) Result {
+	res := Result{Seconds: elapsed.Seconds()}
+	var holds []Hold
+	for _, c := range callers {
+		res.samples = append(res.samples, c.Samples...)
+		res.Errors += c.Errors
+		if c.First != "" && res.FirstError == "" {
+			res.FirstError = c.First
+		}
+		if sc.HotKey {
+			res.Shares = append(res.Shares, len(c.Samples))
+			holds = append(holds, c.Holds...)
 		}
 	}
 	slices.Sort(res.samples)
 	res.Ops = len(res.samples)
 	res.PerSec = float64(res.Ops) / elapsed.Seconds()
 	res.Latency = dist(res.samples)
+	res.handoffs, res.Overlaps = handoffs(holds)
+	res.Handoff = dist(res.handoffs)
 	return res
+}
+
+// handoffs returns, for holds of one key sorted by when they were obtained,
+// the time from each Unlock call to the next hold's start (sorted), and how
+// many holds began before an earlier one was released.
+func handoffs(holds []Hold) (gaps []time.Duration, overlaps int) {
+	slices.SortFunc(holds, func(a, b Hold) int { return cmp.Compare(a.Obtained, b.Obtained) })
+	var last int64
+	for i, h := range holds {
+		if i > 0 {
+			if h.Obtained < last {
+				overlaps++
+			} else {
+				gaps = append(gaps, time.Duration(h.Obtained-holds[i-1].Released))
+			}
+		}
+		last = max(last, h.Released)
+	}
+	slices.Sort(gaps)
+	return gaps, overlaps
 }
 
 // dist returns the percentiles of sorted samples.
@@ -327,12 +402,14 @@ func Merge(rs []Result) Result {
 		return Result{}
 	}
 	m := rs[0]
-	m.samples = nil
+	m.samples, m.handoffs = nil, nil
 	m.Shares = nil
-	m.Ops, m.Errors, m.Seconds = 0, 0, 0
+	m.Ops, m.Errors, m.Seconds, m.Overlaps = 0, 0, 0, 0
 	var allocs, bytes float64
 	for _, r := range rs {
 		m.samples = append(m.samples, r.samples...)
+		m.handoffs = append(m.handoffs, r.handoffs...)
+		m.Overlaps += r.Overlaps
 		m.Ops += r.Ops
 		m.Errors += r.Errors
 		m.Seconds += r.Seconds
@@ -351,6 +428,8 @@ func Merge(rs []Result) Result {
 		}
 	}
 	slices.Sort(m.samples)
+	slices.Sort(m.handoffs)
+	m.Handoff = dist(m.handoffs)
 	if m.Ops > 0 {
 		m.AllocsPerOp, m.BytesPerOp = allocs/float64(m.Ops), bytes/float64(m.Ops)
 	}

@@ -32,3 +32,24 @@ func TestMerge(t *testing.T) {
 	assert.Equal(t, 5*time.Millisecond, m.Latency.Max)
 	assert.Equal(t, []int{1, 1}, a.Shares, "the inputs are not changed")
 }
+
+// TestHandoffs: the gap from each Unlock call to the next hold's start, and
+// a hold that began before the previous one ended counts as an overlap (the
+// check of the bench's separate-process scenario).
+func TestHandoffs(t *testing.T) {
+	gaps, overlaps := handoffs([]Hold{{Obtained: 30, Released: 40}, {Obtained: 0, Released: 10}, {Obtained: 12, Released: 25}})
+	assert.Equal(t, []time.Duration{2, 5}, gaps)
+	assert.Zero(t, overlaps)
+
+	gaps, overlaps = handoffs([]Hold{{Obtained: 0, Released: 10}, {Obtained: 5, Released: 20}, {Obtained: 15, Released: 30}, {Obtained: 31, Released: 40}})
+	assert.Equal(t, 2, overlaps, "5 < 10, and 15 < 20")
+	assert.Equal(t, []time.Duration{1}, gaps)
+}
+
+// TestRunProcsNeedsSpawn: a scenario of processes needs a Runner that can
+// start them.
+func TestRunProcsNeedsSpawn(t *testing.T) {
+	var r Runner
+	_, err := r.Run(t.Context(), Impl{Name: "x"}, Scenario{ID: "p", Callers: 2, Procs: true}, []string{"127.0.0.1:1"})
+	assert.ErrorContains(t, err, "has no Spawn")
+}

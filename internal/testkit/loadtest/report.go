@@ -81,7 +81,7 @@ func WriteTable(w io.Writer, results []Result) error {
 		}
 		note := ""
 		if len(r.Shares) > 0 {
-			note = fmt.Sprintf("shares %v, min/max %.2f", r.Shares, r.ShareRatio())
+			note = fmt.Sprintf("shares %v, min/max %.2f, handoff p50 %s, overlaps %d", r.Shares, r.ShareRatio(), Ms(r.Handoff.P50), r.Overlaps)
 		}
 		if r.FirstError != "" {
 			note = strings.TrimSpace(note + " first error: " + shorten(r.FirstError, 80))

@@ -24,8 +24,9 @@ type Servers struct {
 	Addrs   []string // host:port of each server
 	Version string   // such as "7.0.15"
 
-	cmds []*exec.Cmd
+	cmds []*exec.Cmd // nil once killed
 	dir  string
+	bin  string
 }
 
 // Start starts n redis-server processes on free ports of 127.0.0.1,
@@ -78,39 +79,15 @@ func StartCluster(ctx context.Context, n int) (*Servers, error) {
 
 // start starts n servers with extra arguments.
 func start(ctx context.Context, n int, extra ...string) (*Servers, error) {
-	bin, err := exec.LookPath("redis-server")
+	s, err := newServers(ctx)
 	if err != nil {
-		return nil, errors.New("redisproc: redis-server not found on PATH: run scripts/ensure-redis-server.sh (make bench does)")
-	}
-	out, err := exec.CommandContext(ctx, bin, "--version").Output()
-	if err != nil {
-		return nil, fmt.Errorf("%s --version: %w", bin, err)
-	}
-	s := &Servers{Version: versionOf(string(out))}
-	if s.dir, err = os.MkdirTemp("", "redquorum-bench-"); err != nil {
 		return nil, err
 	}
-	for i := range n {
-		port, err := freePort()
-		if err != nil {
+	for range n {
+		if _, err := s.launch(extra...); err != nil {
 			s.Stop()
 			return nil, err
 		}
-		dir := fmt.Sprintf("%s/%d", s.dir, i)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			s.Stop()
-			return nil, err
-		}
-		args := []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
-			"--dir", dir, "--protected-mode", "no", "--maxmemory-policy", "noeviction", "--loglevel", "warning"}
-		cmd := exec.Command(bin, append(args, extra...)...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // no orphans if the bench dies
-		if err := cmd.Start(); err != nil {
-			s.Stop()
-			return nil, fmt.Errorf("redisproc: starting redis-server: %w", err)
-		}
-		s.cmds = append(s.cmds, cmd)
-		s.Addrs = append(s.Addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	}
 	for _, a := range s.Addrs {
 		if err := waitPing(ctx, a); err != nil {
@@ -121,14 +98,76 @@ func start(ctx context.Context, n int, extra ...string) (*Servers, error) {
 	return s, nil
 }
 
+// newServers finds redis-server and makes the directory of its servers.
+func newServers(ctx context.Context) (*Servers, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New("redisproc: redis-server not found on PATH: run scripts/ensure-redis-server.sh (make bench does)")
+	}
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s --version: %w", bin, err)
+	}
+	s := &Servers{Version: versionOf(string(out)), bin: bin}
+	if s.dir, err = os.MkdirTemp("", "redquorum-bench-"); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// launch starts one more server, without persistence, on a free port with
+// extra arguments, in a directory of its own, and returns its index in
+// Addrs. It does not wait for the server to accept connections.
+func (s *Servers) launch(extra ...string) (int, error) {
+	port, err := freePort()
+	if err != nil {
+		return 0, err
+	}
+	i := len(s.Addrs)
+	dir := fmt.Sprintf("%s/%d", s.dir, i)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return 0, err
+	}
+	args := []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
+		"--dir", dir, "--protected-mode", "no", "--maxmemory-policy", "noeviction", "--loglevel", "warning"}
+	if len(extra) > 0 && strings.HasSuffix(extra[0], ".conf") {
+		// A configuration file must come first (a sentinel's).
+		args = append([]string{extra[0]}, append(args, extra[1:]...)...)
+	} else {
+		args = append(args, extra...)
+	}
+	cmd := exec.Command(s.bin, args...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // no orphans if the bench dies
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("redisproc: starting redis-server: %w", err)
+	}
+	s.cmds = append(s.cmds, cmd)
+	s.Addrs = append(s.Addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	return i, nil
+}
+
+// Kill kills server i at once (SIGKILL), as a crash would, and waits for it.
+func (s *Servers) Kill(i int) {
+	if c := s.cmds[i]; c != nil {
+		_ = c.Process.Kill()
+		_ = c.Wait()
+		s.cmds[i] = nil
+	}
+}
+
 // Stop terminates the servers, waits for them and removes their directory.
 // Calling it again does nothing.
 func (s *Servers) Stop() {
 	for _, c := range s.cmds {
-		_ = c.Process.Signal(syscall.SIGTERM)
+		if c != nil {
+			_ = c.Process.Signal(syscall.SIGTERM)
+		}
 	}
 	for _, c := range s.cmds {
-		_ = c.Wait()
+		if c != nil {
+			_ = c.Wait()
+		}
 	}
 	s.cmds = nil
 	if s.dir != "" {
@@ -169,20 +208,34 @@ func command(addr string, args ...string) error {
 	return err
 }
 
-// reply sends one command to addr and returns its simple or bulk string
-// reply; an error reply is an error.
+// reply sends one command to addr and returns its reply (see Do), within
+// a few seconds.
 func reply(addr string, args ...string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return Do(ctx, addr, args...)
+}
+
+// Do sends one command on a new connection to addr and returns its reply:
+// a status, integer or bulk string as text, an error reply as an error. It
+// needs no client library, so it works with any server of the protocol,
+// Sentinels included.
+func Do(ctx context.Context, addr string, args ...string) (string, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	req := fmt.Sprintf("*%d\r\n", len(args))
-	for _, a := range args {
-		req += fmt.Sprintf("$%d\r\n%s\r\n", len(a), a)
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(deadline)
 	}
-	if _, err := c.Write([]byte(req)); err != nil {
+	var req strings.Builder
+	fmt.Fprintf(&req, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&req, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(c, req.String()); err != nil {
 		return "", err
 	}
 	r := bufio.NewReader(c)
@@ -192,11 +245,13 @@ func reply(addr string, args ...string) (string, error) {
 	}
 	line = strings.TrimSuffix(line, "\r\n")
 	switch {
-	case strings.HasPrefix(line, "+"):
+	case line == "":
+		return "", fmt.Errorf("redisproc: %s on %s: empty reply", strings.Join(args, " "), addr)
+	case line[0] == '+' || line[0] == ':':
 		return line[1:], nil
-	case strings.HasPrefix(line, "-"):
+	case line[0] == '-':
 		return "", fmt.Errorf("redisproc: %s on %s: %s", strings.Join(args, " "), addr, line[1:])
-	case strings.HasPrefix(line, "$"):
+	case line[0] == '$':
 		n, err := strconv.Atoi(line[1:])
 		if err != nil || n < 0 {
 			return "", fmt.Errorf("redisproc: %s on %s: reply %q", strings.Join(args, " "), addr, line)

@@ -1,0 +1,144 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redquorum/redquorum/internal/protocol"
+)
+
+// connCheck is the check that every new connection of a plain node's client
+// runs on its server before any lock command (check.lua): it refuses a
+// replica, and starts the restart guard on a server whose replication ID is
+// not the one the node's state was recorded under (a promoted replica, a
+// restarted master), since such a server may lack lock keys it granted.
+//
+// A connection stays with one server for its life, so every server a lock
+// command reaches through the client has been checked in its current role:
+// a replica promoted while a connection to it stays open is the exception,
+// and the check refuses every connection to a replica (Sentinel also closes
+// the client connections of a server it promotes).
+type connCheck struct {
+	n        *Node
+	stateKey string // the node's state key as stored
+	// unchecked is set once a check found INFO unreadable; refused is set
+	// once a check found a replica (each is logged once).
+	unchecked, refused atomic.Bool
+}
+
+// checks are the connection checks of one *redis.Client: its OnConnect
+// runs the OnConnect it had before, then the check of every node made on it
+// whose lock client has not begun to close. Every node made on the client
+// shares one, so the client's OnConnect stays one call deep however many
+// lock clients were made on it.
+type checks struct {
+	prev func(context.Context, *redis.Conn) error // the OnConnect before
+
+	mu   sync.Mutex
+	live []*connCheck
+}
+
+// probeKey is the context key under which installCheck asks an OnConnect
+// that is a checks' for its checks.
+type probeKey struct{}
+
+// onConnect is the client's OnConnect.
+func (cs *checks) onConnect(ctx context.Context, cn *redis.Conn) error {
+	if p, ok := ctx.Value(probeKey{}).(**checks); ok {
+		*p = cs
+		return nil
+	}
+	if cs.prev != nil {
+		if err := cs.prev(ctx, cn); err != nil {
+			return err
+		}
+	}
+	for _, cc := range cs.current() {
+		if err := cc.run(ctx, cn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// current returns the checks of the nodes whose lock client is not closing,
+// dropping the others.
+func (cs *checks) current() []*connCheck {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.live = slices.DeleteFunc(cs.live, (*connCheck).closing)
+	return slices.Clone(cs.live)
+}
+
+// installCheck adds n's check to client's OnConnect, which keeps what it
+// did before. Connections the client opened before are not checked.
+func (n *Node) installCheck(client *redis.Client) {
+	cc := &connCheck{n: n, stateKey: n.cfg.Prefix + protocol.StateKey}
+	opt := client.Options()
+	var cs *checks
+	if f := opt.OnConnect; f != nil && reflect.ValueOf(f).Pointer() == reflect.ValueOf((&checks{}).onConnect).Pointer() {
+		// Some node's checks already: the probe makes it say which.
+		_ = f(context.WithValue(context.Background(), probeKey{}, &cs), nil)
+	}
+	if cs == nil {
+		cs = &checks{prev: opt.OnConnect}
+		opt.OnConnect = cs.onConnect
+	}
+	cs.mu.Lock()
+	cs.live = append(cs.live, cc)
+	cs.mu.Unlock()
+}
+
+// closing reports whether the lock client of cc's node has begun to close:
+// from then on it sends only releases, which need no check.
+func (cc *connCheck) closing() bool {
+	select {
+	case <-cc.n.cfg.Closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// run checks the server of cn. It returns an error, which closes cn, when the
+// server is a replica or does not answer; the command that opened cn fails
+// with it.
+func (cc *connCheck) run(ctx context.Context, cn *redis.Conn) error {
+	v, err := cc.n.cfg.Protocol.Run(ctx, cn, cc.n.cfg.Protocol.Check(cc.stateKey))
+	if err != nil {
+		return fmt.Errorf("connection check: %w", err)
+	}
+	r, err := protocol.DecodeCheck(v)
+	if err != nil {
+		return err
+	}
+	log := cc.n.cfg.Log
+	switch r.Outcome {
+	case protocol.Changed:
+		log.Warn("redlock: the node's server changed (a failover, or a restart from a persisted file): it may lack locks it granted, so its restart guard runs",
+			"node", cc.n.name, "replid", r.ID, "guard", r.Guard)
+	case protocol.NotMaster:
+		if !cc.refused.Swap(true) {
+			log.Error("redlock: the node's server is a replica, not a master: it grants no lock",
+				"node", cc.n.name, "role", r.Detail)
+		}
+		return fmt.Errorf("%w (role %s)", ErrReplica, r.Detail)
+	case protocol.Unchecked:
+		if strings.Contains(r.Detail, "not supported") {
+			// A server without replication, such as an in-memory test
+			// server: it has no failover to detect.
+			log.Debug("redlock: the node's server has no replication ID", "node", cc.n.name, "err", r.Detail)
+		} else if !cc.unchecked.Swap(true) {
+			log.Warn("redlock: cannot read the node's replication ID: a failover of this node that keeps its data but lacks recent locks goes undetected; allow INFO for the lock user",
+				"node", cc.n.name, "err", r.Detail)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,210 @@
+package redlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
+)
+
+// queueKey is the key's queue of waiters on the nodes, for an empty prefix.
+func queueKey(key string) string { return protocol.QueuePrefix + key }
+
+// waitInLine waits until every node has a waiter in key's queue, and
+// returns the waiter's place on node 0.
+func waitInLine(t *testing.T, c *cluster, key string) string {
+	t.Helper()
+	var place string
+	require.Eventually(t, func() bool {
+		for _, m := range c.srv {
+			if !m.Exists(queueKey(key)) {
+				return false
+			}
+		}
+		members, err := c.srv[0].ZMembers(queueKey(key))
+		if err != nil || len(members) != 1 {
+			return false
+		}
+		place = members[0]
+		return true
+	}, 10*time.Second, time.Millisecond, "a waiter in the queue of %s", key)
+	return place
+}
+
+// lockAsync runs cl.Lock(key) in the background; the channel gets its
+// error once the lock is held and released again.
+func lockAsync(cl *Client, key string, timeout time.Duration) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		l, err := cl.Lock(ctx, key, time.Second)
+		if err == nil {
+			err = l.Unlock(context.Background())
+		}
+		got <- err
+	}()
+	return got
+}
+
+// TestNextInLine: a waiter of another client joins the key's queue on
+// every node after its first round; the holder's unlock names it as next
+// in line (and takes it off the queue), and it obtains the lock at once.
+func TestNextInLine(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	a := c.client(t, nil)
+	b := c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
+	la, err := a.Lock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	got := lockAsync(b, "k", 10*time.Second)
+	place := waitInLine(t, c, "k")
+	score, err := c.srv[1].ZScore(queueKey("k"), place)
+	require.NoError(t, err)
+	assert.Positive(t, score, "the ticket orders the waiters")
+	ttl := c.srv[2].TTL(queueKey("k"))
+	assert.Greater(t, ttl, 50*time.Second, "the queue outlives the holder's key")
+
+	sub := c.nodes[0].Subscribe(t.Context(), protocol.ReleasedChannel+"k")
+	defer sub.Close()
+	_, err = sub.Receive(t.Context()) // the subscription is in place
+	require.NoError(t, err)
+	waitWaiting(t, b, "k")
+	time.Sleep(50 * time.Millisecond) // let b's listeners subscribe
+	require.NoError(t, la.Unlock(t.Context()))
+	select {
+	case m := <-sub.Channel():
+		assert.Equal(t, place, m.Payload, "the unlock named b")
+	case <-time.After(5 * time.Second):
+		t.Fatal("no announcement")
+	}
+	select {
+	case err := <-got:
+		require.NoError(t, err, "b obtained the lock after the announced release")
+	case <-time.After(5 * time.Second):
+		t.Fatal("b slept through the release: its retry delay is a minute")
+	}
+	for i, m := range c.srv {
+		assert.False(t, m.Exists(queueKey("k")), "node %d: b left the queue", i)
+	}
+}
+
+// TestNextInLineDeadOrLost: a release that names a waiter which died (it
+// never takes the key), or that names nobody because the queue was lost,
+// stalls a live waiter for no longer than its grace: it obtains the lock
+// long before its own retry delay (a minute).
+func TestNextInLineDeadOrLost(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fix  func(c *cluster)
+	}{
+		{"dead waiter first", func(c *cluster) {
+			for _, m := range c.srv {
+				_, err := m.ZAdd(queueKey("k"), 1, "1:dead")
+				require.NoError(t, err)
+			}
+		}},
+		{"queue lost", func(c *cluster) {
+			for _, m := range c.srv {
+				m.Del(queueKey("k"))
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakcheck.Check(t)
+			c := newCluster(t, 3)
+			c.tune = func(tn *tunables) { tn.handoffGrace = 200 * time.Millisecond }
+			a := c.client(t, nil)
+			b := c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
+			la, err := a.Lock(t.Context(), "k", time.Minute)
+			require.NoError(t, err)
+			got := lockAsync(b, "k", 10*time.Second)
+			waitInLine(t, c, "k")
+			tc.fix(c)
+			waitWaiting(t, b, "k")
+			time.Sleep(50 * time.Millisecond) // let b's listeners subscribe
+			start := time.Now()
+			require.NoError(t, la.Unlock(t.Context()))
+			select {
+			case err := <-got:
+				require.NoError(t, err)
+				assert.Less(t, time.Since(start), 5*time.Second, "within the grace, not the minute's retry")
+			case <-time.After(5 * time.Second):
+				t.Fatal("b stalled beyond its grace")
+			}
+		})
+	}
+}
+
+// TestYieldToNamed: a client that unlocks and locks again at once lets the
+// waiter its release named go first, instead of taking the key back before
+// that waiter's round arrives. (The releasing client heard the announcement
+// because it waited for the key before.)
+func TestYieldToNamed(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	// The grace that a yielding first round gives the named waiter once it
+	// is announced is one second here (1 ms in production), so that b's
+	// slow round always makes it.
+	c.tune = func(tn *tunables) { tn.yieldWindow, tn.graceFloor = 2*time.Second, time.Second }
+	slow := &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute}
+	holder, a := c.client(t, nil), c.client(t, slow)
+	// b's scripts take 30 ms longer, so that a, locking again at once,
+	// would win every race against b's round if it did not yield.
+	var late []redis.UniversalClient
+	for _, m := range c.srv {
+		n := redis.NewClient(NodeOptions(m.Addr()))
+		h := &faultHook{before: func() { time.Sleep(30 * time.Millisecond) }}
+		h.selectCmds(lockScript)
+		n.AddHook(h)
+		t.Cleanup(func() { _ = n.Close() })
+		late = append(late, n)
+	}
+	b, err := newTuned(late, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute, NodeTimeout: 2 * time.Second}, c.tune)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	lh, err := holder.Lock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+
+	order := make(chan string, 3)
+	la := make(chan *Lock, 1)
+	go func() {
+		l, err := a.Lock(context.Background(), "k", 10*time.Second)
+		if err == nil {
+			order <- "a"
+			la <- l
+		}
+	}()
+	waitInLine(t, c, "k")                         // a is first in line
+	time.Sleep(2 * ticketStep * time.Millisecond) // b's ticket is a later one
+	got := make(chan error, 1)
+	go func() {
+		l, err := b.Lock(context.Background(), "k", 10*time.Second)
+		if err == nil {
+			order <- "b"
+			err = l.Unlock(context.Background())
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool { card, _ := c.srv[0].ZMembers(queueKey("k")); return len(card) == 2 }, 10*time.Second, time.Millisecond, "b is second in line")
+	waitWaiting(t, a, "k")
+	waitWaiting(t, b, "k")
+	time.Sleep(50 * time.Millisecond) // let the listeners subscribe
+	require.NoError(t, lh.Unlock(t.Context()))
+	l := <-la
+	require.NoError(t, l.Unlock(t.Context())) // names b
+	again, err := a.Lock(t.Context(), "k", time.Second)
+	require.NoError(t, err)
+	order <- "a again"
+	require.NoError(t, again.Unlock(t.Context()))
+	require.NoError(t, <-got)
+	assert.Equal(t, "a", <-order)
+	assert.Equal(t, "b", <-order, "b, named by a's release, went before a's next lock")
+	assert.Equal(t, "a again", <-order)
+}

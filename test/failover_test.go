@@ -1,0 +1,314 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/testkit/faultproxy"
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
+	"github.com/redquorum/redquorum/redlock"
+)
+
+// failoverRig is three lock nodes: two plain masters (node 1 behind a proxy
+// that can make it unreachable) and one replicated group (node 2), reached
+// through its Sentinel or through an address that a failover moves from the
+// master to the promoted replica.
+type failoverRig struct {
+	plain *redisproc.Servers
+	one   *faultproxy.Proxy // node 1's address
+	g     *redisproc.Group
+	moved *faultproxy.Proxy // node 2's address without a Sentinel; nil with one
+}
+
+func startFailoverRig(t *testing.T, sentinel bool) *failoverRig {
+	t.Helper()
+	redisproc.Require(t)
+	r := &failoverRig{}
+	var err error
+	r.plain, err = redisproc.Start(t.Context(), 2)
+	require.NoError(t, err)
+	t.Cleanup(r.plain.Stop)
+	r.one = proxyTo(t, r.plain.Addrs[1])
+	r.g, err = redisproc.StartGroup(t.Context(), "lock2", sentinel)
+	require.NoError(t, err)
+	t.Cleanup(r.g.Stop)
+	if !sentinel {
+		r.moved = proxyTo(t, r.g.Master)
+	}
+	return r
+}
+
+func proxyTo(t *testing.T, addr string) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.NewProxy(addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// sentinelNode returns a lock node client on group g through its Sentinel,
+// with the settings of redlock.NodeOptions.
+func sentinelNode(g *redisproc.Group) *redis.Client {
+	return redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName: g.Name, SentinelAddrs: []string{g.Sentinel},
+		Protocol: 2, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+	})
+}
+
+// client returns a lock client on fresh node clients of its own, as a
+// separate process would have, closed with the test.
+func (r *failoverRig) client(t *testing.T, opts *redlock.Options) *redlock.Client {
+	t.Helper()
+	nodes := redlock.NewNodes(r.plain.Addrs[0], r.one.Addr())
+	if r.moved != nil {
+		nodes = append(nodes, redlock.NewNodes(r.moved.Addr())...)
+	} else {
+		nodes = append(nodes, sentinelNode(r.g))
+	}
+	c, err := redlock.New(nodes, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = c.Close()
+		for _, n := range nodes {
+			_ = n.Close()
+		}
+	})
+	return c
+}
+
+// failover kills node 2's master and makes its replica the master: the
+// Sentinel does it, or the test does (REPLICAOF NO ONE) and moves the
+// node's address to the replica, as a managed service does.
+func (r *failoverRig) failover(t *testing.T) {
+	t.Helper()
+	r.g.KillMaster()
+	if r.moved == nil {
+		require.NoError(t, r.g.WaitFailover(t.Context()))
+		return
+	}
+	require.NoError(t, r.g.Promote())
+	r.moved.SetTarget(r.g.Replica)
+	r.moved.Cut()
+}
+
+// get reads key on the server at addr.
+func get(t *testing.T, addr, key string) string {
+	t.Helper()
+	d := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+	defer d.Close()
+	v, err := d.Get(t.Context(), key).Result()
+	if errors.Is(err, redis.Nil) {
+		return ""
+	}
+	require.NoError(t, err)
+	return v
+}
+
+// waitReplicated waits until the replica of g has key with the value it
+// has on the master.
+func waitReplicated(t *testing.T, g *redisproc.Group, key string) {
+	t.Helper()
+	m := redis.NewClient(&redis.Options{Addr: g.Master, Protocol: 2})
+	defer m.Close()
+	r := redis.NewClient(&redis.Options{Addr: g.Replica, Protocol: 2})
+	defer r.Close()
+	require.Eventually(t, func() bool {
+		a, _ := m.HGetAll(t.Context(), key).Result()
+		b, _ := r.HGetAll(t.Context(), key).Result()
+		return len(a) > 0 && assert.ObjectsAreEqual(a, b)
+	}, 10*time.Second, 10*time.Millisecond, "%s replicated", key)
+}
+
+// TestFailoverLosesNoLock: a lock held on nodes 0 and 2 (node 1 was
+// unreachable), then node 2 fails over to a replica that never got the
+// lock's key. A second client must not obtain the lock before the first
+// one's Until: the promoted replica is in its restart guard. Without the
+// guard (the negative control) the second client wins nodes 1 and 2, which
+// shows that the scenario does lose the key.
+func TestFailoverLosesNoLock(t *testing.T) {
+	leakcheck.Check(t)
+	const ttl = 8 * time.Second
+	for _, tc := range []struct {
+		name               string
+		sentinel, unsafely bool
+	}{
+		{"sentinel", true, false},
+		{"moved address", false, false},
+		{"sentinel without guard", true, true},
+		{"moved address without guard", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := startFailoverRig(t, tc.sentinel)
+			opts := &redlock.Options{NodeTimeout: 500 * time.Millisecond, RestartGuard: ttl, UnsafeNoRestartGuard: tc.unsafely}
+			if tc.unsafely {
+				opts.RestartGuard = 0
+			}
+			holder := r.client(t, opts)
+			// A first lock establishes the deployment and its node state,
+			// which reaches the replica.
+			l, err := holder.Lock(t.Context(), "warm-up", ttl)
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(t.Context()))
+			waitReplicated(t, r.g, protocol.StateKey)
+
+			r.g.HoldReplication()
+			r.one.SetTarget("") // node 1 is down
+			r.one.Cut()
+			l, err = holder.TryLock(t.Context(), "k", ttl)
+			require.NoError(t, err)
+			r.one.SetTarget(r.plain.Addrs[1])
+			require.Equal(t, l.Token(), get(t, r.plain.Addrs[0], "k"))
+			require.Equal(t, "", get(t, r.plain.Addrs[1], "k"))
+			require.Equal(t, l.Token(), get(t, r.g.Master, "k"))
+
+			r.failover(t)
+			require.Equal(t, "", get(t, r.g.Replica, "k"), "the promoted replica lacks the key")
+			require.True(t, time.Now().Before(l.Until()), "the failover took the whole TTL")
+
+			second := r.client(t, opts)
+			var won *redlock.Lock
+			guarded := false
+			for won == nil && time.Now().Before(l.Until()) {
+				won, err = second.TryLock(t.Context(), "k", ttl)
+				guarded = guarded || errors.Is(err, redlock.ErrGuarded)
+				time.Sleep(20 * time.Millisecond)
+			}
+			if tc.unsafely {
+				require.NotNil(t, won, "negative control: without the guard, the failover hands out a held lock")
+				assert.True(t, time.Now().Before(l.Until()))
+				return
+			}
+			assert.Nil(t, won, "a second holder before the first one's Until")
+			assert.True(t, guarded, "the promoted replica refused as guarded: %v", err)
+			assert.ErrorIs(t, err, redlock.ErrTaken, "node 0 still holds the first lock")
+			// The other nodes keep serving while node 2 is guarded.
+			other, err := second.TryLock(t.Context(), "other", ttl)
+			require.NoError(t, err, "nodes 0 and 1 are a quorum")
+			require.NoError(t, other.Unlock(t.Context()))
+		})
+	}
+}
+
+// TestReplicatedDeployment: three Sentinel groups lock normally, and
+// Unlock leaves no key but the node state on any master or replica.
+func TestReplicatedDeployment(t *testing.T) {
+	leakcheck.Check(t)
+	redisproc.Require(t)
+	var groups []*redisproc.Group
+	var nodes []redis.UniversalClient
+	for _, name := range []string{"a", "b", "c"} {
+		g, err := redisproc.StartGroup(t.Context(), name, true)
+		require.NoError(t, err)
+		t.Cleanup(g.Stop)
+		groups = append(groups, g)
+		n := sentinelNode(g)
+		t.Cleanup(func() { _ = n.Close() })
+		nodes = append(nodes, n)
+	}
+	c, err := redlock.New(nodes, &redlock.Options{NodeTimeout: 500 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+
+	for i := range 20 {
+		l, err := c.Lock(t.Context(), "job", time.Second)
+		require.NoError(t, err, "lock %d", i)
+		require.NoError(t, l.Unlock(t.Context()))
+	}
+	l, err := c.LockMany(t.Context(), []string{"{o}:a", "{o}:b"}, time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(t.Context()))
+	require.NoError(t, c.Do(t.Context(), "do", time.Second, func(context.Context) error { return nil }))
+	require.NoError(t, c.Close())
+
+	for _, g := range groups {
+		for _, addr := range []string{g.Master, g.Replica} {
+			d := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+			require.Eventually(t, func() bool {
+				keys, err := d.Keys(t.Context(), "*").Result()
+				return err == nil && len(keys) == 1 && keys[0] == protocol.StateKey
+			}, 5*time.Second, 10*time.Millisecond, "only the node state is left on %s", addr)
+			_ = d.Close()
+		}
+	}
+}
+
+// TestReplicaAsNode: a replica given as a node grants nothing, and the
+// error and the log name it; a Sentinel node whose master cannot be found
+// says so.
+func TestReplicaAsNode(t *testing.T) {
+	leakcheck.Check(t)
+	redisproc.Require(t)
+	addrs, _ := five(t)
+	g, err := redisproc.StartGroup(t.Context(), "g", true)
+	require.NoError(t, err)
+	t.Cleanup(g.Stop)
+
+	nodes := redlock.NewNodes(addrs[0], addrs[1], g.Replica)
+	noMaster := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "nosuch", SentinelAddrs: []string{g.Sentinel}, MaxRetries: -1, ContextTimeoutEnabled: true, Protocol: 2})
+	t.Cleanup(func() {
+		for _, n := range append(nodes, noMaster) {
+			_ = n.Close()
+		}
+	})
+	var logs syncBuffer
+	// Without the guard: a new deployment with a node refusing is guarded.
+	c, err := redlock.New(nodes, &redlock.Options{UnsafeNoRestartGuard: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := c.TryLock(t.Context(), "k", time.Second)
+	require.NoError(t, err, "2 of 3 nodes")
+	require.NoError(t, l.Unlock(t.Context()))
+	assert.Contains(t, logs.String(), "is a replica")
+	assert.Contains(t, logs.String(), g.Replica)
+	assert.Equal(t, "", get(t, g.Master, "k"), "nothing written through the replica")
+
+	var e *redlock.Error
+	replica := redlock.NewNodes(g.Replica)[0]
+	t.Cleanup(func() { _ = replica.Close() })
+	only, err := redlock.New([]redis.UniversalClient{replica}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = only.Close() })
+	_, err = only.TryLock(t.Context(), "k", time.Second)
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, g.Replica, e.Nodes[0].Addr)
+	assert.ErrorContains(t, err, "the server is a replica, not a master")
+
+	alone, err := redlock.New([]redis.UniversalClient{noMaster}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = alone.Close() })
+	_, err = alone.TryLock(t.Context(), "k", time.Second)
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, "node 0 (Sentinel)", e.Nodes[0].Addr)
+	assert.ErrorContains(t, err, "no master from the Sentinels")
+}
+
+// syncBuffer is a strings.Builder safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
