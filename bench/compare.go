@@ -12,7 +12,7 @@ import (
 type figure struct {
 	name      string
 	base, our float64
-	unit      string // "ms", "/s", "" (count) or "ratio"
+	unit      string // "ms", "µs", "/s", "B", "" (count) or "ratio"
 }
 
 // compare prints a Markdown table: each figure for base and ours, and their
@@ -93,6 +93,7 @@ func compare(w io.Writer, results []loadtest.Result, baseName, ourName string) {
 			figure{n + "failed Lock calls", float64(b.Errors), float64(r.Errors), ""},
 		)
 	}
+	figs = append(figs, nodeCPUFigures(results, baseName, ourName, get)...)
 	fmt.Fprintf(w, "| figure | %s | %s | ratio |\n|---|---:|---:|---:|\n", baseName, ourName)
 	for _, f := range figs {
 		ratio := "-"
@@ -103,10 +104,31 @@ func compare(w io.Writer, results []loadtest.Result, baseName, ourName string) {
 	}
 }
 
+// nodeCPUFigures returns, for each scenario that both implementations ran
+// with the nodes' CPU time measured, the node CPU per operation; its name
+// says when either figure is coarse (from few clock ticks).
+func nodeCPUFigures(results []loadtest.Result, baseName, ourName string, get func(impl, id string) *loadtest.Result) []figure {
+	var figs []figure
+	for _, r := range results {
+		b := get(baseName, r.Scenario)
+		if r.Impl != ourName || b == nil || r.NodeCPU == nil || b.NodeCPU == nil {
+			continue
+		}
+		name := r.Title + ": node CPU per operation"
+		if b.NodeCPU.Coarse() || r.NodeCPU.Coarse() {
+			name += fmt.Sprintf(" (coarse: %d and %d ticks of 10 ms)", b.NodeCPU.Ticks, r.NodeCPU.Ticks)
+		}
+		figs = append(figs, figure{name, b.NodeCPU.PerOp, r.NodeCPU.PerOp, "µs"})
+	}
+	return figs
+}
+
 func num(v float64, unit string) string {
 	switch unit {
 	case "ms":
 		return fmt.Sprintf("%.3g ms", v)
+	case "µs":
+		return fmt.Sprintf("%.0f µs", v)
 	case "/s":
 		return fmt.Sprintf("%.0f/s", v)
 	case "B":

@@ -148,7 +148,7 @@ func run(ctx context.Context) error {
 			}
 		}()
 	}
-	runner := &loadtest.Runner{Progress: os.Stderr, MeasureAllocs: true,
+	runner := &loadtest.Runner{Progress: os.Stderr, MeasureAllocs: true, NodePIDs: srv.PIDs(),
 		Spawn: func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, os.Args[0]) }}
 	var results []loadtest.Result
 	for _, sc := range scenarios {

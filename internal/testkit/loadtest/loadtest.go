@@ -112,6 +112,9 @@ type Result struct {
 	// before the previous one's Unlock call (0 for a lock).
 	Handoff  Dist `json:"handoff"`
 	Overlaps int  `json:"overlaps"`
+	// NodeCPU is the CPU time of the nodes' processes per operation, when
+	// the Runner knows them (Runner.NodePIDs); nil otherwise.
+	NodeCPU *NodeCPU `json:"node_cpu,omitempty"`
 
 	samples  []time.Duration // sorted
 	handoffs []time.Duration // sorted
@@ -143,11 +146,17 @@ type Runner struct {
 	Spawn func(ctx context.Context) *exec.Cmd
 	// Settings go to every worker process in its WorkerSpec.
 	Settings map[string]string
+	// NodePIDs are the nodes' server processes, on this machine. When set,
+	// Run reads their CPU time (/proc/PID/stat) before and after the
+	// measured phase and reports it per operation (Result.NodeCPU). The
+	// slow-node proxy runs in this process, not in theirs.
+	NodePIDs []int
 }
 
 // Run measures impl in sc on the nodes at addrs. It returns an error only
-// when the implementation or the slow-node proxy cannot be set up; lock
-// failures are counted in the Result.
+// when the implementation or the slow-node proxy cannot be set up, or the
+// CPU time of r.NodePIDs cannot be read; lock failures are counted in the
+// Result.
 func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string) (Result, error) {
 	addrs = slices.Clone(addrs)
 	if sc.Slow > 0 {
@@ -196,9 +205,20 @@ func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string
 		runtime.GC()
 		runtime.ReadMemStats(&ms0)
 	}
+	ticks0, err := nodeTicks(r.NodePIDs)
+	if err != nil {
+		return Result{}, err
+	}
 	stop := r.progress(impl.Name, sc)
 	res := run(ctx, lockers, sc, prefix, sc.Duration)
 	stop()
+	ticks1, err := nodeTicks(r.NodePIDs)
+	if err != nil {
+		return Result{}, err
+	}
+	if r.NodePIDs != nil {
+		res.NodeCPU = newNodeCPU(ticks1-ticks0, res.Ops)
+	}
 	if r.MeasureAllocs {
 		runtime.ReadMemStats(&ms1)
 		if res.Ops > 0 {
@@ -406,7 +426,11 @@ func Merge(rs []Result) Result {
 	m.Shares = nil
 	m.Ops, m.Errors, m.Seconds, m.Overlaps = 0, 0, 0, 0
 	var allocs, bytes float64
+	var ticks int64
 	for _, r := range rs {
+		if r.NodeCPU != nil {
+			ticks += r.NodeCPU.Ticks
+		}
 		m.samples = append(m.samples, r.samples...)
 		m.handoffs = append(m.handoffs, r.handoffs...)
 		m.Overlaps += r.Overlaps
@@ -437,5 +461,8 @@ func Merge(rs []Result) Result {
 		m.PerSec = float64(m.Ops) / m.Seconds
 	}
 	m.Latency = dist(m.samples)
+	if m.NodeCPU != nil {
+		m.NodeCPU = newNodeCPU(ticks, m.Ops)
+	}
 	return m
 }

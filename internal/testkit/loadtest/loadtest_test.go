@@ -1,11 +1,16 @@
 package loadtest
 
 import (
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
 func TestMerge(t *testing.T) {
@@ -52,4 +57,61 @@ func TestRunProcsNeedsSpawn(t *testing.T) {
 	var r Runner
 	_, err := r.Run(t.Context(), Impl{Name: "x"}, Scenario{ID: "p", Callers: 2, Procs: true}, []string{"127.0.0.1:1"})
 	assert.ErrorContains(t, err, "has no Spawn")
+}
+
+// TestStatTicks: utime and stime are fields 14 and 15 of /proc/PID/stat,
+// counted after a command name that may hold spaces and parentheses.
+func TestStatTicks(t *testing.T) {
+	line := "4242 (redis-server ) :1) S 1 4242 4242 0 -1 4194560 1234 0 0 0 731 269 0 0 20 0 5 0 99 0 0"
+	n, err := statTicks(line)
+	require.NoError(t, err)
+	assert.EqualValues(t, 731+269, n)
+	for _, bad := range []string{"4242 redis-server S 1", "4242 (x) S 1 2 3", "4242 (x) S 1 4242 4242 0 -1 4194560 1234 0 0 0 u 269"} {
+		_, err := statTicks(bad)
+		assert.Error(t, err, bad)
+	}
+	self, err := nodeTicks([]int{os.Getpid(), 0})
+	require.NoError(t, err, "this process's own stat, and a server that is gone")
+	assert.GreaterOrEqual(t, self, int64(0))
+	_, err = nodeTicks([]int{-1})
+	assert.Error(t, err)
+}
+
+// TestNodeCPU: ticks of 10 ms per operation in µs, pooled by Merge over
+// every operation, marked coarse below CoarseTicks in the table.
+func TestNodeCPU(t *testing.T) {
+	c := newNodeCPU(50, 2000) // 500 ms over 2000 operations
+	assert.InDelta(t, 250.0, c.PerOp, 1e-9)
+	assert.True(t, c.Coarse())
+	assert.Equal(t, "~250", c.String())
+	assert.Equal(t, "-", (*NodeCPU)(nil).String())
+
+	m := Merge([]Result{{Ops: 2000, NodeCPU: c}, {Ops: 1000, NodeCPU: newNodeCPU(100, 1000)}})
+	require.NotNil(t, m.NodeCPU)
+	assert.EqualValues(t, 150, m.NodeCPU.Ticks)
+	assert.InDelta(t, 500.0, m.NodeCPU.PerOp, 1e-9, "1.5 s over 3000 operations")
+	assert.False(t, m.NodeCPU.Coarse())
+	assert.Equal(t, "500", m.NodeCPU.String())
+	assert.Nil(t, Merge([]Result{{Ops: 1}}).NodeCPU, "not measured stays nil")
+
+	var b strings.Builder
+	require.NoError(t, WriteTable(&b, []Result{{Impl: "x", Title: "t", Ops: 2000, NodeCPU: c}}))
+	assert.Contains(t, b.String(), "~250")
+	assert.Contains(t, b.String(), "fewer than 100 clock ticks")
+}
+
+// TestNodePIDs: the servers' processes are readable while they run, and a
+// killed server counts nothing.
+func TestNodePIDs(t *testing.T) {
+	redisproc.Require(t)
+	s, err := redisproc.Start(t.Context(), 2)
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+	pids := s.PIDs()
+	require.Len(t, pids, 2)
+	assert.Positive(t, pids[0])
+	_, err = nodeTicks(pids)
+	require.NoError(t, err)
+	s.Kill(1)
+	assert.Equal(t, []int{pids[0], 0}, s.PIDs())
 }

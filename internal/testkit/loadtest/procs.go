@@ -97,6 +97,7 @@ func (r *Runner) runProcs(ctx context.Context, impl Impl, sc Scenario, addrs []s
 			return Result{}, fmt.Errorf("loadtest: start worker %d: %w", w, err)
 		}
 	}
+	cpu := r.nodeCPUBetween(ctx, start, deadline)
 	stop := r.progress(impl.Name, sc)
 	var errs []error
 	callers := make([]caller, sc.Callers)
@@ -113,8 +114,50 @@ func (r *Runner) runProcs(ctx context.Context, impl Impl, sc Scenario, addrs []s
 		}
 	}
 	stop()
-	if err := errors.Join(errs...); err != nil {
+	ticks := <-cpu
+	if err := errors.Join(append(errs, ticks.err)...); err != nil {
 		return Result{}, fmt.Errorf("loadtest: %s in %s: %w", impl.Name, sc.ID, err)
 	}
-	return gather(callers, sc, deadline.Sub(start)), nil
+	res := gather(callers, sc, deadline.Sub(start))
+	if r.NodePIDs != nil {
+		res.NodeCPU = newNodeCPU(ticks.n, res.Ops)
+	}
+	return res, nil
+}
+
+// ticksOrError is a count of clock ticks, or the error that stopped it.
+type ticksOrError struct {
+	n   int64
+	err error
+}
+
+// nodeCPUBetween reads the CPU time of r.NodePIDs at from and at to, and
+// sends the difference on the returned channel (buffered) at to, or when
+// ctx ends.
+func (r *Runner) nodeCPUBetween(ctx context.Context, from, to time.Time) <-chan ticksOrError {
+	ch := make(chan ticksOrError, 1)
+	go func() {
+		var t ticksOrError
+		t0, err := sleepThenTicks(ctx, from, r.NodePIDs)
+		if err == nil {
+			var t1 int64
+			t1, err = sleepThenTicks(ctx, to, r.NodePIDs)
+			t.n = t1 - t0
+		}
+		t.err = err
+		ch <- t
+	}()
+	return ch
+}
+
+// sleepThenTicks waits until t, then returns the ticks of pids.
+func sleepThenTicks(ctx context.Context, t time.Time, pids []int) (int64, error) {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nodeTicks(pids)
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
 }

@@ -70,11 +70,16 @@ func Ms(d time.Duration) string {
 	return fmt.Sprintf("%.3gms", float64(d)/float64(time.Millisecond))
 }
 
-// WriteTable prints one row per result.
+// WriteTable prints one row per result, and, when the nodes' CPU time was
+// measured, a line under the table that explains it (and marks coarse
+// figures).
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "impl\tscenario\tops/s\tp50\tp90\tp99\tp99.9\tallocs/op\terrors\tnote")
+	fmt.Fprintln(tw, "impl\tscenario\tops/s\tp50\tp90\tp99\tp99.9\tallocs/op\tnode µs/op\terrors\tnote")
+	measured, coarse := false, false
 	for _, r := range results {
+		measured = measured || r.NodeCPU != nil
+		coarse = coarse || (r.NodeCPU != nil && r.NodeCPU.Coarse())
 		allocs := "-"
 		if r.AllocsPerOp > 0 {
 			allocs = fmt.Sprintf("%.0f", r.AllocsPerOp)
@@ -86,10 +91,21 @@ func WriteTable(w io.Writer, results []Result) error {
 		if r.FirstError != "" {
 			note = strings.TrimSpace(note + " first error: " + shorten(r.FirstError, 80))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Impl, r.Title, r.PerSec,
-			Ms(r.Latency.P50), Ms(r.Latency.P90), Ms(r.Latency.P99), Ms(r.Latency.P999), allocs, r.Errors, note)
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Impl, r.Title, r.PerSec,
+			Ms(r.Latency.P50), Ms(r.Latency.P90), Ms(r.Latency.P99), Ms(r.Latency.P999), allocs, r.NodeCPU, r.Errors, note)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if !measured {
+		return nil
+	}
+	legend := "node µs/op: CPU time (user+system) of the node processes per operation"
+	if coarse {
+		legend += fmt.Sprintf("; ~ marks a figure from fewer than %d clock ticks of 10 ms: coarse, run longer", CoarseTicks)
+	}
+	_, err := fmt.Fprintln(w, legend)
+	return err
 }
 
 func shorten(s string, n int) string {

@@ -147,6 +147,18 @@ func (s *Servers) launch(extra ...string) (int, error) {
 	return i, nil
 }
 
+// PIDs returns the process ID of each server, in the order of Addrs; 0
+// for a server that was killed or stopped.
+func (s *Servers) PIDs() []int {
+	pids := make([]int, len(s.Addrs))
+	for i, c := range s.cmds {
+		if c != nil {
+			pids[i] = c.Process.Pid
+		}
+	}
+	return pids
+}
+
 // Kill kills server i at once (SIGKILL), as a crash would, and waits for it.
 func (s *Servers) Kill(i int) {
 	if c := s.cmds[i]; c != nil {
