@@ -22,8 +22,20 @@ import (
 // Redquorum returns the Impl of this library, with opts (nil for defaults)
 // on node clients built by [redlock.NewNodes].
 func Redquorum(opts *redlock.Options) Impl {
-	return Impl{Name: "redquorum", New: func(addrs []string) (Locker, func(), error) {
-		nodes := redlock.NewNodes(addrs...)
+	return redquorumOn("redquorum", opts, redlock.NewNodes)
+}
+
+// RedquorumUser returns the Impl "redquorum-user": this library with opts
+// on the node clients of [UserClients].
+func RedquorumUser(opts *redlock.Options) Impl {
+	return redquorumOn("redquorum-user", opts, UserClients)
+}
+
+// redquorumOn returns the Impl name: this library with opts on the node
+// clients that nodes builds, closed after the Client.
+func redquorumOn(name string, opts *redlock.Options, nodes func(addrs ...string) []redis.UniversalClient) Impl {
+	return Impl{Name: name, New: func(addrs []string) (Locker, func(), error) {
+		nodes := nodes(addrs...)
 		closeNodes := func() {
 			for _, n := range nodes {
 				_ = n.Close()
@@ -46,6 +58,19 @@ func (r redquorumLocker) Lock(ctx context.Context, key string, ttl time.Duration
 		return nil, err
 	}
 	return l, nil
+}
+
+// UserClients returns go-redis clients for addrs as a user who moves from
+// another Redlock library builds them for this one: go-redis's defaults
+// (RESP3, a pool of 10 per GOMAXPROCS, five dials per connection) with the
+// two settings that New warns about, MaxRetries -1 and
+// ContextTimeoutEnabled.
+func UserClients(addrs ...string) []redis.UniversalClient {
+	cs := make([]redis.UniversalClient, len(addrs))
+	for i, a := range addrs {
+		cs[i] = redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1, ContextTimeoutEnabled: true})
+	}
+	return cs
 }
 
 // NodeClients returns plain go-redis clients for addrs, as most users of
