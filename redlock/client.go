@@ -37,7 +37,7 @@ type Client struct {
 
 	obs *observing // nil without an Options.Observer (record.go)
 
-	owned []redis.UniversalClient // node clients made by Open, closed by Close
+	owned []redis.UniversalClient // node clients made by New or Open, closed by Close
 
 	life  lifetime     // closed state and the calls in flight (lifetime.go)
 	queue *queue.Queue // local queue per key (internal/queue)
@@ -45,26 +45,36 @@ type Client struct {
 }
 
 // New returns a Client that locks on the given nodes: independent Redis
-// masters (not replicas of one another), each given as a go-redis client,
-// best built with [NodeOptions] or [NewNodes]. opts may be nil.
+// masters (not replicas of one another), each given as a go-redis client.
+// opts may be nil.
+//
+// For each node that is a plain *redis.Client (not a Sentinel client), New
+// makes a client of its own from a copy of that client's options (address,
+// dialer, credentials, TLS, DB, pool, timeouts, OnConnect) with the
+// settings of [NodeOptions] applied, and sends the lock commands through
+// it: build your clients as you like. Hooks that you added to them with
+// AddHook do not see the lock commands (see Options.NodeClientsAsGiven).
+// New neither changes nor uses your clients, and [Client.Close] closes the
+// ones it made. Sentinel, Cluster and Ring clients, and every client under
+// Options.NodeClientsAsGiven, are used as given.
 //
 // A node may be a replicated group that fails over: a Sentinel client
 // (redis.NewFailoverClient), or a client of an address that a failover
-// moves to the promoted replica. New adds a check to the OnConnect of each
-// *redis.Client node, after the one it has: every new connection records
-// its server's replication ID in the node's state, once, and a server whose
-// ID is not the recorded one (a promoted replica, a restarted master) starts
-// the restart guard ([ErrGuarded]), since it may lack locks it granted. A
-// connection to a replica is refused. So make the Client before other
-// goroutines use its node clients; connections they opened before are not
-// checked. The check costs one round trip per new connection and nothing
-// per lock.
+// moves to the promoted replica. Every new connection of a plain node's
+// client records its server's replication ID in the node's state, once,
+// and a server whose ID is not the recorded one (a promoted replica, a
+// restarted master) starts the restart guard ([ErrGuarded]), since it may
+// lack locks it granted. A connection to a replica is refused. The check
+// costs one round trip per new connection and nothing per lock. On a
+// *redis.Client used as given, New adds it to the client's OnConnect, after
+// the one it has: make the Client before other goroutines use that client;
+// connections it opened before are not checked.
 //
 // New checks nodes and opts and returns an error naming the offending value:
 // no nodes, a nil node, the same client or address twice, or an option out
-// of range. It logs a warning for each node client whose settings break the
-// per-node timeout or retry requests (see [NodeOptions]). The caller keeps
-// ownership of the node clients.
+// of range. It logs a warning for each node client used as given whose
+// settings break the per-node timeout or retry requests (see
+// [NodeOptions]). The caller keeps ownership of the node clients it gave.
 func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 	if len(nodes) == 0 {
 		return nil, errors.New("redlock: no nodes")
@@ -77,19 +87,22 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 }
 
 // Open returns a Client on the Redis masters at addrs, with a node client
-// per address made by [NewNodes]. Unlike with [New], the Client owns these
-// node clients: [Client.Close] closes them once its own work is done. opts
-// is as for New, and may be nil.
+// per address made by [NewNodes], which it uses as given. Unlike with
+// [New], the Client owns these node clients: [Client.Close] closes them
+// once its own work is done. opts is as for New, and may be nil.
 func Open(addrs []string, opts *Options) (*Client, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("redlock: no addresses")
 	}
-	nodes := NewNodes(addrs...)
-	c, err := New(nodes, opts)
+	cfg, err := opts.config(len(addrs))
 	if err != nil {
-		for _, n := range nodes {
-			_ = n.Close()
-		}
+		return nil, err
+	}
+	cfg.asGiven = true // made for the purpose
+	nodes := NewNodes(addrs...)
+	c, err := newClient(nodes, cfg)
+	if err != nil {
+		_ = closeClients(nodes)
 		return nil, err
 	}
 	c.owned = nodes
@@ -97,64 +110,32 @@ func Open(addrs []string, opts *Options) (*Client, error) {
 }
 
 // newClient is New with the configuration made.
-func newClient(clients []redis.UniversalClient, cfg config) (*Client, error) {
-	names, err := checkNodes(clients, cfg)
+func newClient(given []redis.UniversalClient, cfg config) (*Client, error) {
+	names, err := checkNodes(given, cfg)
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, life: newLifetime(), obs: newObserving(cfg.observer, len(clients))}
+	c := &Client{cfg: cfg, life: newLifetime(), obs: newObserving(cfg.observer, len(given))}
 	c.stateKey = c.stored(protocol.StateKey)
 	ncfg := cfg.nodeConfig(c.life.closing)
 	c.proto = ncfg.Protocol
-	c.nodes = make([]*node.Node, len(clients))
-	for i, cl := range clients {
-		c.nodes[i] = node.New(cl, names[i], ncfg)
+	clients := make([]redis.UniversalClient, len(given)) // the clients the Client sends through
+	c.nodes = make([]*node.Node, len(given))
+	for i, cl := range given {
+		clients[i] = cl
+		if d := derivable(cl, cfg); d != nil {
+			clients[i] = deriveClient(d)
+			c.owned = append(c.owned, clients[i])
+		}
+		c.nodes[i] = node.New(clients[i], names[i], ncfg)
 	}
 	if err := c.checkKinds(); err != nil {
+		_ = closeClients(c.owned)
 		return nil, err
 	}
 	c.queue = queue.New(cfg.clock)
 	c.wake = wake.New(clients, cfg.wakeIdle, cfg.clock)
 	return c, nil
-}
-
-// sentinelAddr is the address go-redis reports for a client made by
-// redis.NewFailoverClient.
-const sentinelAddr = "FailoverClient"
-
-// checkNodes checks the node clients and returns their names, logging a
-// warning for each setting that works against the algorithm.
-func checkNodes(nodes []redis.UniversalClient, cfg config) ([]string, error) {
-	names := make([]string, len(nodes))
-	seenAddr := map[string]int{}
-	for i, n := range nodes {
-		if n == nil {
-			return nil, fmt.Errorf("redlock: nodes[%d] is nil", i)
-		}
-		if j := slices.Index(nodes[:i], n); j >= 0 {
-			return nil, fmt.Errorf("redlock: nodes[%d] is the same client as nodes[%d]", i, j)
-		}
-		addrs, problems := nodeInfo(n, cfg.nodeTimeout)
-		names[i] = fmt.Sprintf("node %d", i)
-		if len(addrs) > 0 {
-			names[i] = addrs[0]
-		}
-		if names[i] == sentinelAddr {
-			// go-redis gives every Sentinel client this address: it names
-			// no server, and two of them are different nodes.
-			names[i], addrs = fmt.Sprintf("node %d (Sentinel)", i), nil
-		}
-		for _, a := range addrs {
-			if j, dup := seenAddr[a]; dup {
-				return nil, fmt.Errorf("redlock: nodes[%d] and nodes[%d] both address %s: the nodes must be independent masters", i, j, a)
-			}
-			seenAddr[a] = i
-		}
-		for _, p := range problems {
-			cfg.log.Warn("redlock: node client configured against the lock algorithm", "node", names[i], "index", i, "problem", p)
-		}
-	}
-	return names, nil
 }
 
 // checkKinds looks at the Cluster and Ring nodes: their restart guard and
@@ -188,9 +169,12 @@ func (c *Client) checkKinds() error {
 // the background (see [Client.TryLock]), and makes every later operation
 // return [ErrClosed]. It also stops the goroutines that the Client keeps
 // between lock rounds to call the nodes (at most one per call that ran at
-// once): close every Client you no longer use. Unlock the locks you hold
-// before Close, and close the node clients you gave to [New] after it (a
-// Client made by [Open] closes its own). It is safe to call more than once.
+// once): close every Client you no longer use. Last, it closes the node
+// clients that the Client made ([New]) or that came with it ([Open]).
+// Unlock the locks you hold before Close, and close the node clients you
+// gave to New yourself: after Close when the Client used them as given
+// (Sentinel clients, Options.NodeClientsAsGiven). It is safe to call more
+// than once.
 func (c *Client) Close() error {
 	c.life.close(func() {
 		c.queue.Close() // waiters in the local queue return ErrClosed
@@ -199,13 +183,7 @@ func (c *Client) Close() error {
 	for _, n := range c.nodes {
 		n.Wait() // the last redelivery attempts
 	}
-	var err error
-	for _, n := range c.owned {
-		if cerr := n.Close(); cerr != nil && !errors.Is(cerr, redis.ErrClosed) {
-			err = errors.Join(err, cerr)
-		}
-	}
-	return err
+	return closeClients(c.owned)
 }
 
 // TryLock makes exactly one attempt to lock key for ttl on a quorum of nodes

@@ -74,6 +74,7 @@ func (c *cluster) client(t *testing.T, opts *Options) *Client {
 		// milliseconds, not microseconds.
 		opts.NodeTimeout = 2 * time.Second
 	}
+	opts.NodeClientsAsGiven = true // through the fault hooks
 	cl, err := newTuned(c.nodes, opts, c.tune)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cl.Close() })

@@ -2,14 +2,19 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"reflect"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/redquorum/redquorum/internal/node"
 )
 
 // NodeOptions returns go-redis options for one lock node at addr with the
@@ -33,22 +38,67 @@ import (
 //
 // Adjust the result (password, TLS, pool size) before passing it to
 // redis.NewClient, but keep the first four; the protocol and the dial
-// retries are a matter of speed.
+// retries are a matter of speed. [New] applies these settings itself to the
+// client it makes from each plain node client you give it, so you need
+// NodeOptions only for clients it uses as given: Sentinel clients (as
+// redis.FailoverOptions), and every node client when
+// Options.NodeClientsAsGiven is set.
 func NodeOptions(addr string) *redis.Options {
-	return &redis.Options{
-		Addr:                  addr,
-		Protocol:              2,
-		MaxRetries:            -1,
-		DialerRetries:         1,
-		ContextTimeoutEnabled: true,
-		DisableIdentity:       true,
-		DialTimeout:           time.Second,
-		ReadTimeout:           time.Second,
-		WriteTimeout:          time.Second,
-		MaintNotificationsConfig: &maintnotifications.Config{
-			Mode: maintnotifications.ModeDisabled,
-		},
+	o := &redis.Options{
+		Addr:         addr,
+		DialTimeout:  time.Second,
+		ReadTimeout:  time.Second,
+		WriteTimeout: time.Second,
 	}
+	lockSettings(o)
+	return o
+}
+
+// lockSettings applies to o the settings of [NodeOptions] that the algorithm
+// and its speed rely on.
+func lockSettings(o *redis.Options) {
+	o.Protocol = 2
+	o.MaxRetries = -1
+	o.DialerRetries = 1
+	o.ContextTimeoutEnabled = true
+	o.DisableIdentity = true
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
+
+// deriveClient returns a client of the Client's own for the plain node client
+// c: it talks to the same server the same way (address, network and
+// dialer, credentials, TLS, DB, client name, pool and timeouts, c's own
+// OnConnect), with the settings of [NodeOptions] and the idle connection
+// check of [NewNodes]. Hooks added to c with AddHook are not carried over:
+// go-redis keeps them outside the options. c is not changed.
+func deriveClient(c *redis.Client) *redis.Client {
+	o := *c.Options() // as c's NewClient filled it in
+	lockSettings(&o)
+	o.ReadTimeout, o.WriteTimeout = undoDefault(o.ReadTimeout), undoDefault(o.WriteTimeout)
+	// c's own OnConnect, without the connection checks of Clients that use
+	// c as given: the new client gets a check of its own.
+	o.OnConnect = node.OwnOnConnect(o.OnConnect)
+	// c's processor of RESP3 push notifications, and its client-side
+	// cache, which needs RESP3: neither applies to a RESP2 client, and
+	// neither is to be shared.
+	o.PushNotificationProcessor = nil
+	o.ClientSideCache, o.ClientSideCacheConfig = nil, nil
+	d := redis.NewClient(&o)
+	d.AddHook(idleConnCheck{epoch: time.Now()})
+	return d
+}
+
+// undoDefault returns the ReadTimeout or WriteTimeout that go-redis's
+// NewClient turns into t: it maps -1 (no timeout) to 0 and -2 (no deadline
+// set at all) to -1, and would read a 0 again as its default of seconds.
+func undoDefault(t time.Duration) time.Duration {
+	switch t {
+	case 0:
+		return -1
+	case -1:
+		return -2
+	}
+	return t
 }
 
 // NewNodes returns one client per address, each built from [NodeOptions].
@@ -140,10 +190,15 @@ func (noCheck) Control(func(fd uintptr)) error           { return nil }
 func (noCheck) Read(func(fd uintptr) (done bool)) error  { return nil }
 func (noCheck) Write(func(fd uintptr) (done bool)) error { return nil }
 
-// nodeInfo reports the addresses a node client talks to and the ways its
-// configuration works against the algorithm.
-func nodeInfo(node redis.UniversalClient, timeout time.Duration) (addrs []string, problems []string) {
+// nodeInfo reports the addresses a node client talks to and, unless the
+// Client derives a client of its own from it (which has the settings the
+// algorithm relies on), the ways its configuration works against the
+// algorithm.
+func nodeInfo(node redis.UniversalClient, timeout time.Duration, derived bool) (addrs []string, problems []string) {
 	check := func(retries int, ctxTimeouts bool, read time.Duration) {
+		if derived {
+			return
+		}
 		if retries > 0 {
 			problems = append(problems, fmt.Sprintf("MaxRetries is %d: a timed-out SET can be sent again behind the round's back (set MaxRetries: -1)", retries))
 		}
@@ -170,4 +225,66 @@ func nodeInfo(node redis.UniversalClient, timeout time.Duration) (addrs []string
 		problems = append(problems, fmt.Sprintf("client type %T cannot be inspected: make sure it has no retries and honours context deadlines", node))
 	}
 	return addrs, problems
+}
+
+// sentinelAddr is the address go-redis reports for a client made by
+// redis.NewFailoverClient.
+const sentinelAddr = "FailoverClient"
+
+// checkNodes checks the node clients and returns their names, logging a
+// warning for each setting that works against the algorithm.
+func checkNodes(nodes []redis.UniversalClient, cfg config) ([]string, error) {
+	names := make([]string, len(nodes))
+	seenAddr := map[string]int{}
+	for i, n := range nodes {
+		if v := reflect.ValueOf(n); n == nil || v.Kind() == reflect.Pointer && v.IsNil() {
+			return nil, fmt.Errorf("redlock: nodes[%d] is nil", i)
+		}
+		if j := slices.Index(nodes[:i], n); j >= 0 {
+			return nil, fmt.Errorf("redlock: nodes[%d] is the same client as nodes[%d]", i, j)
+		}
+		addrs, problems := nodeInfo(n, cfg.nodeTimeout, derivable(n, cfg) != nil)
+		names[i] = fmt.Sprintf("node %d", i)
+		if len(addrs) > 0 {
+			names[i] = addrs[0]
+		}
+		if names[i] == sentinelAddr {
+			// go-redis gives every Sentinel client this address: it names
+			// no server, and two of them are different nodes.
+			names[i], addrs = fmt.Sprintf("node %d (Sentinel)", i), nil
+		}
+		for _, a := range addrs {
+			if j, dup := seenAddr[a]; dup {
+				return nil, fmt.Errorf("redlock: nodes[%d] and nodes[%d] both address %s: the nodes must be independent masters", i, j, a)
+			}
+			seenAddr[a] = i
+		}
+		for _, p := range problems {
+			cfg.log.Warn("redlock: node client configured against the lock algorithm", "node", names[i], "index", i, "problem", p)
+		}
+	}
+	return names, nil
+}
+
+// derivable returns n as a *redis.Client when the Client makes a client of
+// its own from n's options: n is a plain client (not a Sentinel client)
+// and Options.NodeClientsAsGiven is not set. It returns nil otherwise.
+func derivable(n redis.UniversalClient, cfg config) *redis.Client {
+	c, ok := n.(*redis.Client)
+	if !ok || cfg.asGiven || c.Options().Addr == sentinelAddr {
+		return nil
+	}
+	return c
+}
+
+// closeClients closes node clients and returns the errors other than
+// "already closed".
+func closeClients(clients []redis.UniversalClient) error {
+	var err error
+	for _, n := range clients {
+		if cerr := n.Close(); cerr != nil && !errors.Is(cerr, redis.ErrClosed) {
+			err = errors.Join(err, cerr)
+		}
+	}
+	return err
 }

@@ -115,6 +115,18 @@ type Options struct {
 	// while the nodes and the configuration are healthy.
 	Logger *slog.Logger
 
+	// NodeClientsAsGiven makes the Client send its commands through the
+	// node clients exactly as given to [New]. By default New makes a client
+	// of its own from the options of each plain *redis.Client node (see
+	// New) and leaves yours as they are; set this when the lock commands
+	// must pass through hooks that you added to your clients with AddHook
+	// (tracing, metrics, fault injection), which go-redis does not keep in
+	// the options. Your clients then need the settings of [NodeOptions]
+	// (New logs a warning for each one missing that the algorithm relies
+	// on), and New adds its connection check to their OnConnect: make the
+	// Client before other goroutines use them.
+	NodeClientsAsGiven bool
+
 	// Observer, when not nil, receives an event for every operation, every
 	// extension of [Client.Do] and every change of a node's state: see
 	// [Observer]. The adapters in the nested modules
@@ -138,6 +150,7 @@ type config struct {
 	fencing            bool
 	owner              string
 	observer           *Observer
+	asGiven            bool // Options.NodeClientsAsGiven
 	tunables
 }
 
@@ -203,7 +216,7 @@ func (o *Options) config(n int) (config, error) {
 		quorum: o.Quorum, drift: o.DriftFactor, nodeTimeout: o.NodeTimeout,
 		minRetry: o.MinRetryDelay, maxRetry: o.MaxRetryDelay, maxWait: o.MaxWait,
 		prefix: o.KeyPrefix, clock: o.Clock, log: o.Logger, guard: o.RestartGuard,
-		fencing: o.Fencing, observer: o.Observer, tunables: defaultTunables(),
+		fencing: o.Fencing, observer: o.Observer, asGiven: o.NodeClientsAsGiven, tunables: defaultTunables(),
 	}
 	if c.quorum == 0 {
 		c.quorum = n/2 + 1

@@ -608,17 +608,25 @@ func TestArgValidation(t *testing.T) {
 	assert.Contains(t, l.Extend(t.Context(), 0).Error(), "ttl 0s is not positive")
 }
 
+// TestNodeWarnings: a node client used as given is warned about for the
+// settings that work against the algorithm; one that New makes a client of
+// its own from is not, since that client has the settings.
 func TestNodeWarnings(t *testing.T) {
 	c := newCluster(t, 3)
 	careless := redis.NewClient(&redis.Options{Addr: c.srv[2].Addr()})
 	t.Cleanup(func() { _ = careless.Close() })
-	var logs logBuffer
-	cl, err := New([]redis.UniversalClient{c.nodes[0], c.nodes[1], careless}, &Options{Logger: logs.logger()})
-	require.NoError(t, err)
-	require.NoError(t, cl.Close())
-	out := logs.String()
+	warnings := func(opts *Options) string {
+		var logs logBuffer
+		opts.Logger = logs.logger()
+		cl, err := New([]redis.UniversalClient{c.nodes[0], c.nodes[1], careless}, opts)
+		require.NoError(t, err)
+		require.NoError(t, cl.Close())
+		return logs.String()
+	}
+	out := warnings(&Options{NodeClientsAsGiven: true})
 	assert.Contains(t, out, "MaxRetries is 3")
 	assert.Contains(t, out, "ContextTimeoutEnabled is false")
 	assert.Contains(t, out, "node="+c.srv[2].Addr())
 	assert.NotContains(t, out, "node="+c.srv[0].Addr(), "a node built with NodeOptions was warned about")
+	assert.Empty(t, warnings(&Options{}), "a derived client was warned about")
 }

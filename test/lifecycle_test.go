@@ -81,6 +81,7 @@ func newLockClient(t *testing.T, c *rig.Cluster, opts *redlock.Options) *lockCli
 	if opts.NodeTimeout == 0 {
 		opts.NodeTimeout = time.Second // a loaded machine with Docker
 	}
+	opts.NodeClientsAsGiven = true // through the cut hooks
 	cl, err := redlock.New(nodes, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cl.Close() })

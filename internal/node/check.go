@@ -82,11 +82,7 @@ func (cs *checks) current() []*connCheck {
 func (n *Node) installCheck(client *redis.Client) {
 	cc := &connCheck{n: n, stateKey: n.cfg.Prefix + protocol.StateKey}
 	opt := client.Options()
-	var cs *checks
-	if f := opt.OnConnect; f != nil && reflect.ValueOf(f).Pointer() == reflect.ValueOf((&checks{}).onConnect).Pointer() {
-		// Some node's checks already: the probe makes it say which.
-		_ = f(context.WithValue(context.Background(), probeKey{}, &cs), nil)
-	}
+	cs := checksOf(opt.OnConnect)
 	if cs == nil {
 		cs = &checks{prev: opt.OnConnect}
 		opt.OnConnect = cs.onConnect
@@ -94,6 +90,30 @@ func (n *Node) installCheck(client *redis.Client) {
 	cs.mu.Lock()
 	cs.live = append(cs.live, cc)
 	cs.mu.Unlock()
+}
+
+// checksOf returns the checks whose OnConnect f is, or nil when f is not
+// one.
+func checksOf(f func(context.Context, *redis.Conn) error) *checks {
+	if f == nil || reflect.ValueOf(f).Pointer() != reflect.ValueOf((&checks{}).onConnect).Pointer() {
+		return nil
+	}
+	// Some node's checks: the probe makes it say which.
+	var cs *checks
+	_ = f(context.WithValue(context.Background(), probeKey{}, &cs), nil)
+	return cs
+}
+
+// OwnOnConnect returns the OnConnect that a client had before nodes added
+// their connection checks to it, given the client's OnConnect f: f itself
+// when it has no checks. A client made from a copy of another's options
+// starts from it, so that it runs the other's own OnConnect but not the
+// checks of the nodes made on the other.
+func OwnOnConnect(f func(context.Context, *redis.Conn) error) func(context.Context, *redis.Conn) error {
+	if cs := checksOf(f); cs != nil {
+		return cs.prev
+	}
+	return f
 }
 
 // closing reports whether the lock client of cc's node has begun to close:

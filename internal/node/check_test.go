@@ -70,13 +70,39 @@ func TestChecksShared(t *testing.T) {
 // probe returns the checks behind client's OnConnect, or nil.
 func probe(t *testing.T, client *redis.Client) *checks {
 	t.Helper()
-	f := client.Options().OnConnect
-	if f == nil || reflect.ValueOf(f).Pointer() != reflect.ValueOf((&checks{}).onConnect).Pointer() {
+	cs := checksOf(client.Options().OnConnect)
+	if cs == nil {
 		return nil
 	}
-	var cs *checks
-	require.NoError(t, f(context.WithValue(context.Background(), probeKey{}, &cs), nil))
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	return &checks{prev: cs.prev, live: cs.live}
+}
+
+// TestOwnOnConnect: a client made from a copy of another's options, with
+// OwnOnConnect, runs the other's own OnConnect but gets checks of its own:
+// the nodes made on it leave the other's checks alone.
+func TestOwnOnConnect(t *testing.T) {
+	own := func(context.Context, *redis.Conn) error { return nil }
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", OnConnect: own})
+	t.Cleanup(func() { _ = client.Close() })
+	cfg := &Config{Protocol: protocol.New(time.Minute, false), Clock: clock.Real{}, Log: slog.New(slog.DiscardHandler), Closing: make(chan struct{})}
+	New(client, "a", cfg)
+	require.NotNil(t, probe(t, client))
+
+	addr := func(f func(context.Context, *redis.Conn) error) uintptr { return reflect.ValueOf(f).Pointer() }
+	assert.Equal(t, addr(own), addr(OwnOnConnect(client.Options().OnConnect)), "the checks' previous OnConnect")
+	assert.Equal(t, addr(own), addr(OwnOnConnect(own)), "an OnConnect without checks")
+	assert.Nil(t, OwnOnConnect(nil))
+
+	o := *client.Options()
+	o.OnConnect = OwnOnConnect(o.OnConnect)
+	copied := redis.NewClient(&o)
+	t.Cleanup(func() { _ = copied.Close() })
+	New(copied, "b", cfg)
+	assert.Len(t, probe(t, client).live, 1, "the other client's checks")
+	cs := probe(t, copied)
+	require.NotNil(t, cs)
+	assert.Len(t, cs.live, 1)
+	assert.Equal(t, addr(own), addr(cs.prev))
 }
