@@ -83,9 +83,7 @@ func deriveClient(c *redis.Client) *redis.Client {
 	// neither is to be shared.
 	o.PushNotificationProcessor = nil
 	o.ClientSideCache, o.ClientSideCacheConfig = nil, nil
-	d := redis.NewClient(&o)
-	d.AddHook(idleConnCheck{epoch: time.Now()})
-	return d
+	return newNodeClient(&o)
 }
 
 // undoDefault returns the ReadTimeout or WriteTimeout that go-redis's
@@ -102,7 +100,9 @@ func undoDefault(t time.Duration) time.Duration {
 }
 
 // NewNodes returns one client per address, each built from [NodeOptions].
-// The caller owns the clients and closes them.
+// The caller owns the clients and closes them. [Open] locks through such
+// clients; given to [New], they serve as the model of the clients it makes
+// (unless Options.NodeClientsAsGiven is set), as any plain client does.
 //
 // Unlike a client you build yourself, these check a connection for a close
 // by the server (go-redis's check before each command: a deadline reset, a
@@ -115,11 +115,16 @@ func undoDefault(t time.Duration) time.Duration {
 func NewNodes(addrs ...string) []redis.UniversalClient {
 	nodes := make([]redis.UniversalClient, len(addrs))
 	for i, a := range addrs {
-		c := redis.NewClient(NodeOptions(a))
-		c.AddHook(idleConnCheck{epoch: time.Now()})
-		nodes[i] = c
+		nodes[i] = newNodeClient(NodeOptions(a))
 	}
 	return nodes
+}
+
+// newNodeClient returns a client with o and the idle connection check.
+func newNodeClient(o *redis.Options) *redis.Client {
+	c := redis.NewClient(o)
+	c.AddHook(idleConnCheck{epoch: time.Now()})
+	return c
 }
 
 // connCheckIdle is how long a connection of NewNodes' clients must have been
