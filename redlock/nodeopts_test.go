@@ -139,11 +139,8 @@ func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // changed nor used (their hook sees nothing), and Close closes the
 // Client's clients but not the user's.
 func TestNewDerivesNodeClients(t *testing.T) {
-	redisproc.Require(t)
 	leakcheck.Check(t)
-	s, err := redisproc.Start(t.Context(), 3)
-	require.NoError(t, err)
-	t.Cleanup(s.Stop)
+	s := redisproc.StartT(t, 3)
 	const password, db = "s3cret", 2
 	for _, a := range s.Addrs {
 		_, err := redisproc.Do(t.Context(), a, "CONFIG", "SET", "requirepass", password)

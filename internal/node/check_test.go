@@ -21,10 +21,7 @@ import (
 // client is not closing, once per new connection; making and closing many
 // lock clients on one client leaves its OnConnect one call deep.
 func TestChecksShared(t *testing.T) {
-	redisproc.Require(t)
-	s, err := redisproc.Start(t.Context(), 1)
-	require.NoError(t, err)
-	t.Cleanup(s.Stop)
+	s := redisproc.StartT(t, 1)
 	ctx := t.Context()
 	userCalls := 0
 	client := redis.NewClient(&redis.Options{Addr: s.Addrs[0], Protocol: 2, OnConnect: func(context.Context, *redis.Conn) error {

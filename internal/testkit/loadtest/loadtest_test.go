@@ -103,14 +103,11 @@ func TestNodeCPU(t *testing.T) {
 // TestNodePIDs: the servers' processes are readable while they run, and a
 // killed server counts nothing.
 func TestNodePIDs(t *testing.T) {
-	redisproc.Require(t)
-	s, err := redisproc.Start(t.Context(), 2)
-	require.NoError(t, err)
-	t.Cleanup(s.Stop)
+	s := redisproc.StartT(t, 2)
 	pids := s.PIDs()
 	require.Len(t, pids, 2)
 	assert.Positive(t, pids[0])
-	_, err = nodeTicks(pids)
+	_, err := nodeTicks(pids)
 	require.NoError(t, err)
 	s.Kill(1)
 	assert.Equal(t, []int{pids[0], 0}, s.PIDs())

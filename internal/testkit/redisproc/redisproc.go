@@ -295,6 +295,20 @@ func versionOf(s string) string {
 	return strings.TrimSpace(s)
 }
 
+// StartT is [Start] for a test: it skips or fails tb as [Require] does when
+// redis-server is not installed, fails tb when the servers do not start,
+// and stops them when tb ends.
+func StartT(tb testing.TB, n int) *Servers {
+	tb.Helper()
+	Require(tb)
+	s, err := Start(tb.Context(), n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
 // Require makes tb skip when redis-server is not installed, or, under
 // CI=true, fail: in CI, tests against real Redis must run, not skip.
 func Require(tb testing.TB) {
