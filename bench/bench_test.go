@@ -9,7 +9,8 @@ import (
 )
 
 // BenchmarkLockUnlock measures one lock+unlock by one caller through each
-// library on the same five redis-server processes:
+// library, and through redquorum on node clients built with go-redis's
+// defaults (redquorum-user), on the same five redis-server processes:
 //
 //	cd bench && go test -run - -bench . -benchmem
 func BenchmarkLockUnlock(b *testing.B) {
@@ -18,7 +19,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(srv.Stop)
-	for _, impl := range []loadtest.Impl{redsyncImpl(), loadtest.Redquorum(nil)} {
+	for _, impl := range []loadtest.Impl{redsyncImpl(), loadtest.Redquorum(nil), loadtest.RedquorumUser(nil)} {
 		b.Run(impl.Name, func(b *testing.B) {
 			l, closeFn, err := impl.New(srv.Addrs)
 			if err != nil {
