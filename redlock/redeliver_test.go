@@ -188,6 +188,9 @@ func TestRedeliverOnClose(t *testing.T) {
 	require.NoError(t, a.Unlock(t.Context()))
 	require.NoError(t, b.Unlock(t.Context()))
 	require.Eventually(t, func() bool { return c.keys("a") == 2 && c.keys("b") == 2 }, 5*time.Second, time.Millisecond)
+	// Unlock returns at its quorum: wait until the failed releases have
+	// been queued for redelivery, rather than fail during Close.
+	cl.life.workers.Wait()
 	c.hooks[3].set(nil, nil) // node 3 answers again, node 4 does not
 	began := time.Now()
 	require.NoError(t, cl.Close())
