@@ -41,7 +41,7 @@ func Example() {
 	addrs, stop := startNodes(5)
 	defer stop()
 
-	nodes := redlock.NewNodes(addrs...) // go-redis clients with the settings the algorithm needs
+	nodes := redlock.NewNodes(addrs...) // or your own go-redis clients: New locks through clients made from their options
 	client, err := redlock.New(nodes, &redlock.Options{
 		NodeTimeout: time.Second, // in-process example nodes run Lua slowly; real masters answer in µs
 	})
