@@ -166,7 +166,8 @@ func TestYieldToNamed(t *testing.T) {
 		t.Cleanup(func() { _ = n.Close() })
 		late = append(late, n)
 	}
-	b, err := newTuned(late, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute, NodeTimeout: 2 * time.Second}, c.tune)
+	b, err := newTuned(late, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute, NodeTimeout: 2 * time.Second,
+		NodeClientsAsGiven: true}, c.tune) // through the hooks that slow b
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
 	lh, err := holder.Lock(t.Context(), "k", time.Minute)
