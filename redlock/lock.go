@@ -206,8 +206,10 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, rec *record) error
 	}
 	held, lat := l.held, rec.latencies()
 	r := c.life.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, timed(lat, func(ctx context.Context, i int) error {
-		if res, done := held.calls.Result(i); done && refused(res) {
-			return errSkipped
+		if held.calls != nil { // nil: handed over on the node (see handedRound)
+			if res, done := held.calls.Result(i); done && refused(res) {
+				return errSkipped
+			}
 		}
 		return c.nodes[i].Extend(ctx, held.acq.Keys, l.token, ttl)
 	}))

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,7 +81,7 @@ func TestNextInLine(t *testing.T) {
 	require.NoError(t, la.Unlock(t.Context()))
 	select {
 	case m := <-sub.Channel():
-		assert.Equal(t, place, m.Payload, "the unlock named b")
+		assert.Equal(t, protocol.HandPrefix+place[:strings.Index(place, "|")][len(protocol.HandPrefix):], m.Payload, "the unlock handed the key to b")
 	case <-time.After(5 * time.Second):
 		t.Fatal("no announcement")
 	}
