@@ -69,8 +69,14 @@ func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string,
 		timeout += after.callTimeout
 	}
 	return c.life.workers.Start(ctx, len(c.nodes), timeout, timed(lat, func(ctx context.Context, i int) error {
-		if h.Acquire != nil && refused(h.Acquire.Outcome(i)) && !h.Joined {
-			return errSkipped // the lock never held the keys there
+		if h.Acquire != nil && refused(h.Acquire.Outcome(i)) {
+			if !h.Joined {
+				return errSkipped // the lock never held the keys there
+			}
+			// The acquire joined the queue there: release what a release
+			// may have handed over to its entry, without a tombstone (its
+			// acquire was answered).
+			cmd = c.proto.ReleaseJoined(cmd)
 		}
 		if after != nil {
 			if res := after.calls.Outcome(i); res == nil || errors.Is(res, ErrFenceUnknown) {
@@ -91,7 +97,7 @@ func (c *Client) leaveHandoff(key, token string, ttl time.Duration) {
 		return
 	}
 	defer c.life.exit()
-	cmd := c.proto.Release([]string{c.stored(key)}, token, ttl, true)
+	cmd := c.proto.Release([]string{c.stored(key)}, token, 0, true) // 0: no tombstones, no round of token is in flight
 	c.releaseLock(context.Background(), cmd, key, queue.Handover{TTL: ttl}, nil, nil)
 }
 
@@ -105,7 +111,7 @@ func (c *Client) releaseStray(i int, token, key string) {
 		return
 	}
 	defer c.life.exit()
-	cmd := c.proto.Release([]string{key}, token, c.cfg.nodeTimeout, true)
+	cmd := c.proto.Release([]string{key}, token, 0, true)
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
 	defer cancel()
 	_ = c.nodes[i].Release(ctx, cmd, c.cfg.nodeTimeout, key)

@@ -354,7 +354,9 @@ func (w *waiter) leave() {
 		w.c.queue.Leave(w.turn)
 	}
 	for _, t := range w.sent {
-		w.c.wake.Forget(t)
+		if w.lockToken != protocol.HandPrefix+t { // else the lock's Unlock forgets it
+			w.c.wake.Forget(t)
+		}
 	}
 	for _, t := range w.hands {
 		if w.lockToken != protocol.HandPrefix+t {

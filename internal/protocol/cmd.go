@@ -96,6 +96,16 @@ func (p *Protocol) ReleaseAfter(acq Cmd, announce bool) Cmd {
 	return cmd
 }
 
+// ReleaseJoined returns rel, an announced release, without the TTL that
+// makes it leave tombstones: for the nodes that refused the lock's acquire
+// but where it joined the key's queue.
+func (p *Protocol) ReleaseJoined(rel Cmd) Cmd {
+	out := make(Cmd, len(rel))
+	copy(out, rel)
+	out[3+out[2].(int)+2] = int64(0)
+	return out
+}
+
 // appendQueueArgs appends the arguments of an announced release that the
 // queues of waiters need (see release.lua).
 func (p *Protocol) appendQueueArgs(cmd Cmd) Cmd {

@@ -8,7 +8,7 @@
 -- deletion is announced on the channel "@RELEASED@" .. the key, so
 -- that waiting clients retry at once; a failed PUBLISH (for example an ACL
 -- without channel rights) does not fail the release.
--- ARGV[3], when given, is the lock's TTL in ms: a key that does not exist
+-- ARGV[3], when given and not 0, is the lock's TTL in ms: a key that does not exist
 -- gets a tombstone, the value "@GONE@" .. ARGV[1], for that long,
 -- so that this token's SET, if the network still delivers it (a partition
 -- that delayed it beyond the round's timeout), is refused by the acquire
@@ -93,7 +93,7 @@ for i = 1, #KEYS do
       -- nothing to try until the next release.)
       redis.pcall('PUBLISH', '@RELEASED@' .. KEYS[i], next)
     end
-  elseif v == false and ARGV[3] then
+  elseif v == false and ARGV[3] and tonumber(ARGV[3]) > 0 then
     redis.call('SET', KEYS[i], '@GONE@' .. ARGV[1], 'PX', ARGV[3])
   end
 end

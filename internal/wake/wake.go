@@ -161,6 +161,8 @@ func (w *Waker) connect() {
 		w.waiters = map[string]*entry{}
 		w.entries = map[<-chan struct{}]*entry{}
 		w.named = map[string]named{}
+	}
+	if w.hands == nil {
 		w.hands = map[string]hand{}
 	}
 	subs := w.subs
