@@ -69,6 +69,7 @@ func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string,
 		timeout += after.callTimeout
 	}
 	return c.life.workers.Start(ctx, len(c.nodes), timeout, timed(lat, func(ctx context.Context, i int) error {
+		cmd := cmd
 		if h.Acquire != nil && refused(h.Acquire.Outcome(i)) {
 			if !h.Joined {
 				return errSkipped // the lock never held the keys there
