@@ -44,11 +44,11 @@ type waiter struct {
 	handed    bool
 	ttl       time.Duration
 	lockToken string
-	// sent holds the tokens of every round that could join for a handoff,
-	// which the Waker expects until the waiter is done; stored is the key
+	// expected is set once a round joined for a handoff: the Waker
+	// expects it until the waiter is done (see leave); stored is the key
 	// as stored.
-	sent   []string
-	stored string
+	expected bool
+	stored   string
 }
 
 func (c *Client) newWaiter(ctx context.Context, keys []string) waiter {
@@ -94,7 +94,7 @@ func (w *waiter) next(last *Error, hint time.Duration) (queue.Handover, error) {
 	cfg := w.c.cfg
 	wait := retry.Delay(w.attempts, cfg.minRetry, cfg.maxRetry)
 	w.attempts++
-	if w.current() != "" && w.c.wake.Live() {
+	if w.current() != "" {
 		// In the queue for a handoff, with the client's channel in place:
 		// the key comes to this waiter in its turn, and a round before
 		// then would only find it taken. The timer is for a handoff or an
@@ -117,8 +117,9 @@ func (w *waiter) next(last *Error, hint time.Duration) (queue.Handover, error) {
 // waiters on the nodes: its id is the token of its first round, and its
 // ticket the time Lock was called, in Unix ms rounded down to ticketStep.
 //
-// A waiter for one key of a Client that takes handoffs (Client.live) joins
-// for a handoff on the node: each round joins under its own token, made
+// A waiter for one key of a Client that takes handoffs (Client.live), once
+// the Client's channel is subscribed (from its first wait for any key on),
+// joins for a handoff on the node: each round joins under its own token, made
 // here, replacing the previous round's entry, so that a release may set
 // the key to that token (with protocol.HandPrefix) instead of deleting it
 // (see release.lua). The waiter holds the lock once a quorum of nodes has
@@ -131,7 +132,7 @@ func (w *waiter) join() join {
 		w.place = protocol.NewToken(w.c.cfg.owner)
 		j = join{place: w.place, ticket: ticket, first: true}
 	}
-	if w.c.live != "" && len(w.keys) == 1 {
+	if w.c.live != "" && len(w.keys) == 1 && w.c.wake.Live() {
 		j.live, j.start, j.token = w.c.live, w.c.cfg.clock.Now(), w.place
 		if !j.first {
 			j.token = protocol.NewToken(w.c.cfg.owner)
@@ -141,7 +142,7 @@ func (w *waiter) join() join {
 			w.stored = w.c.stored(w.keys[0])
 		}
 		w.c.wake.Expect(j.token, w.stored)
-		w.sent = append(w.sent, j.token)
+		w.expected = true
 	}
 	return j
 }
@@ -353,9 +354,15 @@ func (w *waiter) leave() {
 	if !w.obtained {
 		w.c.queue.Leave(w.turn)
 	}
-	for _, t := range w.sent {
-		if w.lockToken != protocol.HandPrefix+t { // else the lock's Unlock forgets it
-			w.c.wake.Forget(t)
+	if w.expected {
+		// The Waker expects every round that joined for a handoff: the
+		// first (whose token is the waiter's place), the failed ones, and
+		// the one that obtained the lock. A lock handed over on the nodes
+		// is forgotten by its Unlock.
+		for _, t := range append(w.hands, w.place, w.lockToken) {
+			if w.lockToken != protocol.HandPrefix+t {
+				w.c.wake.Forget(t)
+			}
 		}
 	}
 	for _, t := range w.hands {

@@ -104,6 +104,7 @@ local function forget()
     redis.pcall('ZREM', queue, place)
     return
   end
+  redis.pcall('ZREM', queue, place) -- an entry of this waiter's from before its client's channel was subscribed
   local all = redis.pcall('ZRANGE', queue, 0, -1)
   if type(all) ~= 'table' then return end
   local suffix = '|' .. ARGV[10]

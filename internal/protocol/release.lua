@@ -56,8 +56,9 @@ local function handoff(q)
     if not ids or #ids % 2 == 0 then return head[1], nil end -- a waiter that is only named
     local hand = '@HAND@' .. string.sub(ids, (#ids + 1) / 2 + 1)
     local subs = redis.pcall('PUBSUB', 'NUMSUB', ch)
-    if type(subs) == 'table' and tonumber(subs[2]) > 0 then
-      local named = string.sub(hand, #'@HAND@' + 1) -- its round's token
+    local named = string.sub(hand, #'@HAND@' + 1) -- its round's token
+    if type(subs) ~= 'table' or not subs[2] then return named, nil end -- an ACL without PUBSUB: only named
+    if tonumber(subs[2]) > 0 then
       if #KEYS > 1 then return named, nil end
       local guard = tonumber(ARGV[5] or '0')
       if guard > 0 then

@@ -331,11 +331,10 @@ func (w *Waker) dropLive(s *sub) {
 	}
 }
 
-// Live reports whether the client's channel (see NewLive) is subscribed
-// on every node's connection.
-func (w *Waker) Live() bool {
-	return w.liveOn.Load() == int32(len(w.nodes)) && w.live != ""
-}
+// Live reports whether the client's channel (see NewLive) is subscribed on
+// some node: the client's waiters may then join for handoffs, which each
+// node makes only while the channel is subscribed on it.
+func (w *Waker) Live() bool { return w.liveOn.Load() > 0 }
 
 // Handed returns how many nodes announced that they handed a key over to
 // the round with token.
