@@ -85,7 +85,7 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 // deletion on [ReleasedChannel].
 func (p *Protocol) ReleaseAfter(acq Cmd, announce bool) Cmd {
 	nkeys := acq[2].(int) - 1 // without the state key
-	cmd := make(Cmd, 0, 3+nkeys+6)
+	cmd := make(Cmd, 0, 3+nkeys+7)
 	cmd = append(cmd, "evalsha", p.release.sha, nkeys)
 	cmd = append(cmd, acq[3:3+nkeys]...)
 	token, ttl := acq[3+nkeys+1], acq[3+nkeys+2]
@@ -119,8 +119,11 @@ func (p *Protocol) appendQueueArgs(cmd Cmd) Cmd {
 // Release returns the release of the lock with token on keys (as stored),
 // leaving a tombstone for ttl where a key is missing.
 func (p *Protocol) Release(keys []string, token string, ttl time.Duration, announce bool) Cmd {
+	if announce && p.prefix != nil && p.live != nil {
+		return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl), p.prefix, p.guard, p.state, p.live)
+	}
 	if announce && p.prefix != nil {
-		return p.appendQueueArgs(newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl)))
+		return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl), p.prefix, p.guard, p.state)
 	}
 	return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl))
 }
