@@ -30,6 +30,10 @@ type Client struct {
 	nodes    []*node.Node
 	proto    *protocol.Protocol
 	sharded  bool // some node is a Cluster or a Ring: a lock's keys must share a hash tag
+	// live is the channel on which the nodes tell this Client of handoffs
+	// to its waiters (protocol.LiveChannel and an id); "" when its waiters
+	// take no handoffs.
+	live string
 
 	// inService is set once a node answered an acquire out of its guard:
 	// from then on this Client never takes the nodes for a new deployment.
@@ -134,7 +138,15 @@ func newClient(given []redis.UniversalClient, cfg config) (*Client, error) {
 		return nil, err
 	}
 	c.queue = queue.New(cfg.clock)
-	c.wake = wake.New(clients, cfg.wakeIdle, cfg.clock)
+	if !cfg.fencing && !c.sharded && !cfg.noHandoff {
+		// A fenced lock needs its round's fence, and a Cluster or a Ring
+		// node no script that reaches the node's state: their waiters are
+		// only named (see waiter.join).
+		c.live = protocol.LiveChannel + protocol.NewToken("")
+		c.proto.WithLive(c.live)
+	}
+	c.wake = wake.NewLive(clients, cfg.wakeIdle, cfg.clock, c.live)
+	c.wake.SetStray(c.releaseStray)
 	return c, nil
 }
 
@@ -281,11 +293,17 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 			}
 			return nil, err
 		}
-		l, freeIn, err := c.attempt(ctx, keys, ttl, prev, w.join(), rec)
+		if l := w.handedLock(ttl); l != nil {
+			w.held(l)
+			return l, nil
+		}
+		j := w.join()
+		l, freeIn, err := c.attempt(ctx, keys, ttl, prev, j, rec)
 		if err == nil {
 			w.held(l)
 			return l, nil
 		}
+		w.joined(j, ttl)
 		var e *Error // declared here: its address escapes, which costs an allocation
 		if !errors.As(err, &e) {
 			return nil, err // closed

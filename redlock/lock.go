@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/queue"
 )
 
@@ -145,7 +146,11 @@ func (l *Lock) unlock(ctx context.Context, rec *record) error {
 	if rec != nil {
 		rec.ended = true
 	}
+	hand, handed := strings.CutPrefix(l.token, protocol.HandPrefix)
 	if c.cfg.clock.Now().Before(l.until) && c.queue.HandOff(l.turn, l.held.handover()) {
+		if handed {
+			c.wake.Forget(hand)
+		}
 		return nil // the next local caller's round takes the keys over
 	}
 	// The release does not depend on ctx: a caller's context that has
@@ -154,6 +159,12 @@ func (l *Lock) unlock(ctx context.Context, rec *record) error {
 	ctx = detach(ctx)
 	start, lat := rec.now(), rec.latencies()
 	r := c.release(ctx, l.held, true, lat)
+	if handed {
+		// The lock was handed over on the nodes (see waiter.handedLock):
+		// until the release is done everywhere, an announcement of that
+		// handoff from a slow node is not stray.
+		go func() { r.Wait(); c.wake.Forget(hand) }()
+	}
 	ok, err := r.Await(ctx, c.cfg.quorum)
 	if rec != nil {
 		rec.add(start, r, lat, false)
@@ -206,8 +217,10 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, rec *record) error
 	}
 	held, lat := l.held, rec.latencies()
 	r := c.life.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, timed(lat, func(ctx context.Context, i int) error {
-		if res, done := held.calls.Result(i); done && refused(res) {
-			return errSkipped
+		if held.calls != nil { // nil: handed over on the node (see handedRound)
+			if res, done := held.calls.Result(i); done && refused(res) {
+				return errSkipped
+			}
 		}
 		return c.nodes[i].Extend(ctx, held.acq.Keys, l.token, ttl)
 	}))

@@ -2,6 +2,8 @@ package redlock
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,9 +35,26 @@ func waitInLine(t *testing.T, c *cluster, key string) string {
 		}
 		place = members[0]
 		return true
-	}, 10*time.Second, time.Millisecond, "a waiter in the queue of %s", key)
+	}, 10*time.Second, time.Millisecond, "a waiter in the queue of %s: %v", key, dumpQueues(c, key))
 	return place
 }
+
+// dumpQueues returns a func that describes key's queue on every node, for a
+// failure message.
+func dumpQueues(c *cluster, key string) fmt.Stringer {
+	return stringer(func() string {
+		var b strings.Builder
+		for i, m := range c.srv {
+			members, _ := m.ZMembers(queueKey(key))
+			fmt.Fprintf(&b, "node %d: %v; ", i, members)
+		}
+		return b.String()
+	})
+}
+
+type stringer func() string
+
+func (s stringer) String() string { return s() }
 
 // lockAsync runs cl.Lock(key) in the background; the channel gets its
 // error once the lock is held and released again.
@@ -56,9 +75,12 @@ func lockAsync(cl *Client, key string, timeout time.Duration) <-chan error {
 // TestNextInLine: a waiter of another client joins the key's queue on
 // every node after its first round; the holder's unlock names it as next
 // in line (and takes it off the queue), and it obtains the lock at once.
+// (Without handoffs on the node, as for fenced locks; TestHandoff covers
+// them.)
 func TestNextInLine(t *testing.T) {
 	leakcheck.Check(t)
 	c := newCluster(t, 3)
+	c.tune = func(tn *tunables) { tn.noHandoff = true }
 	a := c.client(t, nil)
 	b := c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
 	la, err := a.Lock(t.Context(), "k", time.Minute)
@@ -142,8 +164,8 @@ func TestNextInLineDeadOrLost(t *testing.T) {
 	}
 }
 
-// TestYieldToNamed: a client that unlocks and locks again at once lets the
-// waiter its release named go first, instead of taking the key back before
+// TestYieldToNamed: without handoffs on the node, a client that unlocks
+// and locks again at once lets the waiter its release named go first, instead of taking the key back before
 // that waiter's round arrives. (The releasing client heard the announcement
 // because it waited for the key before.)
 func TestYieldToNamed(t *testing.T) {
@@ -152,7 +174,7 @@ func TestYieldToNamed(t *testing.T) {
 	// The grace that a yielding first round gives the named waiter once it
 	// is announced is one second here (1 ms in production), so that b's
 	// slow round always makes it.
-	c.tune = func(tn *tunables) { tn.yieldWindow, tn.graceFloor = 2*time.Second, time.Second }
+	c.tune = func(tn *tunables) { tn.yieldWindow, tn.graceFloor, tn.noHandoff = 2*time.Second, time.Second, true }
 	slow := &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute}
 	holder, a := c.client(t, nil), c.client(t, slow)
 	// b's scripts take 30 ms longer, so that a, locking again at once,

@@ -189,6 +189,9 @@ type tunables struct {
 	// another client a Lock's first round lets that waiter go first (see
 	// waiter.yield).
 	yieldWindow time.Duration
+	// noHandoff keeps waiters from joining queues for a handoff on the
+	// node: they are only named, as a Client's with fencing are.
+	noHandoff bool
 }
 
 // defaultTunables are the tunables of every Client.

@@ -26,7 +26,9 @@ func (c *Client) release(ctx context.Context, r *round, announce bool, lat []tim
 	} else {
 		cmd = c.proto.Release(r.storedKeys(), r.acq.Token, r.acq.TTL, announce)
 	}
-	return c.releaseLock(detach(ctx), cmd, r.name(), r.handover(), nil, lat)
+	h := r.handover()
+	h.Joined = announce && r.acq.Live != ""
+	return c.releaseLock(detach(ctx), cmd, r.name(), h, nil, lat)
 }
 
 // releaseHandedOver releases prev, a lock that Unlock handed over to a
@@ -67,8 +69,15 @@ func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string,
 		timeout += after.callTimeout
 	}
 	return c.life.workers.Start(ctx, len(c.nodes), timeout, timed(lat, func(ctx context.Context, i int) error {
+		cmd := cmd
 		if h.Acquire != nil && refused(h.Acquire.Outcome(i)) {
-			return errSkipped // the lock never held the keys there
+			if !h.Joined {
+				return errSkipped // the lock never held the keys there
+			}
+			// The acquire joined the queue there: release what a release
+			// may have handed over to its entry, without a tombstone (its
+			// acquire was answered).
+			cmd = c.proto.ReleaseJoined(cmd)
 		}
 		if after != nil {
 			if res := after.calls.Outcome(i); res == nil || errors.Is(res, ErrFenceUnknown) {
@@ -77,6 +86,36 @@ func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string,
 		}
 		return c.nodes[i].Release(ctx, cmd, h.TTL, name)
 	}))
+}
+
+// leaveHandoff takes the round with token of a waiter for key off the
+// key's queue on every node, releasing (and handing on) the key where a
+// release handed it over to that round (see waiter.leave). It does not
+// wait. On a closed Client it sends nothing: the entries and the keys
+// expire.
+func (c *Client) leaveHandoff(key, token string, ttl time.Duration) {
+	if err := c.life.enter(); err != nil {
+		return
+	}
+	defer c.life.exit()
+	cmd := c.proto.Release([]string{c.stored(key)}, token, 0, true) // 0: no tombstones, no round of token is in flight
+	c.releaseLock(context.Background(), cmd, key, queue.Handover{TTL: ttl}, nil, nil)
+}
+
+// releaseStray releases key (as stored) on node i, where a release handed
+// it over to the round with token, which no waiter of this Client expects
+// any more (see wake.Waker.SetStray): the round obtained the lock, or gave
+// up, while its entry was still in the node's queue. The release hands the
+// key on to the next in line.
+func (c *Client) releaseStray(i int, token, key string) {
+	if err := c.life.enter(); err != nil {
+		return
+	}
+	defer c.life.exit()
+	cmd := c.proto.Release([]string{key}, token, 0, true)
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
+	defer cancel()
+	_ = c.nodes[i].Release(ctx, cmd, c.cfg.nodeTimeout, key)
 }
 
 // detach returns ctx without its cancellation and deadline: a release

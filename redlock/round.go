@@ -63,6 +63,11 @@ type join struct {
 	place  string // the waiter's id
 	ticket int64  // when the waiter began, in Unix ms
 	first  bool   // the waiter's first round, whose token is its id
+	// For a handoff on the node (see protocol.Acquire.Live): the round's
+	// token, made by join; live, the client's channel; and prev, the token
+	// of the waiter's previous round, "" for none.
+	token, live, prev string
+	start             time.Time // before the round was sent
 }
 
 // newRound returns a round for keys with a new token, establishing est
@@ -71,17 +76,34 @@ type join struct {
 func (c *Client) newRound(keys []string, ttl time.Duration, est []string, prev string, j join) *round {
 	r, replies := alloc.WithSlice[round, protocol.AcquireReply](len(c.nodes)) // one allocation for up to alloc.Small nodes
 	r.c, r.keys, r.replies, r.est = c, keys, replies, est
-	token := j.place
-	if !j.first {
+	token := j.token
+	switch {
+	case j.first:
+		token = j.place
+	case token == "":
 		token = protocol.NewToken(c.cfg.owner)
 	}
-	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Prev: prev, Place: j.place, Ticket: j.ticket}
+	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Prev: prev, Place: j.place, Ticket: j.ticket, Live: j.live, PrevToken: j.prev}
 	if est == nil {
 		r.cmd = c.proto.AcquireCmd(r.acq) // built once for the plain nodes
 	}
 	if c.obs != nil {
 		r.lat = make([]time.Duration, len(c.nodes))
 	}
+	return r
+}
+
+// handedRound returns the record of a lock that a quorum of nodes handed
+// over on the node (see waiter.handedLock): keys hold token, a hand value,
+// since no earlier than start, and the lock is valid until until. It made
+// no calls: the lock's release and extensions go to every node.
+func (c *Client) handedRound(keys []string, ttl time.Duration, token string, start, until time.Time) *round {
+	r, replies := alloc.WithSlice[round, protocol.AcquireReply](len(c.nodes))
+	r.c, r.keys, r.replies = c, keys, replies
+	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl}
+	r.cmd = c.proto.AcquireCmd(r.acq) // never sent: the release shares its values
+	r.start, r.until = start, until
+	r.decide()
 	return r
 }
 

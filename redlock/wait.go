@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redquorum/redquorum/clock"
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/queue"
 	"github.com/redquorum/redquorum/internal/retry"
@@ -33,6 +34,21 @@ type waiter struct {
 	// place is this caller's id in the key's queue of waiters on the
 	// nodes (see join); "" until its first round.
 	place string
+	// For handoffs on the node (see join): hands holds the tokens of the
+	// failed rounds that joined the key's queue for one, the last one
+	// current; curStart is when that one was sent, handed is set once a
+	// quorum of nodes announced a handoff to it, ttl is the lock's, and
+	// lockToken the token of the lock obtained.
+	hands     []string
+	curStart  time.Time
+	handed    bool
+	ttl       time.Duration
+	lockToken string
+	// expected is set once a round joined for a handoff: the Waker
+	// expects it until the waiter is done (see leave); stored is the key
+	// as stored.
+	expected bool
+	stored   string
 }
 
 func (c *Client) newWaiter(ctx context.Context, keys []string) waiter {
@@ -78,6 +94,13 @@ func (w *waiter) next(last *Error, hint time.Duration) (queue.Handover, error) {
 	cfg := w.c.cfg
 	wait := retry.Delay(w.attempts, cfg.minRetry, cfg.maxRetry)
 	w.attempts++
+	if w.current() != "" {
+		// In the queue for a handoff, with the client's channel in place:
+		// the key comes to this waiter in its turn, and a round before
+		// then would only find it taken. The timer is for a handoff or an
+		// announcement that got lost.
+		wait = cfg.maxRetry
+	}
 	if hint > 0 && hint < wait {
 		// Come back when the holder's keys expire, spread a little so that
 		// waiters do not arrive in step.
@@ -93,13 +116,88 @@ func (w *waiter) next(last *Error, hint time.Duration) (queue.Handover, error) {
 // join returns the place of the waiter's next round in the key's queue of
 // waiters on the nodes: its id is the token of its first round, and its
 // ticket the time Lock was called, in Unix ms rounded down to ticketStep.
+//
+// A waiter for one key of a Client that takes handoffs (Client.live), once
+// the Client's channel is subscribed (from its first wait for any key on),
+// joins for a handoff on the node: each round joins under its own token, made
+// here, replacing the previous round's entry, so that a release may set
+// the key to that token (with protocol.HandPrefix) instead of deleting it
+// (see release.lua). The waiter holds the lock once a quorum of nodes has
+// announced such a handoff to its current round (see sleep and
+// handedLock).
 func (w *waiter) join() join {
 	ticket := w.began.UnixMilli() / ticketStep * ticketStep
+	j := join{place: w.place, ticket: ticket}
 	if w.place == "" {
 		w.place = protocol.NewToken(w.c.cfg.owner)
-		return join{place: w.place, ticket: ticket, first: true}
+		j = join{place: w.place, ticket: ticket, first: true}
 	}
-	return join{place: w.place, ticket: ticket}
+	if w.c.live != "" && len(w.keys) == 1 && w.c.wake.Live() {
+		j.live, j.start, j.token = w.c.live, w.c.cfg.clock.Now(), w.place
+		if !j.first {
+			j.token = protocol.NewToken(w.c.cfg.owner)
+		}
+		j.prev = w.current()
+		if w.stored == "" {
+			w.stored = w.c.stored(w.keys[0])
+		}
+		w.c.wake.Expect(j.token, w.stored)
+		w.expected = true
+	}
+	return j
+}
+
+// joined notes that the round of j failed: if it joined for a handoff, a
+// release may hand the key over to its token from now on.
+func (w *waiter) joined(j join, ttl time.Duration) {
+	if j.live == "" {
+		return
+	}
+	if j.prev != "" {
+		// The round took the previous one's entries off the queue: a
+		// handoff to that one now is stray (see Client.releaseStray).
+		w.c.wake.Forget(j.prev)
+	}
+	w.hands = append(w.hands, j.token)
+	w.curStart, w.ttl = j.start, ttl
+}
+
+// current returns the token of the waiter's last round that joined for a
+// handoff, "" for none.
+func (w *waiter) current() string {
+	if len(w.hands) == 0 {
+		return ""
+	}
+	return w.hands[len(w.hands)-1]
+}
+
+// handedOver reports whether a quorum of nodes announced that they handed
+// the key over to the current round, and notes it for handedLock.
+func (w *waiter) handedOver() bool {
+	cur := w.current()
+	w.handed = w.handed || cur != "" && w.c.wake.Handed(cur) >= w.c.cfg.quorum
+	return w.handed
+}
+
+// handedLock returns the lock that a quorum of nodes handed over to the
+// current round, or nil. Each of those nodes set the key for ttl after
+// the round's entry reached it, so after the round was sent: the
+// validity is measured from then, as for a round sent then. When less
+// than half the ttl is left, it returns nil: the next round, which counts
+// the handed keys as its own (join.prev), makes a lock of the full ttl.
+func (w *waiter) handedLock(ttl time.Duration) *Lock {
+	if !w.handed {
+		return nil
+	}
+	w.handed = false
+	c := w.c
+	now := c.cfg.clock.Now()
+	validity := clock.Validity(ttl, now.Sub(w.curStart), c.cfg.drift)
+	if validity < ttl/2 {
+		return nil
+	}
+	r := c.handedRound(w.keys, ttl, protocol.HandPrefix+w.current(), w.curStart, now.Add(validity))
+	return newLock(r)
 }
 
 // ticketStep is the resolution of the tickets, in ms. Waiters that began
@@ -118,7 +216,11 @@ const ticketStep = 10
 func (w *waiter) sleep(timer <-chan time.Time, last *Error) error {
 	cfg := w.c.cfg
 	key := w.c.stored(w.keys[0])
+	cur := w.current()
 	for {
+		if w.handedOver() {
+			return nil
+		}
 		wake := w.c.wake.On(key) // closed when a node announces the key's release
 		var next string
 		select {
@@ -140,12 +242,22 @@ func (w *waiter) sleep(timer <-chan time.Time, last *Error) error {
 			return ErrClosed
 		}
 		w.c.wake.Done(key, wake)
-		switch next {
-		case w.place:
+		switch {
+		case next == w.place || next == cur && cur != "":
 			return nil
-		case "":
+		case next == "":
 			w.jitter(cfg.clock.Now().Sub(w.start))
 			return nil
+		case strings.HasPrefix(next, protocol.HandPrefix):
+			if cur != "" && w.c.wake.Handed(cur) > 0 && !w.handedOver() {
+				// Handed over by some nodes so far: the others' may follow
+				// within a grace, after which a round takes what was
+				// handed over as its own.
+				timer = cfg.clock.After(min(w.grace(), cfg.yieldWindow))
+			}
+			// Handed over to another waiter, which now holds the key: its
+			// release will be announced. The timer stays.
+			continue
 		}
 		timer = cfg.clock.After(w.grace())
 	}
@@ -173,7 +285,10 @@ func (w *waiter) yield() error {
 		return nil // the common case, without a lock or the key's name
 	}
 	next, at := w.c.wake.Named(w.c.stored(w.keys[0]))
-	if next == "" {
+	if next == "" || strings.HasPrefix(next, protocol.HandPrefix) {
+		// Named nobody, or handed the key over on the node: the round
+		// cannot win a race against the named waiter, and joins the
+		// queue behind it.
 		return nil
 	}
 	left := w.c.cfg.yieldWindow - w.c.cfg.clock.Now().Sub(at)
@@ -226,15 +341,34 @@ func (w *waiter) jitter(round time.Duration) {
 
 // held hands the turn to l, which keeps it until Unlock or its expiry.
 func (w *waiter) held(l *Lock) {
-	w.obtained = true
+	w.obtained, w.lockToken = true, l.token
 	l.turn = w.turn
 	w.c.queue.Held(w.turn, l.Until())
 }
 
-// leave gives the turn up unless a lock holds it.
+// leave gives the turn up unless a lock holds it, and takes the waiter's
+// rounds that joined for a handoff, but for the lock's, off the key's
+// queue, releasing (and handing on) what a node may have handed over to
+// them.
 func (w *waiter) leave() {
 	if !w.obtained {
 		w.c.queue.Leave(w.turn)
+	}
+	if w.expected {
+		// The Waker expects every round that joined for a handoff: the
+		// first (whose token is the waiter's place), the failed ones, and
+		// the one that obtained the lock. A lock handed over on the nodes
+		// is forgotten by its Unlock.
+		for _, t := range append(w.hands, w.place, w.lockToken) {
+			if w.lockToken != protocol.HandPrefix+t {
+				w.c.wake.Forget(t)
+			}
+		}
+	}
+	for _, t := range w.hands {
+		if w.lockToken != protocol.HandPrefix+t {
+			w.c.leaveHandoff(w.keys[0], t, w.ttl)
+		}
 	}
 }
 

@@ -391,9 +391,9 @@ func (c *roundClock) After(d time.Duration) <-chan time.Time { return time.After
 var aclArgs = []string{
 	"--user", "default", "off",
 	"--user", "locker", "on", ">locker-secret", "resetkeys", "~lock:*",
-	"resetchannels", "&redquorum:released:lock:*",
+	"resetchannels", "&redquorum:released:lock:*", "&redquorum:waiting:*",
 	"-@all", "+evalsha", "+eval", "+get", "+set", "+pttl", "+pexpire", "+del", "+exists",
-	"+hget", "+hset", "+hsetnx", "+hdel", "+zadd", "+zrem", "+zpopmin", "+time", "+info", "+publish", "+subscribe", "+unsubscribe", "+ping",
+	"+hget", "+hset", "+hsetnx", "+hdel", "+zadd", "+zrem", "+zpopmin", "+zrange", "+time", "+info", "+publish", "+pubsub|numsub", "+subscribe", "+unsubscribe", "+ping",
 	"--user", "admin", "on", ">admin-secret", "~*", "&*", "+@all",
 }
 
@@ -450,6 +450,52 @@ func TestACL(t *testing.T) {
 		t.Fatal("the waiter slept through the release: its retry delay is 10s")
 	}
 	require.NoError(t, waiter.Close())
+
+	// Without fencing, a waiter whose client is subscribed to its own
+	// channel (from its first wait on) joins for a handoff: the unlock
+	// hands the key over on the nodes, and the waiter holds it without a
+	// round (the hand value is its token).
+	holder, err := redlock.New(nodes, &redlock.Options{KeyPrefix: "lock:", NodeTimeout: time.Second})
+	require.NoError(t, err)
+	defer holder.Close()
+	waiter, err = redlock.New(nodes, &redlock.Options{KeyPrefix: "lock:", NodeTimeout: time.Second,
+		MinRetryDelay: 10 * time.Second, MaxRetryDelay: 10 * time.Second})
+	require.NoError(t, err)
+	defer waiter.Close()
+	handedOver := false
+	for try := 0; try < 3 && !handedOver; try++ { // the first wait subscribes the waiter's channel
+		l, err := holder.TryLock(ctx, "acl", 10*time.Second)
+		require.NoError(t, err)
+		got := make(chan string, 1)
+		go func() {
+			wl, err := waiter.Lock(ctx, "acl", 10*time.Second)
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			got <- wl.Token()
+			_ = wl.Unlock(ctx)
+		}()
+		for i := range ns.c.Nodes {
+			admin := ns.direct[i]
+			require.Eventually(t, func() bool {
+				return admin.ZCard(ctx, "lock:"+protocol.QueuePrefix+"acl").Val() == 1 &&
+					len(admin.PubSubChannels(ctx, "redquorum:waiting:*").Val()) == 1
+			}, 10*time.Second, 10*time.Millisecond, "the waiter joined the queue, its channel subscribed")
+		}
+		require.NoError(t, l.Unlock(ctx))
+		select {
+		case tok := <-got:
+			handedOver = strings.HasPrefix(tok, protocol.HandPrefix)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the waiter slept through the release: its retry delay is 10s")
+		}
+		settle := time.Now().Add(time.Second)
+		for time.Now().Before(settle) && len(ns.present(t, "lock:acl")) > 0 {
+			time.Sleep(10 * time.Millisecond) // the waiter's unlock
+		}
+	}
+	assert.True(t, handedOver, "a lock was handed over on the nodes to the least-privilege user")
 
 	// Every node had the scripts loaded from above (EVALSHA fallback to
 	// EVAL); a node restarted empty needs EVAL again.

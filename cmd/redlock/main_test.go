@@ -193,6 +193,8 @@ func TestInspectNodeDown(t *testing.T) {
 	c := newClient(t, addrs)
 	l, err := c.TryLock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
+	// TryLock returns once a quorum granted: let node 1 have the key too.
+	require.Eventually(t, func() bool { v, _ := srvs[1].Get("p:k"); return v == l.Token() }, 5*time.Second, time.Millisecond)
 	srvs[2].Close()
 
 	code, out, errOut := runCLI(t, "inspect", "k", "--nodes", strings.Join(addrs, ","), "--prefix", "p:")

@@ -1,5 +1,6 @@
--- (@GONE@ and @QUEUE@ stand for protocol.TombstonePrefix and
--- protocol.QueuePrefix, replaced when the scripts are loaded.)
+-- (@GONE@, @QUEUE@ and @HAND@ stand for protocol.TombstonePrefix,
+-- protocol.QueuePrefix and protocol.HandPrefix, replaced when the scripts
+-- are loaded.)
 -- acquire: take every key of KEYS[1..n-1] for token ARGV[1] for ARGV[2] ms,
 -- all or none. KEYS[n], the last, is the node's state, a hash without expiry:
 -- g = the node time in ms until which the node is in its restart guard (0: established),
@@ -19,6 +20,18 @@
 -- (see release.lua); when they are granted, it leaves it. The queue is the
 -- sorted set ARGV[9] .. "@QUEUE@" .. KEYS[1] without the prefix; it expires
 -- once no waiter joined it for the holder's time left plus ARGV[2].
+-- ARGV[10] (optional, '' for none) is the channel of the waiter's client,
+-- subscribed for as long as the client lives: the waiter then joins for a
+-- handoff on the node. Its entry is ARGV[7] .. '|' .. token .. '|' ..
+-- ARGV[2] .. '|' .. ARGV[10]: the waiter's id first, so that its rounds
+-- keep its place among waiters of equal tickets, then the token and TTL
+-- that a release sets the key to (after "@HAND@") when it hands it over
+-- (see release.lua). The id and the token have the same length. The entry
+-- replaces every entry of the same client
+-- (a client has one waiter per key at a time), and a grant takes them all
+-- off. ARGV[11] (optional) is the token of the waiter's previous round: a
+-- key that a release handed to it, "@HAND@" .. ARGV[11], counts as this
+-- waiter's, so free.
 -- Returns
 --   0 when every key now holds our token (newly set, or already ours: a lost
 --     reply or a retry, in which case the TTL is reset), or {0, f} when ARGV[5]
@@ -61,6 +74,12 @@ if guard > 0 then
 end
 local prev = ARGV[6]
 if prev == '' then prev = nil end
+local handed -- the key handed over to this waiter's previous round
+local place, entry = ARGV[7], ARGV[7]
+if ARGV[10] and ARGV[10] ~= '' then
+  entry = ARGV[7] .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[10]
+  if ARGV[11] and ARGV[11] ~= '' then handed = '@HAND@' .. ARGV[11] end
+end
 local gone = '@GONE@'
 local wait = 0
 for i = 1, #KEYS - 1 do
@@ -68,20 +87,36 @@ for i = 1, #KEYS - 1 do
   if v == gone .. ARGV[1] then
     return -3 -- this token was released already (see release.lua): a late SET
   end
-  if v ~= false and v ~= ARGV[1] and v ~= prev and string.sub(v, 1, #gone) ~= gone then
+  if v ~= false and v ~= ARGV[1] and v ~= prev and v ~= handed and string.sub(v, 1, #gone) ~= gone then
     local ttl = redis.call('PTTL', KEYS[i])
     if ttl == -1 then return -1 end
     if ttl < 1 then ttl = 1 end
     if ttl > wait then wait = ttl end
   end
 end
-local place = ARGV[7]
 local queue
 if place then queue = ARGV[9] .. '@QUEUE@' .. string.sub(KEYS[1], #ARGV[9] + 1) end
+-- forget takes every entry of this waiter's client off the queue: its
+-- earlier rounds', and those of its earlier waiters for the key (a client
+-- has one waiter per key at a time).
+local function forget()
+  if entry == place then
+    redis.pcall('ZREM', queue, place)
+    return
+  end
+  redis.pcall('ZREM', queue, place) -- an entry of this waiter's from before its client's channel was subscribed
+  local all = redis.pcall('ZRANGE', queue, 0, -1)
+  if type(all) ~= 'table' then return end
+  local suffix = '|' .. ARGV[10]
+  for _, m in ipairs(all) do
+    if string.sub(m, -#suffix) == suffix then redis.pcall('ZREM', queue, m) end
+  end
+end
 if wait > 0 then
   if place then
     -- pcall: a hint, which an ACL or a Cluster's slots may refuse.
-    redis.pcall('ZADD', queue, 'NX', ARGV[8], place)
+    forget()
+    redis.pcall('ZADD', queue, 'NX', ARGV[8], entry)
     redis.pcall('PEXPIRE', queue, wait + tonumber(ARGV[2]))
   end
   return wait
@@ -89,7 +124,7 @@ end
 for i = 1, #KEYS - 1 do
   redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
 end
-if place then redis.pcall('ZREM', queue, place) end
+if place then forget() end
 if ARGV[5] == '1' then
   local f = redis.call('HGET', state, 'f')
   if f then return {0, tonumber(f)} end

@@ -43,6 +43,13 @@ type Acquire struct {
 	// of equal tickets are ordered by id.
 	Place  string
 	Ticket int64
+	// Live is the channel of the waiter's client (see [LiveChannel]) when
+	// the waiter joins for a handoff on the node, "" when it is only to be
+	// named. Then PrevToken is the token of the waiter's previous round, ""
+	// for none: its entry in the queue is replaced, and a key handed to it
+	// counts as free.
+	Live      string
+	PrevToken string
 }
 
 // AcquireCmd returns the command for a.
@@ -62,7 +69,14 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 	if a.Place != a.Token {
 		place = a.Place
 	}
-	return newCmd(p.acquire, a.Keys, token, p.ttlArg(a.TTL), p.guard, est, p.fenced, prev, place, p.ticketArg(a.Ticket), p.prefix)
+	if a.Live == "" {
+		return newCmd(p.acquire, a.Keys, token, p.ttlArg(a.TTL), p.guard, est, p.fenced, prev, place, p.ticketArg(a.Ticket), p.prefix)
+	}
+	var prevToken any = p.none
+	if a.PrevToken != "" {
+		prevToken = a.PrevToken
+	}
+	return newCmd(p.acquire, a.Keys, token, p.ttlArg(a.TTL), p.guard, est, p.fenced, prev, place, p.ticketArg(a.Ticket), p.prefix, a.Live, prevToken)
 }
 
 // ReleaseAfter returns the release of the lock that acq, an acquire's
@@ -71,13 +85,33 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 // deletion on [ReleasedChannel].
 func (p *Protocol) ReleaseAfter(acq Cmd, announce bool) Cmd {
 	nkeys := acq[2].(int) - 1 // without the state key
-	cmd := make(Cmd, 0, 3+nkeys+4)
+	cmd := make(Cmd, 0, 3+nkeys+7)
 	cmd = append(cmd, "evalsha", p.release.sha, nkeys)
 	cmd = append(cmd, acq[3:3+nkeys]...)
 	token, ttl := acq[3+nkeys+1], acq[3+nkeys+2]
 	cmd = append(cmd, token, announceArg(announce), ttl)
 	if announce && p.prefix != nil {
-		cmd = append(cmd, p.prefix)
+		cmd = p.appendQueueArgs(cmd)
+	}
+	return cmd
+}
+
+// ReleaseJoined returns rel, an announced release, without the TTL that
+// makes it leave tombstones: for the nodes that refused the lock's acquire
+// but where it joined the key's queue.
+func (p *Protocol) ReleaseJoined(rel Cmd) Cmd {
+	out := make(Cmd, len(rel))
+	copy(out, rel)
+	out[3+out[2].(int)+2] = int64(0)
+	return out
+}
+
+// appendQueueArgs appends the arguments of an announced release that the
+// queues of waiters need (see release.lua).
+func (p *Protocol) appendQueueArgs(cmd Cmd) Cmd {
+	cmd = append(cmd, p.prefix, p.guard, p.state)
+	if p.live != nil {
+		cmd = append(cmd, p.live)
 	}
 	return cmd
 }
@@ -85,8 +119,11 @@ func (p *Protocol) ReleaseAfter(acq Cmd, announce bool) Cmd {
 // Release returns the release of the lock with token on keys (as stored),
 // leaving a tombstone for ttl where a key is missing.
 func (p *Protocol) Release(keys []string, token string, ttl time.Duration, announce bool) Cmd {
+	if announce && p.prefix != nil && p.live != nil {
+		return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl), p.prefix, p.guard, p.state, p.live)
+	}
 	if announce && p.prefix != nil {
-		return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl), p.prefix)
+		return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl), p.prefix, p.guard, p.state)
 	}
 	return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl))
 }

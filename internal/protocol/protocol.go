@@ -42,6 +42,19 @@ const (
 	QueuePrefix = "redquorum:queue:"
 )
 
+// Handoff on the node (see release.lua) uses two more names, neither a key.
+const (
+	// HandPrefix, followed by the token of a waiter's round, is the value
+	// a release sets a key to when it hands the lock over to that waiter.
+	// No token starts with it (tokens are base64url, without ':').
+	HandPrefix = "h:"
+	// LiveChannel, followed by a client's id, is a channel each client that
+	// waits for handoffs subscribes to on every node for as long as it is
+	// connected: a release hands a key over only to a waiter whose client
+	// is still subscribed, so never to one whose process is gone.
+	LiveChannel = "redquorum:waiting:"
+)
+
 // Reserved reports whether key, without the client's prefix, is one of
 // the library's own keys (a node state or a queue of waiters) rather than a
 // lock key. Lock keys must not start with either name.
@@ -76,7 +89,7 @@ type script struct {
 }
 
 func newScript(lua string) script {
-	src := strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@QUEUE@", QueuePrefix).Replace(lua)
+	src := strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@QUEUE@", QueuePrefix, "@HAND@", HandPrefix).Replace(lua)
 	sum := sha1.Sum([]byte(src))
 	return script{src: src, sha: hex.EncodeToString(sum[:])}
 }
@@ -92,6 +105,8 @@ type Protocol struct {
 	fenced  any // "1" when the acquire is to return the fence counter
 	none    any // "": no state to establish, no lock handed over
 	prefix  any // the key prefix, for the queues of waiters; nil: no queues
+	state   any // the state key as stored on plain nodes, with queues
+	live    any // the client's channel (see LiveChannel); nil: no handoffs
 	lastTTL atomic.Pointer[boxedTTL]
 	// lastTicket is the last ticket sent, boxed (an int64): the waiters
 	// whose tickets are equal share it.
@@ -116,7 +131,16 @@ func New(guard time.Duration, fencing bool) *Protocol {
 // the key's queue of waiters, and its acquires able to join it, for keys
 // stored after prefix. It returns p; call it before p is used.
 func (p *Protocol) WithQueues(prefix string) *Protocol {
-	p.prefix = prefix
+	p.prefix, p.state = prefix, prefix+StateKey
+	return p
+}
+
+// WithLive makes p's releases take their own entries off the queues of
+// waiters of a client whose channel is live (see [LiveChannel]), and
+// release what was handed over to them. It returns p; call it before p is
+// used.
+func (p *Protocol) WithLive(live string) *Protocol {
+	p.live = live
 	return p
 }
 

@@ -1,6 +1,6 @@
--- (@GONE@, @RELEASED@ and @QUEUE@ stand for protocol.TombstonePrefix,
--- protocol.ReleasedChannel and protocol.QueuePrefix, replaced when the
--- scripts are loaded.)
+-- (@GONE@, @RELEASED@, @QUEUE@ and @HAND@ stand for
+-- protocol.TombstonePrefix, protocol.ReleasedChannel, protocol.QueuePrefix
+-- and protocol.HandPrefix, replaced when the scripts are loaded.)
 -- release: delete every key of KEYS that holds token ARGV[1]. Returns 1 if
 -- all of them did, 0 otherwise (keys that are gone or hold another token are
 -- left alone).
@@ -8,7 +8,7 @@
 -- deletion is announced on the channel "@RELEASED@" .. the key, so
 -- that waiting clients retry at once; a failed PUBLISH (for example an ACL
 -- without channel rights) does not fail the release.
--- ARGV[3], when given, is the lock's TTL in ms: a key that does not exist
+-- ARGV[3], when given and not 0, is the lock's TTL in ms: a key that does not exist
 -- gets a tombstone, the value "@GONE@" .. ARGV[1], for that long,
 -- so that this token's SET, if the network still delivers it (a partition
 -- that delayed it beyond the round's timeout), is refused by the acquire
@@ -18,21 +18,83 @@
 -- KEYS[1]'s release then names the next in line of its queue of waiters
 -- (see acquire.lua), the one with the lowest ticket, whom it takes off the
 -- queue; other announcements name nobody ('').
+-- Handoff on the node: when the next in line joined for a handoff (its
+-- entry is id .. '|' .. token .. '|' .. ttl .. '|' .. channel, see
+-- acquire.lua) and the lock has a single key, the key is set to
+-- "@HAND@" .. token for ttl ms instead of being deleted, and the
+-- announcement is that value (otherwise it names the waiter by the
+-- token). It is handed over only while the waiter's
+-- client is still subscribed to its channel on this server (PUBSUB
+-- NUMSUB), which is told on that channel, so never to a waiter whose process is gone (an entry of such a
+-- waiter is dropped and the next one is tried), and only when this node
+-- may grant: ARGV[5] is the restart guard in ms (0: off) and ARGV[6] the
+-- node's state key (see acquire.lua), which must then be established.
+-- ARGV[7] (optional) is the channel of the releasing client (see
+-- acquire.lua): its entries leave the queue first (it has one waiter per
+-- key at a time, and that one is done), and a
+-- key handed over to it, "@HAND@" .. ARGV[1], is released like one that
+-- holds it. So an unlock also releases what a release handed over to the
+-- entry that its round left on the nodes that refused it, and a waiter
+-- that gives up releases what may have been handed over to its rounds.
+local mine = ARGV[1]
+if ARGV[2] == '1' and ARGV[4] and ARGV[7] then
+  mine = '@HAND@' .. ARGV[1]
+  local q = ARGV[4] .. '@QUEUE@' .. string.sub(KEYS[1], #ARGV[4] + 1)
+  local all = redis.pcall('ZRANGE', q, 0, -1)
+  if type(all) == 'table' then
+    local suffix = '|' .. ARGV[7]
+    for _, m in ipairs(all) do
+      if string.sub(m, -#suffix) == suffix then redis.pcall('ZREM', q, m) end
+    end
+  end
+end
+local function handoff(q)
+  for _ = 1, 8 do
+    local head = redis.pcall('ZPOPMIN', q) -- a hint: an ACL may refuse it
+    if type(head) ~= 'table' or not head[1] then return '', nil end
+    local ids, ttl, ch = string.match(head[1], '^(.+)|(%d+)|([^|]+)$')
+    if not ids or #ids % 2 == 0 then return head[1], nil end -- a waiter that is only named
+    local hand = '@HAND@' .. string.sub(ids, (#ids + 1) / 2 + 1)
+    local subs = redis.pcall('PUBSUB', 'NUMSUB', ch)
+    local named = string.sub(hand, #'@HAND@' + 1) -- its round's token
+    if type(subs) ~= 'table' or not subs[2] then return named, nil end -- an ACL without PUBSUB: only named
+    if tonumber(subs[2]) > 0 then
+      if #KEYS > 1 then return named, nil end
+      local guard = tonumber(ARGV[5] or '0')
+      if guard > 0 then
+        local g = redis.pcall('HGET', ARGV[6], 'g')
+        if g ~= '0' then return named, nil end -- named, not handed
+      end
+      return hand, ttl, ch
+    end
+    -- The waiter's client is gone: try the next one.
+  end
+  return '', nil
+end
+
 local n = 0
 for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])
-  if v == ARGV[1] then
-    n = n + redis.call('DEL', KEYS[i])
-    if ARGV[2] == '1' then
-      local next = ''
-      if i == 1 and ARGV[4] then
-        local q = ARGV[4] .. '@QUEUE@' .. string.sub(KEYS[1], #ARGV[4] + 1)
-        local head = redis.pcall('ZPOPMIN', q) -- a hint: an ACL may refuse it
-        if type(head) == 'table' and head[1] then next = head[1] end
-      end
+  if v == ARGV[1] or v == mine then
+    local next, ttl, ch = '', nil, nil
+    if ARGV[2] == '1' and i == 1 and ARGV[4] then
+      next, ttl, ch = handoff(ARGV[4] .. '@QUEUE@' .. string.sub(KEYS[1], #ARGV[4] + 1))
+    end
+    if ttl then
+      redis.call('SET', KEYS[i], next, 'PX', ttl)
+      -- To the waiter's client, which is subscribed: the hand value's
+      -- length, ':', the value and the key.
+      redis.pcall('PUBLISH', ch, #next .. ':' .. next .. KEYS[i])
+      n = n + 1
+    else
+      n = n + redis.call('DEL', KEYS[i])
+    end
+    if ARGV[2] == '1' and not ttl then
+      -- (A handoff is told to its waiter's client only: the others have
+      -- nothing to try until the next release.)
       redis.pcall('PUBLISH', '@RELEASED@' .. KEYS[i], next)
     end
-  elseif v == false and ARGV[3] then
+  elseif v == false and ARGV[3] and tonumber(ARGV[3]) > 0 then
     redis.call('SET', KEYS[i], '@GONE@' .. ARGV[1], 'PX', ARGV[3])
   end
 end

@@ -48,6 +48,10 @@ type Handover struct {
 	// that it never overtakes the lock's own acquire.
 	Acquire        *quorum.Round
 	AcquireTimeout time.Duration
+	// Joined is set when the acquire joined the key's queue for a handoff
+	// on the nodes that refused it: its release goes to those too, where a
+	// release may have handed the key over to its entry.
+	Joined bool
 }
 
 // Queue is a client's queues, one per key with callers. It is safe for

@@ -15,7 +15,9 @@ package wake
 
 import (
 	"context"
+	"math/bits"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,14 +46,34 @@ type Waker struct {
 	named   map[string]named           // per subscribed key, the last announcement and whom it named
 	// heard is set while named has an entry, so that Heard needs no lock.
 	heard atomic.Bool
+	// live is the client's channel (protocol.LiveChannel and an id),
+	// subscribed on every connection: releases hand keys over only to
+	// waiters of a client subscribed to it, and say so on it. "" for none.
+	live string
+	// hands holds, per token of a waiter's round, the nodes that announced
+	// on live that they handed a key over to it (see Expect).
+	hands map[string]hand
+	// liveOn counts the connections on which live is subscribed.
+	liveOn atomic.Int32
+	// stray receives the handoffs to rounds that no waiter expects (see
+	// SetStray).
+	stray func(node int, token, key string)
 	wg    sync.WaitGroup // the listeners, the idle loop and the (un)subscribing goroutines
 }
 
 // sub is one node's pub/sub connection. Its mu orders the connection's
 // subscription changes (see reconcile).
 type sub struct {
-	ps *redis.PubSub
-	mu sync.Mutex
+	ps     *redis.PubSub
+	mu     sync.Mutex
+	idx    int  // the node's place among w.nodes
+	liveOn bool // live is subscribed on ps
+}
+
+// hand is what the nodes announced of the handoffs to one round's token.
+type hand struct {
+	key   string // the key as stored
+	nodes uint64 // a bit per node (by sub.idx) that handed the key over
 }
 
 // named is whom an announcement named as next in line ("" for nobody),
@@ -77,7 +99,15 @@ type entry struct {
 // subscription without a channel): Rings are left out, and their waiters
 // rely on the other nodes and the timed retry.
 func New(nodes []redis.UniversalClient, idle time.Duration, clk clock.Clock) *Waker {
-	w := &Waker{idle: idle, clock: clk, quit: make(chan struct{})}
+	return NewLive(nodes, idle, clk, "")
+}
+
+// NewLive is [New] for a client whose waiters join queues for handoffs on
+// the nodes: every connection subscribes to live, the client's channel
+// (see protocol.LiveChannel), on which releases announce those handoffs
+// (see Expect).
+func NewLive(nodes []redis.UniversalClient, idle time.Duration, clk clock.Clock, live string) *Waker {
+	w := &Waker{idle: idle, clock: clk, quit: make(chan struct{}), live: live}
 	for _, n := range nodes {
 		if _, ring := n.(*redis.Ring); !ring {
 			w.nodes = append(w.nodes, n)
@@ -121,8 +151,8 @@ func (w *Waker) On(key string) <-chan struct{} {
 // connect opens the pub/sub connections and starts their listeners and the
 // idle loop. Callers hold w.mu.
 func (w *Waker) connect() {
-	for _, n := range w.nodes {
-		s := &sub{ps: n.Subscribe(context.Background())} // no channel yet: connects on the first
+	for i, n := range w.nodes {
+		s := &sub{ps: n.Subscribe(context.Background()), idx: i} // no channel yet: connects on the first
 		w.subs = append(w.subs, s)
 		w.wg.Go(func() { w.listen(s) })
 	}
@@ -131,6 +161,9 @@ func (w *Waker) connect() {
 		w.waiters = map[string]*entry{}
 		w.entries = map[<-chan struct{}]*entry{}
 		w.named = map[string]named{}
+	}
+	if w.hands == nil {
+		w.hands = map[string]hand{}
 	}
 	subs := w.subs
 	w.wg.Go(func() { w.idleLoop(subs) })
@@ -153,9 +186,16 @@ func (w *Waker) reconcile(s *sub, keys []string) {
 			off = append(off, protocol.ReleasedChannel+k)
 		}
 	}
+	if len(on) > 0 && w.live != "" {
+		on = append(on, w.live) // again: a no-op, and the first time it is in place with the key's
+	}
 	w.mu.Unlock()
 	if len(on) > 0 {
-		_ = s.ps.Subscribe(context.Background(), on...)
+		err := s.ps.Subscribe(context.Background(), on...)
+		if w.live != "" && err == nil && !s.liveOn {
+			s.liveOn = true
+			w.liveOn.Add(1)
+		}
 	}
 	if len(off) > 0 {
 		_ = s.ps.Unsubscribe(context.Background(), off...)
@@ -199,7 +239,9 @@ func (w *Waker) listen(s *sub) {
 		msg, err := s.ps.ReceiveMessage(context.Background())
 		w.mu.Lock()
 		closed := w.closed
-		if err == nil {
+		if err == nil && msg.Channel == w.live {
+			w.handed(s, msg.Payload)
+		} else if err == nil {
 			key := strings.TrimPrefix(msg.Channel, protocol.ReleasedChannel)
 			w.named[key] = named{msg.Payload, w.clock.Now()}
 			w.heard.Store(true)
@@ -222,6 +264,91 @@ func (w *Waker) listen(s *sub) {
 			}
 		}
 	}
+}
+
+// handed records that s's node handed a key over to a round, as payload
+// says (see release.lua: the hand value's length, ':', the value, which is
+// protocol.HandPrefix and the round's token, and the key), and wakes the
+// waiters of the key. A handoff to a round that no waiter expects (one
+// that obtained the lock, or gave up, while its entry was still in a
+// node's queue) goes to the stray function. Callers hold w.mu.
+func (w *Waker) handed(s *sub, payload string) {
+	n, rest, ok := strings.Cut(payload, ":")
+	size, err := strconv.Atoi(n)
+	if !ok || err != nil || size > len(rest) || s.idx >= 64 {
+		return
+	}
+	token, ok := strings.CutPrefix(rest[:size], protocol.HandPrefix)
+	key := rest[size:]
+	if !ok {
+		return
+	}
+	h, expected := w.hands[token]
+	if !expected {
+		if w.stray != nil {
+			w.wg.Go(func() { w.stray(s.idx, token, key) })
+		}
+		return
+	}
+	h.nodes |= 1 << s.idx
+	w.hands[token] = h
+	if e := w.waiters[key]; e != nil {
+		e.next = rest[:size]
+		close(e.ch)
+		delete(w.waiters, key)
+	}
+}
+
+// SetStray sets the function that receives the handoffs to rounds that no
+// waiter expects: node is the node's index, token the round's and key the
+// key as stored. It runs in a goroutine of its own; Close waits for it.
+func (w *Waker) SetStray(f func(node int, token, key string)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stray = f
+}
+
+// Expect tells w that the round with token may join key's queue (as
+// stored) for a handoff: an announcement on the client's channel that a
+// node handed key over to it wakes key's waiters. Call it before the round
+// is sent, and [Waker.Forget] once its waiter is done.
+func (w *Waker) Expect(token, key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.hands == nil {
+		w.hands = map[string]hand{}
+	}
+	w.hands[token] = hand{key: key}
+}
+
+// dropLive notes that s, being closed, no longer has live subscribed.
+func (w *Waker) dropLive(s *sub) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.liveOn {
+		s.liveOn = false
+		w.liveOn.Add(-1)
+	}
+}
+
+// Live reports whether the client's channel (see NewLive) is subscribed on
+// some node: the client's waiters may then join for handoffs, which each
+// node makes only while the channel is subscribed on it.
+func (w *Waker) Live() bool { return w.liveOn.Load() > 0 }
+
+// Handed returns how many nodes announced that they handed a key over to
+// the round with token.
+func (w *Waker) Handed(token string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return bits.OnesCount64(w.hands[token].nodes)
+}
+
+// Forget drops what w knows of the handoffs to the round with token.
+func (w *Waker) Forget(token string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.hands, token)
 }
 
 // idleLoop drops idle keys (see dropIdle) until the connections subs are
@@ -267,6 +394,7 @@ func (w *Waker) dropIdle(subs []*sub) (next time.Duration, done bool) {
 	if len(w.keys) == 0 {
 		for _, s := range w.subs {
 			_ = s.ps.Close() // ends ReceiveMessage; the listener sees it is no longer current
+			w.dropLive(s)
 		}
 		w.subs = nil
 		return 0, true
@@ -291,6 +419,7 @@ func (w *Waker) Close() {
 	w.mu.Unlock()
 	for _, s := range subs {
 		_ = s.ps.Close() // ends ReceiveMessage
+		w.dropLive(s)
 	}
 	w.wg.Wait()
 }

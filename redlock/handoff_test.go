@@ -1,0 +1,232 @@
+package redlock
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
+)
+
+// lockLater runs cl.Lock(key, ttl) in the background and sends its lock
+// (nil on error) and error.
+func lockLater(cl *Client, key string, ttl time.Duration) (<-chan *Lock, <-chan error) {
+	lc, ec := make(chan *Lock, 1), make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		l, err := cl.Lock(ctx, key, ttl)
+		lc <- l
+		ec <- err
+	}()
+	return lc, ec
+}
+
+// waitLive waits until cl's channel is subscribed on every node, and cl
+// waits for key: a release can then hand key over to cl's waiter.
+func waitLive(t *testing.T, c *cluster, cl *Client, key string) {
+	t.Helper()
+	waitWaiting(t, cl, key)
+	require.Eventually(t, func() bool {
+		for _, m := range c.srv {
+			if m.PubSubNumSub(cl.live)[cl.live] != 1 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the client's channel subscribed on every node")
+}
+
+// primeLive makes cl subscribe its channel, as a client does at its first
+// wait for any key: its waiters join for handoffs from their first round on
+// (before, they join to be named only).
+func primeLive(t *testing.T, cl *Client) {
+	t.Helper()
+	ch := cl.wake.On(cl.stored("prime"))
+	require.Eventually(t, cl.wake.Live, 5*time.Second, time.Millisecond)
+	cl.wake.Done(cl.stored("prime"), ch)
+}
+
+// entries returns the entries of key's queue on node i.
+func entries(t *testing.T, c *cluster, i int, key string) []string {
+	t.Helper()
+	if !c.srv[i].Exists(queueKey(key)) {
+		return nil
+	}
+	m, err := c.srv[i].ZMembers(queueKey(key))
+	require.NoError(t, err)
+	return m
+}
+
+// TestHandoff: a waiter of another client joins the key's queue for a
+// handoff; the holder's unlock sets the key to the waiter's hand value on
+// every node instead of deleting it, and the waiter holds the lock without
+// a round of its own (its retry delay is a minute). Its validity counts
+// from before its round, and its unlock leaves nothing behind.
+func TestHandoff(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	a := c.client(t, nil)
+	b := c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
+	require.NotEmpty(t, b.live, "a Client without fencing takes handoffs")
+	primeLive(t, b)
+	la, err := a.Lock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	began := time.Now()
+	lc, ec := lockLater(b, "k", 10*time.Second)
+	waitInLine(t, c, "k")
+	entry := entries(t, c, 0, "k")[0]
+	assert.True(t, strings.HasSuffix(entry, "|10000|"+b.live), "the entry %q names the ttl and b's channel", entry)
+	waitLive(t, c, b, "k")
+	require.NoError(t, la.Unlock(t.Context()))
+	var lb *Lock
+	select {
+	case lb = <-lc:
+		require.NoError(t, <-ec)
+	case <-time.After(10 * time.Second):
+		t.Fatal("b slept through the handoff: its retry delay is a minute")
+	}
+	assert.True(t, strings.HasPrefix(lb.Token(), protocol.HandPrefix), "b holds the value the release set: %q", lb.Token())
+	settle(a) // the unlock returned at a quorum
+	for i, m := range c.srv {
+		v, err := m.Get("k")
+		require.NoError(t, err)
+		assert.Equal(t, lb.Token(), v, "node %d", i)
+		assert.Empty(t, entries(t, c, i, "k"), "node %d: b left the queue", i)
+	}
+	assert.False(t, lb.Until().After(began.Add(10*time.Second)), "the validity counts from before b's round")
+	assert.True(t, lb.Until().After(time.Now().Add(5*time.Second)))
+	require.NoError(t, lb.Extend(t.Context(), 10*time.Second), "a handed-over lock extends like any other")
+	require.NoError(t, lb.Unlock(t.Context()))
+	settle(b)
+	for i, m := range c.srv {
+		v, _ := m.Get("k")
+		assert.False(t, m.Exists("k"), "node %d: %q", i, v)
+	}
+}
+
+// TestHandoffSkipsDeadWaiter: a waiter whose client is gone (its process
+// died: its connections closed) is skipped, so that the next in line gets
+// the key at once. The negative control keeps the dead waiter's channel
+// subscribed, as a hung process would: the release then hands the key to
+// it, and the next waiter gets the key only by a round, once the handed
+// key has expired.
+func TestHandoffSkipsDeadWaiter(t *testing.T) {
+	for _, hung := range []bool{false, true} {
+		name := "dead"
+		if hung {
+			name = "hung (negative control)"
+		}
+		t.Run(name, func(t *testing.T) {
+			leakcheck.Check(t)
+			c := newCluster(t, 3)
+			slow := &Options{MinRetryDelay: 50 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond}
+			a, b, d := c.client(t, nil), c.client(t, slow), c.client(t, slow)
+			primeLive(t, b)
+			primeLive(t, d)
+			la, err := a.Lock(t.Context(), "k", time.Minute)
+			require.NoError(t, err)
+			_, bErr := lockLater(b, "k", time.Second)
+			waitInLine(t, c, "k")
+			waitLive(t, c, b, "k")
+			time.Sleep(2 * ticketStep * time.Millisecond) // d's ticket is a later one
+			lc, ec := lockLater(d, "k", 10*time.Second)
+			require.Eventually(t, func() bool { return len(entries(t, c, 0, "k")) == 2 }, 5*time.Second, time.Millisecond, "d is second in line")
+			waitLive(t, c, d, "k")
+			if hung {
+				for _, n := range c.nodes {
+					ps := n.Subscribe(t.Context(), b.live)
+					_, err := ps.Receive(t.Context())
+					require.NoError(t, err)
+					t.Cleanup(func() { _ = ps.Close() })
+				}
+			}
+			// b's process dies: its Client stops at once and sends nothing more.
+			require.NoError(t, b.Close())
+			require.ErrorIs(t, <-bErr, ErrClosed)
+			require.Len(t, entries(t, c, 0, "k"), 2, "b's entry is still first in line")
+			require.NoError(t, la.Unlock(t.Context()))
+			var ld *Lock
+			select {
+			case ld = <-lc:
+				require.NoError(t, <-ec)
+			case <-time.After(15 * time.Second):
+				t.Fatal("d never got the key")
+			}
+			if hung {
+				assert.False(t, strings.HasPrefix(ld.Token(), protocol.HandPrefix), "d took the key by a round, after b's handed key expired")
+			} else {
+				assert.True(t, strings.HasPrefix(ld.Token(), protocol.HandPrefix), "the key was handed to d, skipping b")
+			}
+			require.NoError(t, ld.Unlock(t.Context()))
+		})
+	}
+}
+
+// TestHandoffStray: a release that hands the key over to an entry that no
+// waiter of its client expects any more (a round that obtained the lock
+// elsewhere, or gave up, while its entry was still in the queue) is
+// released again by that client at once, and the key does not stay held.
+func TestHandoffStray(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	a, b := c.client(t, nil), c.client(t, nil)
+	la, err := a.Lock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	primeLive(t, b) // b's channel stays subscribed for the idle time
+	token := protocol.NewToken("")
+	for _, m := range c.srv {
+		_, err := m.ZAdd(queueKey("k"), 1, protocol.NewToken("")+"|"+token+"|60000|"+b.live)
+		require.NoError(t, err)
+	}
+	require.NoError(t, la.Unlock(t.Context()))
+	require.Eventually(t, func() bool {
+		for _, m := range c.srv {
+			if m.Exists("k") {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the stray handoff was released")
+}
+
+// TestHandoffLostRegistration: when some nodes lost the queue, the release
+// hands the key over on the others and deletes it on those; the waiter,
+// handed over fewer than a quorum, takes the handed keys as its own in a
+// round, within a grace, long before its own retry delay.
+func TestHandoffLostRegistration(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 5)
+	a := c.client(t, nil)
+	b := c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
+	primeLive(t, b)
+	la, err := a.Lock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	lc, ec := lockLater(b, "k", 10*time.Second)
+	waitInLine(t, c, "k")
+	waitLive(t, c, b, "k")
+	for _, m := range c.srv[2:] {
+		m.Del(queueKey("k")) // 3 of 5 lose the queue: 2 hand over, a quorum needs 3
+	}
+	require.NoError(t, la.Unlock(t.Context()))
+	select {
+	case lb := <-lc:
+		require.NoError(t, <-ec)
+		assert.False(t, strings.HasPrefix(lb.Token(), protocol.HandPrefix), "by a round")
+		require.NoError(t, lb.Unlock(t.Context()))
+	case <-time.After(10 * time.Second):
+		t.Fatal("b stalled: its retry delay is a minute")
+	}
+	settle(a)
+	settle(b)
+	for i, m := range c.srv {
+		// A tombstone may stay where b's winning round was not sent.
+		v, _ := m.Get("k")
+		assert.True(t, v == "" || strings.HasPrefix(v, protocol.TombstonePrefix), "node %d: nothing left, not %q", i, v)
+	}
+}
