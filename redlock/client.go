@@ -52,15 +52,16 @@ type Client struct {
 // masters (not replicas of one another), each given as a go-redis client.
 // opts may be nil.
 //
-// For each node that is a plain *redis.Client (not a Sentinel client), New
+// For each node that is a plain *redis.Client (not a Sentinel client, nor
+// one that [NewNodes] made, which has these settings already), New
 // makes a client of its own from a copy of that client's options (address,
 // dialer, credentials, TLS, DB, pool, timeouts, OnConnect) with the
 // settings of [NodeOptions] applied, and sends the lock commands through
 // it: build your clients as you like. Hooks that you added to them with
 // AddHook do not see the lock commands (see Options.NodeClientsAsGiven).
 // New neither changes nor uses your clients, and [Client.Close] closes the
-// ones it made. Sentinel, Cluster and Ring clients, and every client under
-// Options.NodeClientsAsGiven, are used as given.
+// ones it made. Sentinel, Cluster and Ring clients, NewNodes' clients, and
+// every client under Options.NodeClientsAsGiven, are used as given.
 //
 // A node may be a replicated group that fails over: a Sentinel client
 // (redis.NewFailoverClient), or a client of an address that a failover

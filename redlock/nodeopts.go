@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -115,7 +118,9 @@ func undoDefault(t time.Duration) time.Duration {
 func NewNodes(addrs ...string) []redis.UniversalClient {
 	nodes := make([]redis.UniversalClient, len(addrs))
 	for i, a := range addrs {
-		nodes[i] = newNodeClient(NodeOptions(a))
+		c := newNodeClient(NodeOptions(a))
+		markMadeHere(c)
+		nodes[i] = c
 	}
 	return nodes
 }
@@ -125,6 +130,18 @@ func newNodeClient(o *redis.Options) *redis.Client {
 	c := redis.NewClient(o)
 	c.AddHook(idleConnCheck{epoch: time.Now()})
 	return c
+}
+
+// madeHere holds the clients that NewNodes made, by weak pointer, until
+// they are collected: New sends through them as they are (see derivable)
+// rather than making a second pool from the same settings.
+var madeHere sync.Map
+
+// markMadeHere records that NewNodes made c.
+func markMadeHere(c *redis.Client) {
+	p := weak.Make(c)
+	madeHere.Store(p, struct{}{})
+	runtime.AddCleanup(c, func(p weak.Pointer[redis.Client]) { madeHere.Delete(p) }, p)
 }
 
 // connCheckIdle is how long a connection of NewNodes' clients must have been
@@ -272,11 +289,15 @@ func checkNodes(nodes []redis.UniversalClient, cfg config) ([]string, error) {
 }
 
 // derivable returns n as a *redis.Client when the Client makes a client of
-// its own from n's options: n is a plain client (not a Sentinel client)
-// and Options.NodeClientsAsGiven is not set. It returns nil otherwise.
+// its own from n's options: n is a plain client (not a Sentinel client),
+// not one that NewNodes made (it has the library's settings already), and
+// Options.NodeClientsAsGiven is not set. It returns nil otherwise.
 func derivable(n redis.UniversalClient, cfg config) *redis.Client {
 	c, ok := n.(*redis.Client)
 	if !ok || cfg.asGiven || c.Options().Addr == sentinelAddr {
+		return nil
+	}
+	if _, made := madeHere.Load(weak.Make(c)); made {
 		return nil
 	}
 	return c

@@ -205,3 +205,22 @@ func TestNodeClientsAsGiven(t *testing.T) {
 	assert.Nil(t, c.nodes[1].(*redis.Client).Options().OnConnect, "a plain client left alone")
 	require.NoError(t, cl.Close())
 }
+
+// TestNewNodesUsedAsGiven: New sends through the clients that NewNodes
+// made as they are (they have the library's settings already), instead of
+// a second pool made from the same options; other plain clients get one.
+func TestNewNodesUsedAsGiven(t *testing.T) {
+	c := newCluster(t, 3)
+	c.establish("")
+	made := NewNodes(c.srv[0].Addr(), c.srv[1].Addr())
+	t.Cleanup(func() { _ = closeClients(made) })
+	cl, err := New([]redis.UniversalClient{made[0], made[1], c.nodes[2]}, nil)
+	require.NoError(t, err)
+	require.Len(t, cl.owned, 1, "only the plain client's own")
+	l, err := cl.TryLock(t.Context(), "k", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(t.Context()))
+	assert.NotNil(t, made[0].(*redis.Client).Options().OnConnect, "NewNodes' client used as given, with the check")
+	require.NoError(t, cl.Close())
+	assert.NoError(t, made[0].Ping(t.Context()).Err(), "Close leaves the caller's clients open")
+}
