@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +62,20 @@ func entries(t *testing.T, c *cluster, i int, key string) []string {
 	m, err := c.srv[i].ZMembers(queueKey(key))
 	require.NoError(t, err)
 	return m
+}
+
+// inLine reports whether cl's waiter for key has an entry in the key's
+// queue on a quorum of the nodes (a round is not sent to a node whose
+// earlier requests are still busy once its outcome is decided, so a
+// waiter may miss a node's queue).
+func inLine(t *testing.T, c *cluster, key string, cl *Client) bool {
+	n := 0
+	for i := range c.srv {
+		if slices.ContainsFunc(entries(t, c, i, key), func(e string) bool { return strings.HasSuffix(e, "|"+cl.live) }) {
+			n++
+		}
+	}
+	return n > len(c.srv)/2
 }
 
 // TestHandoff: a waiter of another client joins the key's queue for a
@@ -136,7 +151,7 @@ func TestHandoffSkipsDeadWaiter(t *testing.T) {
 			waitLive(t, c, b, "k")
 			time.Sleep(2 * ticketStep * time.Millisecond) // d's ticket is a later one
 			lc, ec := lockLater(d, "k", 10*time.Second)
-			require.Eventually(t, func() bool { return len(entries(t, c, 0, "k")) == 2 }, 5*time.Second, time.Millisecond, "d is second in line")
+			require.Eventually(t, func() bool { return inLine(t, c, "k", d) }, 10*time.Second, time.Millisecond, "d is in line: %v", dumpQueues(c, "k"))
 			waitLive(t, c, d, "k")
 			if hung {
 				for _, n := range c.nodes {
@@ -149,7 +164,6 @@ func TestHandoffSkipsDeadWaiter(t *testing.T) {
 			// b's process dies: its Client stops at once and sends nothing more.
 			require.NoError(t, b.Close())
 			require.ErrorIs(t, <-bErr, ErrClosed)
-			require.Len(t, entries(t, c, 0, "k"), 2, "b's entry is still first in line")
 			require.NoError(t, la.Unlock(t.Context()))
 			var ld *Lock
 			select {
