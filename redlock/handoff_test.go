@@ -108,12 +108,17 @@ func TestHandoff(t *testing.T) {
 	}
 	assert.True(t, strings.HasPrefix(lb.Token(), protocol.HandPrefix), "b holds the value the release set: %q", lb.Token())
 	settle(a) // the unlock returned at a quorum
+	held := 0
 	for i, m := range c.srv {
-		v, err := m.Get("k")
-		require.NoError(t, err)
-		assert.Equal(t, lb.Token(), v, "node %d", i)
+		// A node that b's round did not reach (see inLine) freed the key.
+		v, _ := m.Get("k")
+		assert.Contains(t, []string{lb.Token(), ""}, v, "node %d", i)
+		if v == lb.Token() {
+			held++
+		}
 		assert.Empty(t, entries(t, c, i, "k"), "node %d: b left the queue", i)
 	}
+	assert.Greater(t, held, len(c.srv)/2, "a quorum of nodes handed the key over")
 	assert.False(t, lb.Until().After(began.Add(10*time.Second)), "the validity counts from before b's round")
 	assert.True(t, lb.Until().After(time.Now().Add(5*time.Second)))
 	require.NoError(t, lb.Extend(t.Context(), 10*time.Second), "a handed-over lock extends like any other")
