@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,35 +20,40 @@ import (
 // queueKey is the key's queue of waiters on the nodes, for an empty prefix.
 func queueKey(key string) string { return protocol.QueuePrefix + key }
 
-// waitInLine waits until a quorum of the nodes have one waiter in key's
-// queue, and returns its entry. (A round is not sent to a node whose
+// waitInLine waits until a quorum of the nodes have the same waiter in
+// key's queue, and returns its entry. (A round is not sent to a node whose
 // earlier requests are still in flight once its outcome is decided, so a
 // waiter may miss a node's queue under load.)
 func waitInLine(t *testing.T, c *cluster, key string) string {
 	t.Helper()
 	var place string
 	require.Eventually(t, func() bool {
-		n := 0
+		seen := map[string]int{}
 		for _, m := range c.srv {
-			if members, err := m.ZMembers(queueKey(key)); err == nil && len(members) == 1 && (n == 0 || members[0] == place) {
-				place = members[0]
-				n++
+			if members, err := m.ZMembers(queueKey(key)); err == nil && len(members) >= 1 {
+				for _, e := range members {
+					if seen[e]++; seen[e] > len(c.srv)/2 {
+						place = e
+						return true
+					}
+				}
 			}
 		}
-		return n > len(c.srv)/2
+		return false
 	}, 10*time.Second, time.Millisecond, "a waiter in the queue of %s: %v", key, dumpQueues(c, key))
 	return place
 }
 
-// withQueue returns a node that has key's queue.
-func withQueue(t *testing.T, c *cluster, key string) *miniredis.Miniredis {
+// withEntry returns a node whose queue of key holds entry first. (A node
+// may also hold the entry of a waiter that won by a round there late.)
+func withEntry(t *testing.T, c *cluster, key, entry string) *miniredis.Miniredis {
 	t.Helper()
 	for _, m := range c.srv {
-		if m.Exists(queueKey(key)) {
+		if members, _ := m.ZMembers(queueKey(key)); len(members) == 1 && members[0] == entry {
 			return m
 		}
 	}
-	t.Fatalf("no node has the queue of %s", key)
+	t.Fatalf("no node has %s alone in the queue of %s: %v", entry, key, dumpQueues(c, key))
 	return nil
 }
 
@@ -99,22 +105,24 @@ func TestNextInLine(t *testing.T) {
 	require.NoError(t, err)
 	got := lockAsync(b, "k", 10*time.Second)
 	place := waitInLine(t, c, "k")
-	first := withQueue(t, c, "k")
+	first := withEntry(t, c, "k", place)
 	score, err := first.ZScore(queueKey("k"), place)
 	require.NoError(t, err)
 	assert.Positive(t, score, "the ticket orders the waiters")
 	ttl := first.TTL(queueKey("k"))
 	assert.Greater(t, ttl, 50*time.Second, "the queue outlives the holder's key")
 
-	sub := c.nodes[0].Subscribe(t.Context(), protocol.ReleasedChannel+"k")
-	defer sub.Close()
-	_, err = sub.Receive(t.Context()) // the subscription is in place
+	sub := withEntry(t, c, "k", place) // a node whose queue has b
+	node := c.nodes[slices.Index(c.srv, sub)]
+	ps := node.Subscribe(t.Context(), protocol.ReleasedChannel+"k")
+	defer ps.Close()
+	_, err = ps.Receive(t.Context()) // the subscription is in place
 	require.NoError(t, err)
 	waitWaiting(t, b, "k")
 	time.Sleep(50 * time.Millisecond) // let b's listeners subscribe
 	require.NoError(t, la.Unlock(t.Context()))
 	select {
-	case m := <-sub.Channel():
+	case m := <-ps.Channel():
 		assert.Equal(t, place, m.Payload, "the unlock named b")
 	case <-time.After(5 * time.Second):
 		t.Fatal("no announcement")
@@ -125,9 +133,16 @@ func TestNextInLine(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("b slept through the release: its retry delay is a minute")
 	}
-	for i, m := range c.srv {
-		assert.False(t, m.Exists(queueKey("k")), "node %d: b left the queue", i)
+	settle(b)
+	left := 0
+	for _, m := range c.srv {
+		if members, _ := m.ZMembers(queueKey("k")); !slices.Contains(members, place) {
+			left++
+		}
 	}
+	// A node that b's winning round did not reach, or reached before the
+	// release, may keep the entry until the queue expires.
+	assert.Greater(t, left, len(c.srv)/2, "b left the queue: %v", dumpQueues(c, "k"))
 }
 
 // TestNextInLineDeadOrLost: a release that names a waiter which died (it
@@ -228,7 +243,15 @@ func TestYieldToNamed(t *testing.T) {
 		}
 		got <- err
 	}()
-	require.Eventually(t, func() bool { card, _ := c.srv[0].ZMembers(queueKey("k")); return len(card) == 2 }, 10*time.Second, time.Millisecond, "b is second in line")
+	require.Eventually(t, func() bool {
+		n := 0
+		for _, m := range c.srv {
+			if members, _ := m.ZMembers(queueKey("k")); len(members) == 2 {
+				n++
+			}
+		}
+		return n > len(c.srv)/2
+	}, 10*time.Second, time.Millisecond, "b is second in line")
 	waitWaiting(t, a, "k")
 	waitWaiting(t, b, "k")
 	time.Sleep(50 * time.Millisecond) // let the listeners subscribe
