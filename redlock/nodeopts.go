@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"net"
 	"reflect"
-	"runtime"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
-	"weak"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -118,9 +115,9 @@ func undoDefault(t time.Duration) time.Duration {
 func NewNodes(addrs ...string) []redis.UniversalClient {
 	nodes := make([]redis.UniversalClient, len(addrs))
 	for i, a := range addrs {
-		c := newNodeClient(NodeOptions(a))
-		markMadeHere(c)
-		nodes[i] = c
+		o := NodeOptions(a)
+		o.Dialer = nodesDialer{o.DialTimeout}.dial
+		nodes[i] = newNodeClient(o)
 	}
 	return nodes
 }
@@ -132,16 +129,21 @@ func newNodeClient(o *redis.Options) *redis.Client {
 	return c
 }
 
-// madeHere holds the clients that NewNodes made, by weak pointer, until
-// they are collected: New sends through them as they are (see derivable)
-// rather than making a second pool from the same settings.
-var madeHere sync.Map
+// nodesDialer is the dialer of NewNodes' clients: go-redis's own (TCP,
+// its keep-alive, no TLS), which also marks them, so that New sends
+// through them as they are (see derivable) rather than making a second
+// pool from the same settings.
+type nodesDialer struct{ timeout time.Duration }
 
-// markMadeHere records that NewNodes made c.
-func markMadeHere(c *redis.Client) {
-	p := weak.Make(c)
-	madeHere.Store(p, struct{}{})
-	runtime.AddCleanup(c, func(p weak.Pointer[redis.Client]) { madeHere.Delete(p) }, p)
+func (d nodesDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	nd := &net.Dialer{Timeout: d.timeout, KeepAlive: 5 * time.Minute}
+	return nd.DialContext(ctx, network, addr)
+}
+
+// madeByNewNodes reports whether NewNodes made c.
+func madeByNewNodes(c *redis.Client) bool {
+	f := c.Options().Dialer
+	return f != nil && reflect.ValueOf(f).Pointer() == reflect.ValueOf(nodesDialer{}.dial).Pointer()
 }
 
 // connCheckIdle is how long a connection of NewNodes' clients must have been
@@ -297,7 +299,7 @@ func derivable(n redis.UniversalClient, cfg config) *redis.Client {
 	if !ok || cfg.asGiven || c.Options().Addr == sentinelAddr {
 		return nil
 	}
-	if _, made := madeHere.Load(weak.Make(c)); made {
+	if madeByNewNodes(c) {
 		return nil
 	}
 	return c
