@@ -98,7 +98,7 @@ func (c *Client) leaveHandoff(key, token string, ttl time.Duration) {
 		return
 	}
 	defer c.life.exit()
-	cmd := c.proto.Release([]string{c.stored(key)}, token, 0, true) // 0: no tombstones, no round of token is in flight
+	cmd := c.proto.ReleaseOwn(c.stored(key), token)
 	c.releaseLock(context.Background(), cmd, key, queue.Handover{TTL: ttl}, nil, nil)
 }
 
@@ -112,7 +112,7 @@ func (c *Client) releaseStray(i int, token, key string) {
 		return
 	}
 	defer c.life.exit()
-	cmd := c.proto.Release([]string{key}, token, 0, true)
+	cmd := c.proto.ReleaseOwn(key, token)
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
 	defer cancel()
 	_ = c.nodes[i].Release(ctx, cmd, c.cfg.nodeTimeout, key)

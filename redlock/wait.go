@@ -255,8 +255,9 @@ func (w *waiter) sleep(timer <-chan time.Time, last *Error) error {
 				// handed over as its own.
 				timer = cfg.clock.After(min(w.grace(), cfg.yieldWindow))
 			}
-			// Handed over to another waiter, which now holds the key: its
-			// release will be announced. The timer stays.
+			// (A handoff is told only to its waiter's client: one to an
+			// earlier round of this waiter, which the current round took
+			// over or which is released as stray, changes nothing here.)
 			continue
 		}
 		timer = cfg.clock.After(w.grace())
@@ -285,10 +286,7 @@ func (w *waiter) yield() error {
 		return nil // the common case, without a lock or the key's name
 	}
 	next, at := w.c.wake.Named(w.c.stored(w.keys[0]))
-	if next == "" || strings.HasPrefix(next, protocol.HandPrefix) {
-		// Named nobody, or handed the key over on the node: the round
-		// cannot win a race against the named waiter, and joins the
-		// queue behind it.
+	if next == "" {
 		return nil
 	}
 	left := w.c.cfg.yieldWindow - w.c.cfg.clock.Now().Sub(at)

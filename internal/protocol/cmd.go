@@ -91,41 +91,46 @@ func (p *Protocol) ReleaseAfter(acq Cmd, announce bool) Cmd {
 	token, ttl := acq[3+nkeys+1], acq[3+nkeys+2]
 	cmd = append(cmd, token, announceArg(announce), ttl)
 	if announce && p.prefix != nil {
-		cmd = p.appendQueueArgs(cmd)
+		cmd = append(cmd, p.prefix, p.guard, p.state)
 	}
 	return cmd
 }
 
-// ReleaseJoined returns rel, an announced release, without the TTL that
-// makes it leave tombstones: for the nodes that refused the lock's acquire
-// but where it joined the key's queue.
+// ReleaseJoined returns rel, an announced release, for a node that refused
+// the lock's acquire but where the acquire joined the key's queue for a
+// handoff: without the TTL that makes it leave tombstones (the acquire was
+// answered), and with the client's channel, so that it also takes the
+// client's entries off the queue and releases what was handed over to the
+// round (see release.lua). Without handoffs it returns rel.
 func (p *Protocol) ReleaseJoined(rel Cmd) Cmd {
-	out := make(Cmd, len(rel))
+	if p.live == nil || len(rel) == 3+rel[2].(int)+3 {
+		return rel
+	}
+	out := make(Cmd, len(rel), len(rel)+1)
 	copy(out, rel)
 	out[3+out[2].(int)+2] = int64(0)
-	return out
-}
-
-// appendQueueArgs appends the arguments of an announced release that the
-// queues of waiters need (see release.lua).
-func (p *Protocol) appendQueueArgs(cmd Cmd) Cmd {
-	cmd = append(cmd, p.prefix, p.guard, p.state)
-	if p.live != nil {
-		cmd = append(cmd, p.live)
-	}
-	return cmd
+	return append(out, p.live)
 }
 
 // Release returns the release of the lock with token on keys (as stored),
 // leaving a tombstone for ttl where a key is missing.
 func (p *Protocol) Release(keys []string, token string, ttl time.Duration, announce bool) Cmd {
-	if announce && p.prefix != nil && p.live != nil {
-		return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl), p.prefix, p.guard, p.state, p.live)
-	}
 	if announce && p.prefix != nil {
 		return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl), p.prefix, p.guard, p.state)
 	}
 	return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl))
+}
+
+// ReleaseOwn returns the announced release, on key (as stored), of what a
+// handoff may have given the round with token of this client's waiter,
+// taking the client's entries off the key's queue (see release.lua): for a
+// waiter that leaves, and for a handoff that no waiter expects. It leaves
+// no tombstone. Without handoffs it is nil.
+func (p *Protocol) ReleaseOwn(key, token string) Cmd {
+	if p.live == nil {
+		return nil
+	}
+	return newCmd(p.release, []string{key}, token, "1", int64(0), p.prefix, p.guard, p.state, p.live)
 }
 
 func announceArg(announce bool) any {

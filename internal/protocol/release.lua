@@ -29,9 +29,11 @@
 -- waiter is dropped and the next one is tried), and only when this node
 -- may grant: ARGV[5] is the restart guard in ms (0: off) and ARGV[6] the
 -- node's state key (see acquire.lua), which must then be established.
--- ARGV[7] (optional) is the channel of the releasing client (see
--- acquire.lua): its entries leave the queue first (it has one waiter per
--- key at a time, and that one is done), and a
+-- ARGV[7] (optional; only on the nodes where the lock's acquire was
+-- refused but joined the queue, and for a waiter that leaves) is the
+-- channel of the releasing client (see acquire.lua): its entries leave the
+-- queue first (it has one waiter per key at a time, and that one is done),
+-- and a
 -- key handed over to it, "@HAND@" .. ARGV[1], is released like one that
 -- holds it. So an unlock also releases what a release handed over to the
 -- entry that its round left on the nodes that refused it, and a waiter
