@@ -279,7 +279,7 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 		return nil, err
 	}
 	if !wait {
-		l, _, err := c.attempt(ctx, keys, ttl, queue.Handover{}, join{}, rec)
+		l, _, _, err := c.attempt(ctx, keys, ttl, queue.Handover{}, join{}, rec)
 		return l, err
 	}
 	w := c.newWaiter(ctx, keys)
@@ -299,12 +299,12 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 			return l, nil
 		}
 		j := w.join()
-		l, freeIn, err := c.attempt(ctx, keys, ttl, prev, j, rec)
+		l, freeIn, calls, err := c.attempt(ctx, keys, ttl, prev, j, rec)
 		if err == nil {
 			w.held(l)
 			return l, nil
 		}
-		w.joined(j, ttl)
+		w.joined(j, ttl, calls)
 		var e *Error // declared here: its address escapes, which costs an allocation
 		if !errors.As(err, &e) {
 			return nil, err // closed

@@ -196,11 +196,13 @@ func TestHandoffSkipsDeadWaiter(t *testing.T) {
 					t.Cleanup(func() { _ = ps.Close() })
 				}
 			}
-			bTokens := handTokens(t, c, "k", b)
-			require.NotEmpty(t, bTokens)
 			// b's process dies: its Client stops at once and sends nothing more.
 			require.NoError(t, b.Close())
 			require.ErrorIs(t, <-bErr, ErrClosed)
+			// b's entries, read once Close has waited for its calls in flight
+			// (b's rounds replace its entry every MaxRetryDelay).
+			bTokens := handTokens(t, c, "k", b)
+			require.NotEmpty(t, bTokens)
 			want := 0 // the servers saw b's connections close
 			if hung {
 				want = 1
@@ -300,4 +302,67 @@ func TestHandoffLostRegistration(t *testing.T) {
 		v, _ := m.Get("k")
 		assert.True(t, v == "" || strings.HasPrefix(v, protocol.TombstonePrefix), "node %d: nothing left, not %q", i, v)
 	}
+}
+
+// TestHandoffTopUp: a lock that a handoff gave is also acquired on a node
+// where the waiter's round did not join the queue (the key was free there:
+// the round was granted, then released with the failed round), so that the
+// waiters that come next join there too and the next release hands the key
+// on from that node as well. The negative control (no top-up) leaves the
+// node without the key.
+func TestHandoffTopUp(t *testing.T) {
+	for _, topUp := range []bool{true, false} {
+		t.Run(fmt.Sprintf("topUp=%v", topUp), func(t *testing.T) {
+			leakcheck.Check(t)
+			c := newCluster(t, 5)
+			c.tune = func(tn *tunables) { tn.yieldWindow, tn.noTopUp = time.Second, !topUp }
+			a, b := handoffPair(t, c)
+			for try := range 3 {
+				key := fmt.Sprintf("k%d", try)
+				la, err := a.Lock(t.Context(), key, time.Minute)
+				require.NoError(t, err)
+				settle(a)
+				c.srv[0].Del(key) // node 0 lost a's key: b's round is granted there
+				lc, ec := lockLater(b, key, 10*time.Second)
+				require.Eventually(t, func() bool { return inLine(t, c, key, b) }, 5*time.Second, time.Millisecond)
+				waitLive(t, c, b, key)
+				require.NoError(t, la.Unlock(t.Context()))
+				lb := <-lc
+				require.NoError(t, <-ec)
+				settle(a)
+				settle(b)
+				if !strings.HasPrefix(lb.Token(), protocol.HandPrefix) {
+					t.Logf("attempt %d: b took %s with a round", try, key)
+					require.NoError(t, lb.Unlock(t.Context()))
+					continue
+				}
+				v, _ := c.srv[0].Get(key)
+				if topUp {
+					assert.Equal(t, lb.Token(), v, "node 0 holds the key for the lock too")
+				} else {
+					assert.NotEqual(t, lb.Token(), v, "without the top-up node 0 does not hold the key")
+				}
+				require.NoError(t, lb.Unlock(t.Context()))
+				settle(b)
+				for i, m := range c.srv {
+					v, _ := m.Get(key)
+					assert.True(t, v == "" || strings.HasPrefix(v, protocol.TombstonePrefix), "node %d: %s left holding %q", i, key, v)
+					assert.Empty(t, entries(t, c, i, key), "node %d: the queue is empty", i)
+				}
+				return
+			}
+			t.Fatal("no attempt handed the key over on the nodes")
+		})
+	}
+}
+
+// handoffPair returns a holder's client and a waiter's client whose
+// retries wait a minute, so that the waiter obtains a lock within a test
+// only by a handoff or an announcement; the waiter's channel is subscribed.
+func handoffPair(t *testing.T, c *cluster) (a, b *Client) {
+	t.Helper()
+	a = c.client(t, nil)
+	b = c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
+	primeLive(t, b)
+	return a, b
 }

@@ -192,6 +192,9 @@ type tunables struct {
 	// noHandoff keeps waiters from joining queues for a handoff on the
 	// node: they are only named, as a Client's with fencing are.
 	noHandoff bool
+	// noTopUp keeps a lock that a handoff gave from being acquired on the
+	// nodes that did not hand it over (see Client.topUp): for tests.
+	noTopUp bool
 }
 
 // defaultTunables are the tunables of every Client.

@@ -27,7 +27,7 @@ func (c *Client) release(ctx context.Context, r *round, announce bool, lat []tim
 		cmd = c.proto.Release(r.storedKeys(), r.acq.Token, r.acq.TTL, announce)
 	}
 	h := r.handover()
-	h.Joined = announce && r.acq.Live != ""
+	h.Joined = announce && r.acq.Live != "" && !strings.HasPrefix(r.acq.Token, protocol.HandPrefix)
 	return c.releaseLock(detach(ctx), cmd, r.name(), h, nil, lat)
 }
 

@@ -49,6 +49,9 @@ type round struct {
 	decidedMu sync.Mutex
 	decidedCh chan struct{} // made on demand by Decided, closed by decide
 
+	// background is set for a round that nobody waits for (see topUp).
+	background bool
+
 	// lock is the handle of the lock, built by newLock only once the round
 	// has obtained it. It is allocated with the round, which it keeps
 	// anyway as the record of where it is held: one allocation per attempt
@@ -68,6 +71,9 @@ type join struct {
 	// of the waiter's previous round, "" for none.
 	token, live, prev string
 	start             time.Time // before the round was sent
+	// queued is set when the waiter may have entries in the queue, which
+	// the round takes off (see protocol.Acquire.Queued).
+	queued bool
 }
 
 // newRound returns a round for keys with a new token, establishing est
@@ -83,27 +89,13 @@ func (c *Client) newRound(keys []string, ttl time.Duration, est []string, prev s
 	case token == "":
 		token = protocol.NewToken(c.cfg.owner)
 	}
-	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Prev: prev, Place: j.place, Ticket: j.ticket, Live: j.live, PrevToken: j.prev}
+	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Prev: prev, Place: j.place, Ticket: j.ticket, Live: j.live, PrevToken: j.prev, Queued: j.queued}
 	if est == nil {
 		r.cmd = c.proto.AcquireCmd(r.acq) // built once for the plain nodes
 	}
 	if c.obs != nil {
 		r.lat = make([]time.Duration, len(c.nodes))
 	}
-	return r
-}
-
-// handedRound returns the record of a lock that a quorum of nodes handed
-// over on the node (see waiter.handedLock): keys hold token, a hand value,
-// since no earlier than start, and the lock is valid until until. It made
-// no calls: the lock's release and extensions go to every node.
-func (c *Client) handedRound(keys []string, ttl time.Duration, token string, start, until time.Time) *round {
-	r, replies := alloc.WithSlice[round, protocol.AcquireReply](len(c.nodes))
-	r.c, r.keys, r.replies = c, keys, replies
-	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl}
-	r.cmd = c.proto.AcquireCmd(r.acq) // never sent: the release shares its values
-	r.start, r.until = start, until
-	r.decide()
 	return r
 }
 
@@ -165,7 +157,11 @@ func (r *round) acquireOn(ctx context.Context, i int) error {
 		b.Establish = r.est[i]
 		a = &b
 	}
-	rep, err := r.c.nodes[i].Acquire(ctx, a, cmd, r)
+	var d node.Decider = r
+	if r.background {
+		d = nil // nobody waits for it: sent even to a busy node
+	}
+	rep, err := r.c.nodes[i].Acquire(ctx, a, cmd, d)
 	if err != nil {
 		return err
 	}
@@ -302,9 +298,9 @@ func (c *Client) newDeployment(r *round, err error) []string {
 // expired on enough nodes for a quorum, or 0 when unknown. j is the
 // round's place in the queue of waiters; rec, when not nil, records the
 // rounds.
-func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, prev queue.Handover, j join, rec *record) (*Lock, time.Duration, error) {
+func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, prev queue.Handover, j join, rec *record) (*Lock, time.Duration, *quorum.Round, error) {
 	if err := c.life.enter(); err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	defer c.life.exit()
 	r, err := c.round(ctx, keys, ttl, nil, prev.Token, j)
@@ -321,9 +317,9 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 		c.releaseHandedOver(r, prev)
 	}
 	if err != nil {
-		return nil, r.freeIn(), err
+		return nil, r.freeIn(), r.calls, err
 	}
-	return newLock(r), 0, nil
+	return newLock(r), 0, r.calls, nil
 }
 
 // newError builds the Error of an operation from its round.

@@ -11,6 +11,7 @@ import (
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/queue"
 	"github.com/redquorum/redquorum/internal/retry"
+	"github.com/redquorum/redquorum/quorum"
 )
 
 // waiter is how [Client.Lock] waits between its rounds: first for its turn
@@ -41,6 +42,7 @@ type waiter struct {
 	// lockToken the token of the lock obtained.
 	hands     []string
 	curStart  time.Time
+	curCalls  *quorum.Round // the current round's calls
 	handed    bool
 	ttl       time.Duration
 	lockToken string
@@ -126,21 +128,26 @@ func (w *waiter) next(last *Error, hint time.Duration) (queue.Handover, error) {
 // announced such a handoff to its current round (see sleep and
 // handedLock).
 func (w *waiter) join() join {
-	ticket := w.began.UnixMilli() / ticketStep * ticketStep
-	j := join{place: w.place, ticket: ticket}
+	ticket := w.ticket()
+	j := join{place: w.place, ticket: ticket, queued: true}
 	if w.place == "" {
+		// The first round: its id is new, so only the Client's earlier
+		// waiters for the key can have left entries, and only if it waited
+		// for the key lately.
 		w.place = protocol.NewToken(w.c.cfg.owner)
 		j = join{place: w.place, ticket: ticket, first: true}
 	}
 	if w.c.live != "" && len(w.keys) == 1 && w.c.wake.Live() {
 		j.live, j.start, j.token = w.c.live, w.c.cfg.clock.Now(), w.place
-		if !j.first {
-			j.token = protocol.NewToken(w.c.cfg.owner)
-		}
-		j.prev = w.current()
 		if w.stored == "" {
 			w.stored = w.c.stored(w.keys[0])
 		}
+		if j.first {
+			j.queued = w.c.wake.Recent(w.stored)
+		} else {
+			j.token = protocol.NewToken(w.c.cfg.owner)
+		}
+		j.prev = w.current()
 		w.c.wake.Expect(j.token, w.stored)
 		w.expected = true
 	}
@@ -149,10 +156,11 @@ func (w *waiter) join() join {
 
 // joined notes that the round of j failed: if it joined for a handoff, a
 // release may hand the key over to its token from now on.
-func (w *waiter) joined(j join, ttl time.Duration) {
+func (w *waiter) joined(j join, ttl time.Duration, calls *quorum.Round) {
 	if j.live == "" {
 		return
 	}
+	w.curCalls = calls
 	if j.prev != "" {
 		// The round took the previous one's entries off the queue: a
 		// handoff to that one now is stray (see Client.releaseStray).
@@ -196,9 +204,16 @@ func (w *waiter) handedLock(ttl time.Duration) *Lock {
 	if validity < ttl/2 {
 		return nil
 	}
-	r := c.handedRound(w.keys, ttl, protocol.HandPrefix+w.current(), w.curStart, now.Add(validity))
+	tok := w.current()
+	j := join{place: w.place, ticket: w.ticket(), live: c.live, prev: tok, queued: true}
+	r := c.handedRound(w.keys, ttl, protocol.HandPrefix+tok, w.curStart, now.Add(validity), j)
+	c.topUp(r, c.wake.HandedNodes(tok), w.curCalls)
 	return newLock(r)
 }
+
+// ticket is the waiter's ticket in the queue: when Lock was called, in
+// Unix ms rounded down to ticketStep.
+func (w *waiter) ticket() int64 { return w.began.UnixMilli() / ticketStep * ticketStep }
 
 // ticketStep is the resolution of the tickets, in ms. Waiters that began
 // within one step are ordered by id; the coarser step lets the Locks of a

@@ -26,12 +26,23 @@
 -- ARGV[2] .. '|' .. ARGV[10]: the waiter's id first, so that its rounds
 -- keep its place among waiters of equal tickets, then the token and TTL
 -- that a release sets the key to (after "@HAND@") when it hands it over
--- (see release.lua). The id and the token have the same length. The entry
--- replaces every entry of the same client
--- (a client has one waiter per key at a time), and a grant takes them all
--- off. ARGV[11] (optional) is the token of the waiter's previous round: a
--- key that a release handed to it, "@HAND@" .. ARGV[11], counts as this
--- waiter's, so free.
+-- (see release.lua). The id and the token have the same length. A client
+-- has one waiter per key at a time, and each waiter one entry: a round
+-- that joins takes its previous round's entry off. ARGV[11] (optional) is
+-- the token of the waiter's previous round: its entry is taken off, and a
+-- key that holds that token (the round was granted there, and its clean-up
+-- has not come yet) or that a release handed to it, "@HAND@" .. ARGV[11],
+-- counts as this waiter's, so free. ARGV[12] (optional) is '1' when the
+-- waiter's client may have entries in the queue (the waiter's earlier
+-- rounds joined it, or the client waited for the key lately): a round that
+-- joins, or is granted, takes them all off first (see forget). Otherwise
+-- the round leaves the queue alone, which saves an uncontended lock the
+-- calls; an entry left behind is only a hint (a handoff to it is released
+-- by its client, see release.lua).
+-- A round for a hand value ("@HAND@" .. a token: the lock that a handoff
+-- gave, sent to the nodes that did not hand it over) never joins; granted,
+-- it takes the client's entries off as ARGV[12] says.
+-- The restart guard is read only before a grant.
 -- Returns
 --   0 when every key now holds our token (newly set, or already ours: a lost
 --     reply or a retry, in which case the TTL is reset), or {0, f} when ARGV[5]
@@ -44,67 +55,54 @@
 --   {-2, ms left in the guard, id} when the node is in its restart guard.
 local state = KEYS[#KEYS]
 local guard = tonumber(ARGV[3])
-if guard > 0 then
+-- guarded returns the reply for a node in its restart guard, or nil when
+-- it may grant. It is asked only before a grant: a round that finds the
+-- keys taken is refused either way.
+local function guarded()
+  if guard <= 0 then return nil end
   local g = redis.call('HGET', state, 'g')
-  if g ~= '0' then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    if not g then
-      -- No state: the node is new or lost its data (restart without
-      -- persistence, flush, eviction). It may have granted locks it forgot.
-      redis.call('HSET', state, 'g', string.format('%.0f', now + guard), 'id', ARGV[1])
-      -- The replication ID is unknown when the data went while connections
-      -- stayed open (FLUSHALL): the next connection check restarts the guard
-      -- (see check.lua). One recorded by a check that found no state stays.
-      redis.call('HSETNX', state, 'r', '?')
-      return {-2, guard, ARGV[1]}
-    end
-    local id = redis.call('HGET', state, 'id')
-    if ARGV[4] ~= '' and ARGV[4] == id then
-      -- Every node was guarded at once: a new deployment. Its counter is
-      -- known: no fence was issued before (one written meanwhile is kept).
-      redis.call('HSET', state, 'g', '0')
-      redis.call('HSETNX', state, 'f', '0')
-    elseif tonumber(g) > now then
-      return {-2, tonumber(g) - now, id}
-    else
-      redis.call('HSET', state, 'g', '0')
-    end
+  if g == '0' then return nil end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not g then
+    -- No state: the node is new or lost its data (restart without
+    -- persistence, flush, eviction). It may have granted locks it forgot.
+    redis.call('HSET', state, 'g', string.format('%.0f', now + guard), 'id', ARGV[1])
+    -- The replication ID is unknown when the data went while connections
+    -- stayed open (FLUSHALL): the next connection check restarts the guard
+    -- (see check.lua). One recorded by a check that found no state stays.
+    redis.call('HSETNX', state, 'r', '?')
+    return {-2, guard, ARGV[1]}
   end
-end
-local prev = ARGV[6]
-if prev == '' then prev = nil end
-local handed -- the key handed over to this waiter's previous round
-local place, entry = ARGV[7], ARGV[7]
-if ARGV[10] and ARGV[10] ~= '' then
-  entry = ARGV[7] .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[10]
-  if ARGV[11] and ARGV[11] ~= '' then handed = '@HAND@' .. ARGV[11] end
-end
-local gone = '@GONE@'
-local wait = 0
-for i = 1, #KEYS - 1 do
-  local v = redis.call('GET', KEYS[i])
-  if v == gone .. ARGV[1] then
-    return -3 -- this token was released already (see release.lua): a late SET
+  local id = redis.call('HGET', state, 'id')
+  if ARGV[4] ~= '' and ARGV[4] == id then
+    -- Every node was guarded at once: a new deployment. Its counter is
+    -- known: no fence was issued before (one written meanwhile is kept).
+    redis.call('HSET', state, 'g', '0')
+    redis.call('HSETNX', state, 'f', '0')
+  elseif tonumber(g) > now then
+    return {-2, tonumber(g) - now, id}
+  else
+    redis.call('HSET', state, 'g', '0')
   end
-  if v ~= false and v ~= ARGV[1] and v ~= prev and v ~= handed and string.sub(v, 1, #gone) ~= gone then
-    local ttl = redis.call('PTTL', KEYS[i])
-    if ttl == -1 then return -1 end
-    if ttl < 1 then ttl = 1 end
-    if ttl > wait then wait = ttl end
-  end
+  return nil
 end
-local queue
-if place then queue = ARGV[9] .. '@QUEUE@' .. string.sub(KEYS[1], #ARGV[9] + 1) end
--- forget takes every entry of this waiter's client off the queue: its
--- earlier rounds', and those of its earlier waiters for the key (a client
--- has one waiter per key at a time).
+local place = ARGV[7]
+local queue -- the key's queue of waiters, once needed (see queued)
+local function queued()
+  queue = queue or ARGV[9] .. '@QUEUE@' .. string.sub(KEYS[1], #ARGV[9] + 1)
+  return queue
+end
+-- forget takes every entry of this waiter's client off the queue, when
+-- it may have some (ARGV[12]): the one the waiter's id names (a round that
+-- joined before its client's channel was subscribed), its earlier rounds'
+-- (an earlier round's stays where the round after was not sent), and
+-- those of the client's earlier waiters for the key (a client has one
+-- waiter per key at a time).
 local function forget()
-  if entry == place then
-    redis.pcall('ZREM', queue, place)
-    return
-  end
-  redis.pcall('ZREM', queue, place) -- an entry of this waiter's from before its client's channel was subscribed
+  if ARGV[12] ~= '1' then return end
+  redis.pcall('ZREM', queued(), place)
+  if not ARGV[10] or ARGV[10] == '' then return end
   local all = redis.pcall('ZRANGE', queue, 0, -1)
   if type(all) ~= 'table' then return end
   local suffix = '|' .. ARGV[10]
@@ -112,23 +110,68 @@ local function forget()
     if string.sub(m, -#suffix) == suffix then redis.pcall('ZREM', queue, m) end
   end
 end
+-- granted is the reply once every key holds our token.
+local function granted()
+  if place then forget() end
+  if ARGV[5] == '1' then
+    local f = redis.call('HGET', state, 'f')
+    if f then return {0, tonumber(f)} end
+    if guard > 0 then return {0, -1} end
+    return {0, 0}
+  end
+  return 0
+end
+-- A single key that is free, the usual case, is taken in one call. The
+-- value that SET ... GET returns when the key exists saves the GET below.
+-- (NX with GET needs Redis 7.0: before, the error leaves first unknown.)
+local first
+if #KEYS == 2 then
+  first = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+  if first == false then
+    local g = guarded()
+    if g then
+      redis.call('DEL', KEYS[1]) -- taken back in the same script: nobody saw it
+      return g
+    end
+    return granted()
+  end
+  if type(first) ~= 'string' then first = nil end
+end
+local prev = ARGV[6]
+if prev == '' then prev = nil end
+local handed, before -- the key handed over to this waiter's previous round, and that round's token
+local entry = place
+if ARGV[10] and ARGV[10] ~= '' then
+  entry = ARGV[7] .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[10]
+  if ARGV[11] and ARGV[11] ~= '' then handed, before = '@HAND@' .. ARGV[11], ARGV[11] end
+end
+local gone = '@GONE@'
+local wait = 0
+for i = 1, #KEYS - 1 do
+  local v = first
+  if i > 1 or not v then v = redis.call('GET', KEYS[i]) end
+  if v == gone .. ARGV[1] then
+    return -3 -- this token was released already (see release.lua): a late SET
+  end
+  if v ~= false and v ~= ARGV[1] and v ~= prev and v ~= handed and v ~= before and string.sub(v, 1, #gone) ~= gone then
+    local ttl = redis.call('PTTL', KEYS[i])
+    if ttl == -1 then return -1 end
+    if ttl < 1 then ttl = 1 end
+    if ttl > wait then wait = ttl end
+  end
+end
 if wait > 0 then
-  if place then
+  if place and string.sub(ARGV[1], 1, #'@HAND@') ~= '@HAND@' then
     -- pcall: a hint, which an ACL or a Cluster's slots may refuse.
     forget()
-    redis.pcall('ZADD', queue, 'NX', ARGV[8], entry)
-    redis.pcall('PEXPIRE', queue, wait + tonumber(ARGV[2]))
+    redis.pcall('ZADD', queued(), 'NX', ARGV[8], entry)
+    redis.pcall('PEXPIRE', queued(), wait + tonumber(ARGV[2]))
   end
   return wait
 end
+local g = guarded()
+if g then return g end
 for i = 1, #KEYS - 1 do
   redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
 end
-if place then forget() end
-if ARGV[5] == '1' then
-  local f = redis.call('HGET', state, 'f')
-  if f then return {0, tonumber(f)} end
-  if guard > 0 then return {0, -1} end
-  return {0, 0}
-end
-return 0
+return granted()

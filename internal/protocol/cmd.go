@@ -50,6 +50,10 @@ type Acquire struct {
 	// counts as free.
 	Live      string
 	PrevToken string
+	// Queued is set when the waiter may have entries in the queue (its
+	// earlier rounds joined it): a grant, or a round that joins, takes them
+	// off. A waiter's first round has none, which saves the node a call.
+	Queued bool
 }
 
 // AcquireCmd returns the command for a.
@@ -69,14 +73,23 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 	if a.Place != a.Token {
 		place = a.Place
 	}
-	if a.Live == "" {
+	if a.Live == "" && !a.Queued {
 		return newCmd(p.acquire, a.Keys, token, p.ttlArg(a.TTL), p.guard, est, p.fenced, prev, place, p.ticketArg(a.Ticket), p.prefix)
 	}
-	var prevToken any = p.none
+	var live, prevToken, queued any = p.none, p.none, p.none
+	if a.Live != "" {
+		live = a.Live
+		if a.Live == p.live {
+			live = p.live // boxed once
+		}
+	}
 	if a.PrevToken != "" {
 		prevToken = a.PrevToken
 	}
-	return newCmd(p.acquire, a.Keys, token, p.ttlArg(a.TTL), p.guard, est, p.fenced, prev, place, p.ticketArg(a.Ticket), p.prefix, a.Live, prevToken)
+	if a.Queued {
+		queued = "1"
+	}
+	return newCmd(p.acquire, a.Keys, token, p.ttlArg(a.TTL), p.guard, est, p.fenced, prev, place, p.ticketArg(a.Ticket), p.prefix, live, prevToken, queued)
 }
 
 // ReleaseAfter returns the release of the lock that acq, an acquire's

@@ -29,24 +29,30 @@
 -- waiter is dropped and the next one is tried), and only when this node
 -- may grant: ARGV[5] is the restart guard in ms (0: off) and ARGV[6] the
 -- node's state key (see acquire.lua), which must then be established.
--- ARGV[7] (optional; only on the nodes where the lock's acquire was
--- refused but joined the queue, and for a waiter that leaves) is the
--- channel of the releasing client (see acquire.lua): its entries leave the
--- queue first (it has one waiter per key at a time, and that one is done),
--- and a
+-- ARGV[7] (optional; on the nodes where the lock's acquire was refused
+-- but joined the queue, for a waiter that leaves, and for a handoff that
+-- no waiter expects) is the channel of the releasing client (see acquire.lua):
+-- where KEYS[1] does not hold the lock, its entries leave the queue first
+-- (it has one waiter per key at a time, and that one is done), and a
 -- key handed over to it, "@HAND@" .. ARGV[1], is released like one that
 -- holds it. So an unlock also releases what a release handed over to the
 -- entry that its round left on the nodes that refused it, and a waiter
 -- that gives up releases what may have been handed over to its rounds.
 local mine = ARGV[1]
+local first -- the value of KEYS[1], once read
 if ARGV[2] == '1' and ARGV[4] and ARGV[7] then
   mine = '@HAND@' .. ARGV[1]
-  local q = ARGV[4] .. '@QUEUE@' .. string.sub(KEYS[1], #ARGV[4] + 1)
-  local all = redis.pcall('ZRANGE', q, 0, -1)
-  if type(all) == 'table' then
-    local suffix = '|' .. ARGV[7]
-    for _, m in ipairs(all) do
-      if string.sub(m, -#suffix) == suffix then redis.pcall('ZREM', q, m) end
+  first = redis.call('GET', KEYS[1])
+  if first ~= ARGV[1] and first ~= mine then
+    -- Where the key holds the lock, its entry left the queue when the
+    -- node granted or handed it over; elsewhere it may remain.
+    local q = ARGV[4] .. '@QUEUE@' .. string.sub(KEYS[1], #ARGV[4] + 1)
+    local all = redis.pcall('ZRANGE', q, 0, -1)
+    if type(all) == 'table' then
+      local suffix = '|' .. ARGV[7]
+      for _, m in ipairs(all) do
+        if string.sub(m, -#suffix) == suffix then redis.pcall('ZREM', q, m) end
+      end
     end
   end
 end
@@ -76,7 +82,8 @@ end
 
 local n = 0
 for i = 1, #KEYS do
-  local v = redis.call('GET', KEYS[i])
+  local v = first
+  if i > 1 or v == nil then v = redis.call('GET', KEYS[i]) end
   if v == ARGV[1] or v == mine then
     local next, ttl, ch = '', nil, nil
     if ARGV[2] == '1' and i == 1 and ARGV[4] then

@@ -338,10 +338,16 @@ func (w *Waker) Live() bool { return w.liveOn.Load() > 0 }
 
 // Handed returns how many nodes announced that they handed a key over to
 // the round with token.
-func (w *Waker) Handed(token string) int {
+func (w *Waker) Handed(token string) int { return bits.OnesCount64(w.HandedNodes(token)) }
+
+// HandedNodes returns the nodes that announced that they handed a key over
+// to the round with token: a bit per node, by its place among the nodes
+// given to New (NewLive takes no Rings, so a Client with handoffs has the
+// same order).
+func (w *Waker) HandedNodes(token string) uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return bits.OnesCount64(w.hands[token].nodes)
+	return w.hands[token].nodes
 }
 
 // Forget drops what w knows of the handoffs to the round with token.
@@ -445,6 +451,15 @@ func (w *Waker) Waiting(key string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.waiters[key] != nil
+}
+
+// Recent reports whether key (as stored) is subscribed: a wait for it
+// began less than the idle time ago.
+func (w *Waker) Recent(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.keys[key]
+	return ok
 }
 
 // Connections returns how many pub/sub connections are open.

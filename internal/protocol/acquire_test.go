@@ -1,0 +1,154 @@
+package protocol
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
+)
+
+// TestAcquireCases runs acquire.lua on a real server for each value a lock
+// key can hold, once on a single key (taken with one SET ... NX GET when
+// free) and once as the first of two keys (the general path), and checks
+// that both give the same reply and leave the same value.
+func TestAcquireCases(t *testing.T) {
+	ctx := t.Context()
+	node := oneNode(t, true)
+	p := New(time.Minute, false).WithQueues("")
+
+	const token, prev, prevRound = "tok-new", "tok-prev", "tok-round"
+	cases := []struct {
+		name  string
+		value string // "" for no key
+		ttl   time.Duration
+		want  Outcome
+		held  bool // the key holds token afterwards
+	}{
+		{"free", "", 0, Granted, true},
+		{"own token (a retry)", token, time.Second, Granted, true},
+		{"another token", "tok-other", time.Minute, Taken, false},
+		{"another token, no expiry", "tok-other", 0, Taken, false},
+		{"another token's tombstone", TombstonePrefix + "tok-other", time.Minute, Granted, true},
+		{"own tombstone", TombstonePrefix + token, time.Minute, Gone, false},
+		{"the handed-over lock of the same client", prev, time.Minute, Granted, true},
+		{"a handoff to the waiter's previous round", HandPrefix + prevRound, time.Minute, Granted, true},
+		{"the waiter's previous round, not yet cleaned up", prevRound, time.Minute, Granted, true},
+		{"a handoff to another round", HandPrefix + "tok-other", time.Minute, Taken, false},
+	}
+	for _, tc := range cases {
+		for _, keys := range [][]string{{"k"}, {"k", "k2"}} {
+			t.Run(tc.name+"/"+map[int]string{1: "one key", 2: "two keys"}[len(keys)], func(t *testing.T) {
+				require.NoError(t, node.Del(ctx, keys...).Err())
+				if tc.value != "" {
+					require.NoError(t, node.Set(ctx, "k", tc.value, tc.ttl).Err())
+				}
+				cmd := p.AcquireCmd(Acquire{Keys: append(keys, StateKey), Token: token, TTL: 30 * time.Second, Prev: prev,
+					Place: "id", Ticket: 1, Live: "chan", PrevToken: prevRound})
+				v, err := p.Run(ctx, node, cmd)
+				require.NoError(t, err)
+				r, err := DecodeAcquire(v)
+				require.NoError(t, err)
+				assert.Equal(t, tc.want, r.Outcome)
+				got := node.Get(ctx, "k").Val()
+				if tc.held {
+					assert.Equal(t, token, got)
+					assert.InDelta(t, 30*time.Second, node.PTTL(ctx, "k").Val(), float64(time.Second), "the TTL asked for")
+				} else {
+					assert.Equal(t, tc.value, got, "the key is untouched")
+				}
+				if tc.want == Taken && tc.ttl > 0 {
+					assert.InDelta(t, tc.ttl, r.Wait, float64(time.Second), "the holder's time left")
+				}
+			})
+		}
+	}
+}
+
+// TestAcquireQueued: a round of a waiter whose client may be in the queue
+// (Acquire.Queued) takes every entry of the client off (its own earlier
+// rounds', an earlier waiter's), whether it is granted or joins again; a
+// round that is not queued leaves the queue alone.
+func TestAcquireQueued(t *testing.T) {
+	ctx := t.Context()
+	node := oneNode(t, true)
+	p := New(time.Minute, false).WithQueues("")
+	queue := QueuePrefix + "k"
+	named := "id-w"                    // the waiter's round from before its client's channel was subscribed
+	prevRound := "id-w|tok-p|30000|ch" // its previous round's
+	older := "id-o|tok-o|30000|ch"     // an earlier waiter's of the same client
+	other := "id-x|tok-x|30000|ch-x"   // another client's
+	acquire := func(a Acquire) Outcome {
+		t.Helper()
+		a.Keys, a.TTL, a.Ticket, a.Live, a.Place = []string{"k", StateKey}, 30*time.Second, 5, "ch", "id-w"
+		v, err := p.Run(ctx, node, p.AcquireCmd(a))
+		require.NoError(t, err)
+		r, err := DecodeAcquire(v)
+		require.NoError(t, err)
+		return r.Outcome
+	}
+	reset := func(held bool) {
+		t.Helper()
+		require.NoError(t, node.Del(ctx, "k", queue).Err())
+		require.NoError(t, node.ZAdd(ctx, queue, redis.Z{Score: 1, Member: named}, redis.Z{Score: 1, Member: prevRound},
+			redis.Z{Score: 2, Member: older}, redis.Z{Score: 3, Member: other}).Err())
+		if held {
+			require.NoError(t, node.Set(ctx, "k", "tok-holder", time.Minute).Err())
+		}
+	}
+	all := []string{named, prevRound, older, other}
+	fresh := "id-w|tok-n|30000|ch" // the round's own entry
+
+	reset(false)
+	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n"}))
+	assert.Equal(t, all, node.ZRange(ctx, queue, 0, -1).Val(), "a first round's grant leaves the queue alone")
+
+	reset(false)
+	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n", PrevToken: "tok-p", Queued: true}))
+	assert.Equal(t, []string{other}, node.ZRange(ctx, queue, 0, -1).Val(), "a later round's grant takes every entry of the client off")
+
+	reset(true)
+	require.Equal(t, Taken, acquire(Acquire{Token: "tok-n"}))
+	assert.ElementsMatch(t, append(all, fresh), node.ZRange(ctx, queue, 0, -1).Val(), "a first round joins")
+
+	reset(true)
+	require.Equal(t, Taken, acquire(Acquire{Token: "tok-n", PrevToken: "tok-p", Queued: true}))
+	assert.ElementsMatch(t, []string{other, fresh}, node.ZRange(ctx, queue, 0, -1).Val(),
+		"a later round replaces every entry of the client with its own")
+}
+
+// TestAcquireGuardedAfterSet: a free key on a node in its restart guard is
+// refused, and the key the script set before reading the guard is gone.
+func TestAcquireGuardedAfterSet(t *testing.T) {
+	ctx := t.Context()
+	node := oneNode(t, false)
+	p := New(time.Minute, false)
+	for _, keys := range [][]string{{"k"}, {"k", "k2"}} {
+		require.NoError(t, node.FlushAll(ctx).Err()) // no state: the node lost its data
+		v, err := p.Run(ctx, node, p.AcquireCmd(Acquire{Keys: append(keys, StateKey), Token: "tok", TTL: time.Second}))
+		require.NoError(t, err)
+		r, err := DecodeAcquire(v)
+		require.NoError(t, err)
+		assert.Equal(t, Guarded, r.Outcome, "%d key(s)", len(keys))
+		assert.Zero(t, node.Exists(ctx, keys...).Val(), "%d key(s): nothing is left set", len(keys))
+	}
+}
+
+// oneNode starts a redis-server for t and returns a client of it; with
+// established, the node's state is that of an established deployment.
+func oneNode(t *testing.T, established bool) *redis.Client {
+	t.Helper()
+	redisproc.Require(t)
+	s, err := redisproc.Start(t.Context(), 1)
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+	node := redis.NewClient(&redis.Options{Addr: s.Addrs[0], Protocol: 2})
+	t.Cleanup(func() { _ = node.Close() })
+	if established {
+		require.NoError(t, node.HSet(t.Context(), StateKey, "g", "0").Err())
+	}
+	return node
+}
