@@ -23,12 +23,18 @@ import (
 //   - bare-scripts sends the real acquire and release scripts, with the
 //     arguments a Lock with the default options sends: the gap between it and
 //     redquorum is the Client's own cost;
+//   - bare-min sends the least that a lock with a restart guard needs: an
+//     acquire script that reads the node's guard and sets the key (HGET,
+//     SET NX PX), and a token-guarded release script (GET, DEL), without
+//     tombstones, queues or announcements: the floor of any protocol that
+//     checks the guard on the node, and the gap between it and
+//     bare-scripts is what redquorum's other features cost the nodes;
 //   - bare-noop sends a script that only returns 0: the gap between it and
 //     bare-scripts is what the scripts cost the nodes.
 //
 // They never wait for a key: use them only in the 1-caller scenario
 // (--only distinct-1), where no two rounds share a key.
-func bareImpl(name string, real bool) loadtest.Impl {
+func bareImpl(name string, kind bareKind) loadtest.Impl {
 	return loadtest.Impl{Name: name, New: func(addrs []string) (loadtest.Locker, func(), error) {
 		nodes := redlock.NewNodes(addrs...)
 		closeNodes := func() {
@@ -40,32 +46,65 @@ func bareImpl(name string, real bool) loadtest.Impl {
 		// first rounds on new nodes write), so that the acquire takes its
 		// usual path instead of reporting the restart guard.
 		for _, n := range nodes {
+			if kind == bareMin {
+				for _, s := range []*redis.Script{minAcquire, minRelease} {
+					if err := s.Load(context.Background(), n).Err(); err != nil {
+						closeNodes()
+						return nil, nil, err
+					}
+				}
+			}
 			if err := n.HSetNX(context.Background(), protocol.StateKey, "g", "0").Err(); err != nil {
 				closeNodes()
 				return nil, nil, err
 			}
 		}
-		b := &bare{nodes: nodes, workers: quorum.NewWorkers(), real: real, proto: protocol.New(redlock.DefaultRestartGuard, false)}
+		b := &bare{nodes: nodes, workers: quorum.NewWorkers(), kind: kind, proto: protocol.New(redlock.DefaultRestartGuard, false)}
 		return b, func() { b.workers.Close(); closeNodes() }, nil
 	}}
 }
 
+// bareKind is which scripts a bare implementation sends.
+type bareKind int
+
+const (
+	bareScripts bareKind = iota // redquorum's
+	bareMin                     // the least a guarded lock needs
+	bareNoop                    // a script that does nothing
+)
+
 type bare struct {
 	nodes   []redis.UniversalClient
 	workers *quorum.Workers
-	real    bool
+	kind    bareKind
 	proto   *protocol.Protocol // the lock scripts, as redlock runs them with its default restart guard
 }
 
-// noop is the script of bare-noop.
-var noop = redis.NewScript("return 0")
+var (
+	// noop is the script of bare-noop.
+	noop = redis.NewScript("return 0")
+	// minAcquire and minRelease are bare-min's scripts; KEYS and ARGV as
+	// for redquorum's (acquire: the key, then the node's state; the token
+	// and the TTL in ms), replies 0 and 1 as theirs when the lock is
+	// taken and released.
+	minAcquire = redis.NewScript(`if redis.call('HGET', KEYS[2], 'g') ~= '0' then return -2 end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+return 1`)
+	minRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+)
 
 func (b *bare) Lock(ctx context.Context, key string, ttl time.Duration) (loadtest.Unlocker, error) {
 	var acquire, release []any // nil: the no-op script
-	if b.real {
+	switch b.kind {
+	case bareScripts:
 		token := retry.Token()
 		acquire = b.proto.AcquireCmd(protocol.Acquire{Keys: []string{key, protocol.StateKey}, Token: token, TTL: ttl})
 		release = b.proto.Release([]string{key}, token, ttl, true)
+	case bareMin:
+		token := retry.Token()
+		acquire = []any{"evalsha", minAcquire.Hash(), 2, key, protocol.StateKey, token, ttl.Milliseconds()}
+		release = []any{"evalsha", minRelease.Hash(), 1, key, token}
 	}
 	if err := b.round(ctx, acquire, 0); err != nil {
 		return nil, err
@@ -89,9 +128,15 @@ func (b *bare) round(ctx context.Context, args []any, want int64) error {
 		}
 		// 0 from the acquire (granted), 1 from the release (deleted):
 		// anything else means the round did not do a lock's work.
-		v, err := b.proto.RunInt(ctx, b.nodes[i], args)
+		var v int64
+		var err error
+		if b.kind == bareMin {
+			v, err = b.nodes[i].Do(ctx, args...).Int64() // loaded by bareImpl
+		} else {
+			v, err = b.proto.RunInt(ctx, b.nodes[i], args)
+		}
 		if err == nil && v != want {
-			err = fmt.Errorf("bare-scripts: node %d answered %d, want %d", i, v, want)
+			err = fmt.Errorf("bare: node %d answered %d, want %d", i, v, want)
 		}
 		return err
 	})
