@@ -232,11 +232,12 @@ func (w *waiter) sleep(timer <-chan time.Time, last *Error) error {
 	cfg := w.c.cfg
 	key := w.c.stored(w.keys[0])
 	cur := w.current()
+	since := w.start // nothing listened while the round was out
 	for {
 		if w.handedOver() {
 			return nil
 		}
-		wake := w.c.wake.On(key) // closed when a node announces the key's release
+		wake := w.c.wake.OnSince(key, since) // closed when a node announces the key's release
 		var next string
 		select {
 		case <-timer:
@@ -257,6 +258,7 @@ func (w *waiter) sleep(timer <-chan time.Time, last *Error) error {
 			return ErrClosed
 		}
 		w.c.wake.Done(key, wake)
+		since = cfg.clock.Now()
 		switch {
 		case next == w.place || next == cur && cur != "":
 			return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 )
 
@@ -43,6 +44,111 @@ func TestWakeOnUnlock(t *testing.T) {
 	assert.Less(t, time.Since(start), 5*time.Second, "woken by the release, not by the one-minute retry")
 	require.NoError(t, b.Close())
 	assert.Zero(t, b.wake.Waits())
+}
+
+// TestWakeDuringRound: a release announced while the waiter's round was
+// out (its requests refused on every node, their replies not yet back)
+// sends the waiter into its next round at once, instead of the minute of
+// its retry delay: nothing listened for the announcement, but the Waker
+// heard it.
+func TestWakeDuringRound(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	a := c.client(t, &Options{Fencing: true}) // a fenced waiter is only named: no handoff
+	la, err := a.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	c.waitHolders(t, "k", la.Token(), 3)
+
+	hold := &replyHold{gate: make(chan struct{}), done: make(chan struct{})}
+	var nodes []redis.UniversalClient
+	for _, m := range c.srv {
+		cl := redis.NewClient(NodeOptions(m.Addr()))
+		cl.AddHook(hold)
+		t.Cleanup(func() { _ = cl.Close() })
+		nodes = append(nodes, cl)
+	}
+	b, err := New(nodes, &Options{Fencing: true, NodeClientsAsGiven: true, NodeTimeout: 5 * time.Second,
+		MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	got := make(chan error, 1)
+	go func() {
+		lb, err := b.Lock(t.Context(), "k", time.Second)
+		if err == nil {
+			err = lb.Unlock(context.Background())
+		}
+		got <- err
+	}()
+	waitWaiting(t, b, "k")
+	require.Eventually(t, func() bool {
+		return c.srv[0].PubSubNumSub(protocol.ReleasedChannel + b.stored("k"))[protocol.ReleasedChannel+b.stored("k")] == 1
+	},
+		5*time.Second, time.Millisecond, "b subscribed")
+
+	// A release that names nobody sends b into a round, whose replies the
+	// hook holds back once every node has refused it.
+	hold.arm(len(c.srv))
+	c.srv[0].Publish(protocol.ReleasedChannel+b.stored("k"), "")
+	select {
+	case <-hold.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("b's round did not reach every node")
+	}
+	require.NoError(t, la.Unlock(t.Context()))
+	require.Eventually(t, func() bool { return c.keys("k") == 0 }, 5*time.Second, time.Millisecond, "a released every node")
+	require.Eventually(t, func() bool { next, _ := b.wake.Named(b.stored("k")); return next != "" },
+		5*time.Second, time.Millisecond, "b heard a's release, which names it")
+	time.Sleep(100 * time.Millisecond) // and the other nodes' announcements
+	start := time.Now()
+	close(hold.gate)
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("b slept through a release that came while its round was out: its retry delay is a minute")
+	}
+	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
+// replyHold holds back the replies of the lock scripts, once armed for n
+// of them, until gate is closed; done is closed once n were answered.
+type replyHold struct {
+	n, seen    atomic.Int64
+	gate, done chan struct{}
+}
+
+func (h *replyHold) arm(n int) { h.n.Store(int64(n)) }
+
+// after holds a lock script's reply while armed.
+func (h *replyHold) after(cmd redis.Cmder) {
+	n := h.n.Load()
+	if n == 0 || !lockScript(cmd) || h.seen.Load() >= n {
+		return
+	}
+	if h.seen.Add(1) == n {
+		close(h.done)
+	}
+	<-h.gate
+}
+
+func (h *replyHold) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *replyHold) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.after(cmd)
+		return err
+	}
+}
+
+func (h *replyHold) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.after(cmd)
+		}
+		return err
+	}
 }
 
 // TestWakeNotOnFailedRounds shows that the clean-up of a failed round does

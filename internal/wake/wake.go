@@ -119,11 +119,28 @@ func NewLive(nodes []redis.UniversalClient, idle time.Duration, clk clock.Clock,
 // On returns a channel that is closed when a node announces the release of
 // key (as stored), subscribing to it if need be; nil after Close, or when
 // no node can be subscribed. Call [Waker.Done] when the wait is over.
-func (w *Waker) On(key string) <-chan struct{} {
+func (w *Waker) On(key string) <-chan struct{} { return w.OnSince(key, time.Time{}) }
+
+// OnSince is [Waker.On] for a waiter that did not listen from since on
+// (zero: always listened), typically while its round was out: an
+// announcement heard after since, the last one heard, closes the channel
+// at once, and [Waker.Next] returns whom it named. A wait that begins only
+// after its round failed therefore still hears a release that came while
+// the round was out.
+func (w *Waker) OnSince(key string, since time.Time) <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed || len(w.nodes) == 0 {
 		return nil
+	}
+	if n, ok := w.named[key]; ok && !since.IsZero() && n.at.After(since) {
+		if _, subscribed := w.keys[key]; subscribed {
+			e := &entry{ch: make(chan struct{}), n: 1, next: n.next}
+			close(e.ch)
+			w.entries[e.ch] = e
+			w.keys[key] = w.clock.Now()
+			return e.ch
+		}
 	}
 	if w.subs == nil {
 		w.connect()

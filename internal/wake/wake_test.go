@@ -168,6 +168,45 @@ func TestOnReleased(t *testing.T) {
 	}
 }
 
+// TestOnSince: a release announced while nobody waited (the waiter's
+// round was out) closes the channel of a wait that began after it, if it
+// came after the time given; the plain On, the negative control, misses it.
+func TestOnSince(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 2)
+	w := newWaker(t, c.clients, long)
+	k := w.On("k")
+	require.NotNil(t, k)
+	waitSubscribed(t, c.srv, "k")
+	c.srv[0].Publish(protocol.ReleasedChannel+"k", "first")
+	waitClosed(t, k, "no wake on k's release")
+	assert.Equal(t, "first", w.Next(k))
+	w.Done("k", k)
+
+	sent := time.Now() // a round goes out; nobody waits
+	c.srv[1].Publish(protocol.ReleasedChannel+"k", "second")
+	require.Eventually(t, func() bool { n, _ := w.Named("k"); return n == "second" }, bound, time.Millisecond)
+
+	plain := w.On("k")
+	assert.False(t, closed(plain), "On closed at once: the control is void")
+	w.Done("k", plain)
+	late := w.OnSince("k", time.Now())
+	assert.False(t, closed(late), "an announcement before since closed the wait")
+	w.Done("k", late)
+	missed := w.OnSince("k", sent)
+	require.True(t, closed(missed), "the announcement that came while the round was out is lost")
+	assert.Equal(t, "second", w.Next(missed), "whom it named")
+	w.Done("k", missed)
+	assert.Zero(t, w.Waits())
+
+	// A wait that began by OnSince hears the next announcement as On does.
+	again := w.OnSince("k", time.Now())
+	c.srv[0].Publish(protocol.ReleasedChannel+"k", "third")
+	waitClosed(t, again, "no wake on k's third release")
+	assert.Equal(t, "third", w.Next(again))
+	w.Done("k", again)
+}
+
 // TestDoneAndIdle: Done ends a wait (the last Done of a key's waits drops
 // the key's wait); a key nobody waits for is unsubscribed on the nodes once
 // idle, while a key still waited for stays subscribed; once no key is left
