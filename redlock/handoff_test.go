@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -355,6 +357,68 @@ func TestHandoffTopUp(t *testing.T) {
 		})
 	}
 }
+
+// TestHandoffLateAfterUnlock: a node whose release by the holder comes
+// late hands the key over to the waiter after the waiter, which held the
+// lock by the other nodes' handoffs, has already sent its own unlock there
+// (which found the holder's token). That handoff is stray: the waiter's
+// client releases it at once, also while its unlock still waits for
+// another node, instead of leaving the key held for the lock's TTL.
+func TestHandoffLateAfterUnlock(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	c.tune = func(tn *tunables) { tn.yieldWindow = time.Second }
+	a, b := handoffPair(t, c)
+	la, err := a.Lock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	settle(a)
+	lc, ec := lockLater(b, "k", 10*time.Second)
+	require.Eventually(t, func() bool {
+		for i := range c.srv {
+			if !slices.ContainsFunc(entries(t, c, i, "k"), func(e string) bool { return strings.HasSuffix(e, "|"+b.live) }) {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "b is in line on every node")
+	waitLive(t, c, b, "k")
+
+	lateA := holdCmds(c.hooks[2], la.Token()) // a's release is slow on node 2
+	require.NoError(t, la.Unlock(t.Context()))
+	lb := <-lc
+	require.NoError(t, <-ec)
+	require.True(t, strings.HasPrefix(lb.Token(), protocol.HandPrefix), "b holds the lock by the handoffs of nodes 0 and 1")
+
+	slowB := holdCmds(c.hooks[0], lb.Token()) // b's unlock waits for node 0
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- lb.Unlock(context.Background()) }()
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(c.hooks[2].commands(), func(s string) bool { return strings.Contains(s, lb.Token()) })
+	}, 5*time.Second, time.Millisecond, "b's unlock reached node 2")
+	settleNode(b, 2)
+	lateA() // node 2 hands the key over to b's entry, still in its queue
+	require.Eventually(t, func() bool { v, _ := c.srv[2].Get("k"); return v != la.Token() }, 5*time.Second, time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // the announcement reaches b
+	slowB()
+	<-unlocked
+	if !assert.Eventually(t, func() bool { return !held(c.srv[2], "k") }, 5*time.Second, time.Millisecond) {
+		v, _ := c.srv[2].Get("k")
+		t.Errorf("node 2 kept the late handoff: %q", v)
+	}
+}
+
+// holdCmds makes the scripts that name token wait on h's node until the
+// returned function is called.
+func holdCmds(h *faultHook, token string) (release func()) {
+	gate := make(chan struct{})
+	h.selectCmds(func(cmd redis.Cmder) bool { return lockScript(cmd) && strings.Contains(fmt.Sprint(cmd.Args()), token) })
+	h.set(func() { <-gate }, nil)
+	var once sync.Once
+	return func() { once.Do(func() { close(gate) }) }
+}
+
+// settleNode waits until cl has no request in flight to node i.
+func settleNode(cl *Client, i int) { cl.nodes[i].Wait() }
 
 // handoffPair returns a holder's client and a waiter's client whose
 // retries wait a minute, so that the waiter obtains a lock within a test

@@ -146,11 +146,15 @@ func (l *Lock) unlock(ctx context.Context, rec *record) error {
 	if rec != nil {
 		rec.ended = true
 	}
-	hand, handed := strings.CutPrefix(l.token, protocol.HandPrefix)
+	if hand, handed := strings.CutPrefix(l.token, protocol.HandPrefix); handed {
+		// The lock was handed over on the nodes (see waiter.handedLock).
+		// A slow node may hand the key over to it only after this release
+		// has passed there: from now on an announcement of that handoff
+		// is stray, and the client releases it (see Client.releaseStray).
+		// One that this release overtakes is released twice, harmlessly.
+		c.wake.Forget(hand)
+	}
 	if c.cfg.clock.Now().Before(l.until) && c.queue.HandOff(l.turn, l.held.handover()) {
-		if handed {
-			c.wake.Forget(hand)
-		}
 		return nil // the next local caller's round takes the keys over
 	}
 	// The release does not depend on ctx: a caller's context that has
@@ -159,12 +163,6 @@ func (l *Lock) unlock(ctx context.Context, rec *record) error {
 	ctx = detach(ctx)
 	start, lat := rec.now(), rec.latencies()
 	r := c.release(ctx, l.held, true, lat)
-	if handed {
-		// The lock was handed over on the nodes (see waiter.handedLock):
-		// until the release is done everywhere, an announcement of that
-		// handoff from a slow node is not stray.
-		go func() { r.Wait(); c.wake.Forget(hand) }()
-	}
 	ok, err := r.Await(ctx, c.cfg.quorum)
 	if rec != nil {
 		rec.add(start, r, lat, false)
