@@ -68,6 +68,10 @@ type sub struct {
 	mu     sync.Mutex
 	idx    int  // the node's place among w.nodes
 	liveOn bool // live is subscribed on ps
+	// retired is set once live is unsubscribed for good (see retire), and
+	// unsubbed, guarded by Waker.mu, is closed when the node confirms it.
+	retired  bool
+	unsubbed chan struct{}
 }
 
 // hand is what the nodes announced of the handoffs to one round's token.
@@ -203,13 +207,13 @@ func (w *Waker) reconcile(s *sub, keys []string) {
 			off = append(off, protocol.ReleasedChannel+k)
 		}
 	}
-	if len(on) > 0 && w.live != "" {
+	if len(on) > 0 && w.live != "" && !s.retired {
 		on = append(on, w.live) // again: a no-op, and the first time it is in place with the key's
 	}
 	w.mu.Unlock()
 	if len(on) > 0 {
 		err := s.ps.Subscribe(context.Background(), on...)
-		if w.live != "" && err == nil && !s.liveOn {
+		if w.live != "" && err == nil && !s.liveOn && !s.retired {
 			s.liveOn = true
 			w.liveOn.Add(1)
 		}
@@ -253,25 +257,22 @@ func (w *Waker) Next(ch <-chan struct{}) string {
 // is closed.
 func (w *Waker) listen(s *sub) {
 	for {
-		msg, err := s.ps.ReceiveMessage(context.Background())
+		m, err := s.ps.Receive(context.Background())
 		w.mu.Lock()
 		closed := w.closed
-		if err == nil && msg.Channel == w.live {
-			w.handed(s, msg.Payload)
-		} else if err == nil {
-			key := strings.TrimPrefix(msg.Channel, protocol.ReleasedChannel)
-			w.named[key] = named{msg.Payload, w.clock.Now()}
-			w.heard.Store(true)
-			if e := w.waiters[key]; e != nil {
-				e.next = msg.Payload
-				close(e.ch)
-				delete(w.waiters, key)
+		switch m := m.(type) {
+		case *redis.Message:
+			w.message(s, m)
+		case *redis.Subscription:
+			if m.Kind == "unsubscribe" && m.Channel == w.live && s.unsubbed != nil {
+				close(s.unsubbed) // see retire
+				s.unsubbed = nil
 			}
 		}
 		current := slices.Contains(w.subs, s)
 		w.mu.Unlock()
-		if closed || !current {
-			return // Close, or dropIdle
+		if err != nil && (closed || !current) {
+			return // Close, or dropIdle, closed the connection (see retire)
 		}
 		if err != nil {
 			// The node is down: go-redis reconnects on the next receive.
@@ -280,6 +281,22 @@ func (w *Waker) listen(s *sub) {
 			case <-w.quit:
 			}
 		}
+	}
+}
+
+// message handles an announcement that came on s. Callers hold w.mu.
+func (w *Waker) message(s *sub, msg *redis.Message) {
+	if msg.Channel == w.live {
+		w.handed(s, msg.Payload)
+		return
+	}
+	key := strings.TrimPrefix(msg.Channel, protocol.ReleasedChannel)
+	w.named[key] = named{msg.Payload, w.clock.Now()}
+	w.heard.Store(true)
+	if e := w.waiters[key]; e != nil {
+		e.next = msg.Payload
+		close(e.ch)
+		delete(w.waiters, key)
 	}
 }
 
@@ -415,11 +432,9 @@ func (w *Waker) dropIdle(subs []*sub) (next time.Duration, done bool) {
 		drop = append(drop, k)
 	}
 	if len(w.keys) == 0 {
-		for _, s := range w.subs {
-			_ = s.ps.Close() // ends ReceiveMessage; the listener sees it is no longer current
-			w.dropLive(s)
-		}
-		w.subs = nil
+		subs := w.subs
+		w.subs = nil // the listeners end once retire closes their connections
+		w.wg.Go(func() { w.retire(subs) })
 		return 0, true
 	}
 	if len(drop) > 0 {
@@ -430,8 +445,10 @@ func (w *Waker) dropIdle(subs []*sub) (next time.Duration, done bool) {
 	return next, false
 }
 
-// Close stops the listeners and waits for them. Waiters are not woken. It
-// is safe to call more than once.
+// Close stops the listeners and waits for them, and for the stray
+// function's calls: a client's node hands nothing over to it once Close
+// returns (see retire). Waiters are not woken. It is safe to call more
+// than once.
 func (w *Waker) Close() {
 	w.mu.Lock()
 	subs := w.subs
@@ -440,10 +457,7 @@ func (w *Waker) Close() {
 	}
 	w.closed, w.subs = true, nil
 	w.mu.Unlock()
-	for _, s := range subs {
-		_ = s.ps.Close() // ends ReceiveMessage
-		w.dropLive(s)
-	}
+	w.retire(subs)
 	w.wg.Wait()
 }
 

@@ -1,6 +1,8 @@
 package wake
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -353,4 +355,77 @@ func TestResubscribeRightAfterDrop(t *testing.T) {
 		w.Done("a", keep)
 		w.Close()
 	}
+}
+
+// TestCloseHearsHandoffs: a handoff that a node announced on the client's
+// channel just before Close reaches the stray function before Close
+// returns, and no node has the channel subscribed after it: Close
+// unsubscribes the channel and waits for each node's confirmation, which
+// comes after every announcement made before it. Closing the connections
+// at once (the negative control, closeAtOnce) loses such announcements.
+func TestCloseHearsHandoffs(t *testing.T) {
+	for _, atOnce := range []bool{false, true} {
+		t.Run(map[bool]string{false: "retire", true: "closeAtOnce"}[atOnce], func(t *testing.T) {
+			leakcheck.Check(t)
+			const live = protocol.LiveChannel + "test"
+			lost := 0
+			for range 20 {
+				c := newCluster(t, 3)
+				w := NewLive(c.clients, long, clock.Real{}, live)
+				var mu sync.Mutex
+				var strays []string
+				w.SetStray(func(node int, token, key string) {
+					mu.Lock()
+					defer mu.Unlock()
+					strays = append(strays, fmt.Sprintf("%d %s %s", node, token, key))
+				})
+				ch := w.On("k")
+				require.NotNil(t, ch)
+				require.Eventually(t, func() bool {
+					for _, m := range c.srv {
+						if m.PubSubNumSub(live)[live] != 1 {
+							return false
+						}
+					}
+					return true
+				}, bound, time.Millisecond, "the client's channel subscribed on every node")
+				for i, m := range c.srv {
+					hand := protocol.HandPrefix + fmt.Sprintf("tok%d", i)
+					m.Publish(live, fmt.Sprintf("%d:%sk", len(hand), hand))
+				}
+				if atOnce {
+					closeAtOnce(w)
+				} else {
+					w.Close()
+				}
+				if !atOnce {
+					for _, m := range c.srv {
+						assert.Zero(t, m.PubSubNumSub(live)[live], "the client's channel is still subscribed")
+					}
+				}
+				mu.Lock()
+				lost += 3 - len(strays)
+				if !atOnce {
+					assert.ElementsMatch(t, []string{"0 tok0 k", "1 tok1 k", "2 tok2 k"}, strays)
+				}
+				mu.Unlock()
+			}
+			if atOnce {
+				assert.Positive(t, lost, "closing at once lost no announcement: the control is void")
+			}
+		})
+	}
+}
+
+// closeAtOnce is Close without retire: it closes the connections at once.
+func closeAtOnce(w *Waker) {
+	w.mu.Lock()
+	subs := w.subs
+	close(w.quit)
+	w.closed, w.subs = true, nil
+	w.mu.Unlock()
+	for _, s := range subs {
+		_ = s.ps.Close()
+	}
+	w.wg.Wait()
 }

@@ -1,0 +1,64 @@
+package wake
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// retireWait bounds how long retire waits for a node to confirm that it
+// stopped telling the client of handoffs: a node that is down fails the
+// unsubscription at once, one that is slow is left to its connection's
+// close.
+const retireWait = time.Second
+
+// retire closes subs, the connections of a Client that closes or of keys
+// that went idle, without losing a handoff: a release hands a key over only
+// to a waiter whose client's channel, live, has a subscriber on the node,
+// and announces it there. So retire first unsubscribes live on each
+// connection and waits, up to retireWait, for the node's confirmation.
+// From then on the node hands nothing over to the client, and the
+// announcements of the handoffs it made before came in ahead of the
+// confirmation, on the same connection, to the listener, which passes
+// those that no waiter expects to the stray function for release. Closing
+// the connection at once instead loses the announcements still on their
+// way, and the keys that they handed over stay held for their TTL.
+func (w *Waker) retire(subs []*sub) {
+	if w.live != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), retireWait)
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, s := range subs {
+			wg.Go(func() { w.unsubscribeLive(ctx, s) })
+		}
+		wg.Wait()
+	}
+	for _, s := range subs {
+		_ = s.ps.Close() // ends the listener's Receive
+		w.dropLive(s)
+	}
+}
+
+// unsubscribeLive unsubscribes live on s for good and waits until the node
+// confirmed it, or ctx ends.
+func (w *Waker) unsubscribeLive(ctx context.Context, s *sub) {
+	confirmed := make(chan struct{})
+	s.mu.Lock() // after a subscription under way (see reconcile)
+	s.retired = true
+	if !s.liveOn {
+		s.mu.Unlock()
+		return // never subscribed: no node knows the client
+	}
+	w.mu.Lock()
+	s.unsubbed = confirmed
+	w.mu.Unlock()
+	err := s.ps.Unsubscribe(ctx, w.live)
+	s.mu.Unlock()
+	if err != nil {
+		return // the connection is broken: so is the subscription
+	}
+	select {
+	case <-confirmed:
+	case <-ctx.Done():
+	}
+}
