@@ -27,7 +27,7 @@ func (c *Client) release(ctx context.Context, r *round, announce bool, lat []tim
 		cmd = c.proto.Release(r.storedKeys(), r.acq.Token, r.acq.TTL, announce)
 	}
 	h := r.handover()
-	h.Joined = announce && r.acq.Live != "" && !strings.HasPrefix(r.acq.Token, protocol.HandPrefix)
+	h.Joined = h.Joined && announce // a failed round's clean-up: its entries stay, for its waiter's next round
 	return c.releaseLock(detach(ctx), cmd, r.name(), h, nil, lat)
 }
 
@@ -35,9 +35,12 @@ func (c *Client) release(ctx context.Context, r *round, announce bool, lat []tim
 // waiter of this Client, once next, the waiter's first round on the same
 // keys, has run: where next was granted, the keys hold next's token (or
 // next has released them itself) and nothing is left of prev; elsewhere
-// prev's keys may remain. Callers are within c.life.enter.
+// prev's keys may remain, and where prev's acquire joined the queue for a
+// handoff, a release may have handed the key over to it since (an
+// announced release then takes that off, see ReleaseJoined). Callers are
+// within c.life.enter.
 func (c *Client) releaseHandedOver(next *round, prev queue.Handover) {
-	cmd := c.proto.Release(next.storedKeys(), prev.Token, prev.TTL, false)
+	cmd := c.proto.Release(next.storedKeys(), prev.Token, prev.TTL, prev.Joined)
 	c.releaseLock(context.Background(), cmd, next.name(), prev, next, nil)
 }
 
@@ -106,12 +109,11 @@ func (c *Client) leaveHandoff(key, token string, ttl time.Duration) {
 // it over to the round with token, which no waiter of this Client expects
 // any more (see wake.Waker.SetStray): the round obtained the lock, or gave
 // up, while its entry was still in the node's queue. The release hands the
-// key on to the next in line.
+// key on to the next in line. It runs also while the Client closes (the
+// Waker's Close waits for it, before the node clients close): the nodes
+// may announce such handoffs until Close has unsubscribed the Client's
+// channel (see wake.Waker.Close).
 func (c *Client) releaseStray(i int, token, key string) {
-	if err := c.life.enter(); err != nil {
-		return
-	}
-	defer c.life.exit()
 	cmd := c.proto.ReleaseOwn(key, token)
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
 	defer cancel()
@@ -128,7 +130,10 @@ func detach(ctx context.Context) context.Context {
 }
 
 // handover returns the lock that r obtained as Unlock hands it over: its
-// token and TTL, and its acquire round, for the release of what is left.
+// token and TTL, its acquire round, for the release of what is left, and
+// whether that round joined the queue for a handoff where it was refused
+// (a round for a hand value never joins).
 func (r *round) handover() queue.Handover {
-	return queue.Handover{Token: r.acq.Token, TTL: r.acq.TTL, Acquire: r.calls, AcquireTimeout: r.callTimeout}
+	return queue.Handover{Token: r.acq.Token, TTL: r.acq.TTL, Acquire: r.calls, AcquireTimeout: r.callTimeout,
+		Joined: r.acq.Live != "" && !strings.HasPrefix(r.acq.Token, protocol.HandPrefix)}
 }
