@@ -384,12 +384,14 @@ func TestHandoffLateAfterUnlock(t *testing.T) {
 	waitLive(t, c, b, "k")
 
 	lateA := holdCmds(c.hooks[2], la.Token()) // a's release is slow on node 2
+	t.Cleanup(lateA)
 	require.NoError(t, la.Unlock(t.Context()))
 	lb := <-lc
 	require.NoError(t, <-ec)
 	require.True(t, strings.HasPrefix(lb.Token(), protocol.HandPrefix), "b holds the lock by the handoffs of nodes 0 and 1")
 
 	slowB := holdCmds(c.hooks[0], lb.Token()) // b's unlock waits for node 0
+	t.Cleanup(slowB)
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- lb.Unlock(context.Background()) }()
 	require.Eventually(t, func() bool {
@@ -404,6 +406,55 @@ func TestHandoffLateAfterUnlock(t *testing.T) {
 	if !assert.Eventually(t, func() bool { return !held(c.srv[2], "k") }, 5*time.Second, time.Millisecond) {
 		v, _ := c.srv[2].Get("k")
 		t.Errorf("node 2 kept the late handoff: %q", v)
+	}
+}
+
+// TestHandoffLocalAfterJoin: a round that joined the queue on a node and
+// that the node's release then handed the key to, while the round was
+// still out, obtains the lock on the other nodes; its Unlock hands the lock
+// over to the next caller of its Client, whose round takes the handed key
+// over as the previous lock's. Nothing stays held once that caller is done.
+func TestHandoffLocalAfterJoin(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	a, b := handoffPair(t, c)
+	la, err := a.Lock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	settle(a)
+	c.srv[0].Del("k")
+	c.srv[1].Del("k") // a holds node 2 only: b's round is granted on 0 and 1
+
+	late := []func(){holdCmds(c.hooks[0], b.live), holdCmds(c.hooks[1], b.live)}
+	t.Cleanup(func() {
+		for _, f := range late {
+			f()
+		}
+	})
+	lc, ec := lockLater(b, "k", time.Minute)
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(entries(t, c, 2, "k"), func(e string) bool { return strings.HasSuffix(e, "|"+b.live) })
+	}, 5*time.Second, time.Millisecond, "b's round joined the queue on node 2")
+	require.ErrorIs(t, la.Unlock(t.Context()), ErrNotHeld, "a held node 2 only") // and hands it over there
+	require.Eventually(t, func() bool { v, _ := c.srv[2].Get("k"); return strings.HasPrefix(v, protocol.HandPrefix) },
+		5*time.Second, time.Millisecond, "node 2 handed the key over to b's round")
+	time.Sleep(50 * time.Millisecond) // the announcement reaches b
+	for _, f := range late {
+		f()
+	}
+	l1 := <-lc
+	require.NoError(t, <-ec)
+	require.False(t, strings.HasPrefix(l1.Token(), protocol.HandPrefix), "b's round obtained the lock on nodes 0 and 1")
+
+	lc2, ec2 := lockLater(b, "k", time.Minute)
+	require.Eventually(t, func() bool { return b.queue.Waiting("k") == 1 }, 5*time.Second, time.Millisecond, "a second caller of b waits")
+	require.NoError(t, l1.Unlock(t.Context())) // hands the lock over to the second caller
+	l2 := <-lc2
+	require.NoError(t, <-ec2)
+	require.NoError(t, l2.Unlock(t.Context()))
+	settle(b)
+	for i, m := range c.srv {
+		v, _ := m.Get("k")
+		assert.False(t, held(m, "k"), "node %d: k left holding %q", i, v)
 	}
 }
 

@@ -11,7 +11,9 @@
 -- state to establish at once ('' for none: only a client that saw every node
 -- guarded sends it), ARGV[5] is '1' when the caller wants the fence counter,
 -- ARGV[6] (optional, '' for none) the token of a holder in the same client
--- that hands the lock over to this round: keys that hold it count as free.
+-- that hands the lock over to this round: keys that hold it, or that a
+-- release handed over to its round ("@HAND@" .. ARGV[6]: it joined the
+-- queue there), count as free.
 -- ARGV[7] (optional) is the id of a waiter, to join the queue of waiters of
 -- KEYS[1], a hint for the order in which releases wake waiters that never
 -- decides a grant; ARGV[8] is then its ticket, a whole number that orders
@@ -137,8 +139,9 @@ if #KEYS == 2 then
   end
   if type(first) ~= 'string' then first = nil end
 end
-local prev = ARGV[6]
+local prev, prevHand = ARGV[6], nil
 if prev == '' then prev = nil end
+if prev then prevHand = '@HAND@' .. prev end
 local handed, before -- the key handed over to this waiter's previous round, and that round's token
 local entry = place
 if ARGV[10] and ARGV[10] ~= '' then
@@ -153,7 +156,7 @@ for i = 1, #KEYS - 1 do
   if v == gone .. ARGV[1] then
     return -3 -- this token was released already (see release.lua): a late SET
   end
-  if v ~= false and v ~= ARGV[1] and v ~= prev and v ~= handed and v ~= before and string.sub(v, 1, #gone) ~= gone then
+  if v ~= false and v ~= ARGV[1] and v ~= prev and v ~= prevHand and v ~= handed and v ~= before and string.sub(v, 1, #gone) ~= gone then
     local ttl = redis.call('PTTL', KEYS[i])
     if ttl == -1 then return -1 end
     if ttl < 1 then ttl = 1 end

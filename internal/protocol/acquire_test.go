@@ -35,6 +35,7 @@ func TestAcquireCases(t *testing.T) {
 		{"another token's tombstone", TombstonePrefix + "tok-other", time.Minute, Granted, true},
 		{"own tombstone", TombstonePrefix + token, time.Minute, Gone, false},
 		{"the handed-over lock of the same client", prev, time.Minute, Granted, true},
+		{"a handoff to the handed-over lock's round", HandPrefix + prev, time.Minute, Granted, true},
 		{"a handoff to the waiter's previous round", HandPrefix + prevRound, time.Minute, Granted, true},
 		{"the waiter's previous round, not yet cleaned up", prevRound, time.Minute, Granted, true},
 		{"a handoff to another round", HandPrefix + "tok-other", time.Minute, Taken, false},
