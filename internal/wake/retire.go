@@ -42,13 +42,13 @@ func (w *Waker) retire(subs []*sub) {
 // unsubscribeLive unsubscribes live on s for good and waits until the node
 // confirmed it, or ctx ends.
 func (w *Waker) unsubscribeLive(ctx context.Context, s *sub) {
-	confirmed := make(chan struct{})
 	s.mu.Lock() // after a subscription under way (see reconcile)
 	s.retired = true
 	if !s.liveOn {
 		s.mu.Unlock()
 		return // never subscribed: no node knows the client
 	}
+	confirmed := make(chan struct{})
 	w.mu.Lock()
 	s.unsubbed = confirmed
 	w.mu.Unlock()

@@ -380,7 +380,7 @@ func TestCloseHearsHandoffs(t *testing.T) {
 	for _, atOnce := range []bool{false, true} {
 		t.Run(map[bool]string{false: "retire", true: "closeAtOnce"}[atOnce], func(t *testing.T) {
 			leakcheck.Check(t)
-			lost := 0
+			lost, heard := 0, 0
 			for try := range 20 {
 				live := fmt.Sprintf("%stest-%v-%d", protocol.LiveChannel, atOnce, try)
 				w := NewLive(clients, long, clock.Real{}, live)
@@ -428,11 +428,13 @@ func TestCloseHearsHandoffs(t *testing.T) {
 				}
 				mu.Lock()
 				lost += len(delivered) - len(strays)
+				heard += len(delivered)
 				if !atOnce {
 					assert.ElementsMatch(t, delivered, strays, "the handoffs delivered before Close")
 				}
 				mu.Unlock()
 			}
+			assert.Positive(t, heard, "no handoff reached the client before Close: the test is void")
 			if atOnce {
 				assert.Positive(t, lost, "closing at once lost no announcement: the control is void")
 			}
