@@ -122,7 +122,7 @@ func TestHandoff(t *testing.T) {
 		if handed {
 			held := 0
 			for _, m := range c.srv {
-				if v, _ := m.Get(key); v == lb.Token() {
+				if v, _ := value(m, key); v == lb.Token() {
 					held++
 				}
 			}
@@ -134,7 +134,7 @@ func TestHandoff(t *testing.T) {
 		require.NoError(t, lb.Unlock(t.Context()))
 		settle(b)
 		for i, m := range c.srv {
-			v, _ := m.Get(key)
+			v, _ := value(m, key)
 			assert.True(t, v == "" || strings.HasPrefix(v, protocol.TombstonePrefix), "node %d: %s left holding %q", i, key, v)
 			assert.False(t, slices.ContainsFunc(entries(t, c, i, key), func(e string) bool { return strings.HasSuffix(e, "|"+b.live) }),
 				"node %d: b left the queue", i)
@@ -221,7 +221,7 @@ func TestHandoffSkipsDeadWaiter(t *testing.T) {
 			settle(a)
 			toB := 0 // nodes that handed the key over to b
 			for _, m := range c.srv {
-				if v, _ := m.Get("k"); slices.ContainsFunc(bTokens, func(tok string) bool { return v == protocol.HandPrefix+tok }) {
+				if v, _ := value(m, "k"); slices.ContainsFunc(bTokens, func(tok string) bool { return v == protocol.HandPrefix+tok }) {
 					toB++
 				}
 			}
@@ -301,7 +301,7 @@ func TestHandoffLostRegistration(t *testing.T) {
 	settle(b)
 	for i, m := range c.srv {
 		// A tombstone may stay where b's winning round was not sent.
-		v, _ := m.Get("k")
+		v, _ := value(m, "k")
 		assert.True(t, v == "" || strings.HasPrefix(v, protocol.TombstonePrefix), "node %d: nothing left, not %q", i, v)
 	}
 }
@@ -338,7 +338,7 @@ func TestHandoffTopUp(t *testing.T) {
 					require.NoError(t, lb.Unlock(t.Context()))
 					continue
 				}
-				v, _ := c.srv[0].Get(key)
+				v, _ := value(c.srv[0], key)
 				if topUp {
 					assert.Equal(t, lb.Token(), v, "node 0 holds the key for the lock too")
 				} else {
@@ -347,7 +347,7 @@ func TestHandoffTopUp(t *testing.T) {
 				require.NoError(t, lb.Unlock(t.Context()))
 				settle(b)
 				for i, m := range c.srv {
-					v, _ := m.Get(key)
+					v, _ := value(m, key)
 					assert.True(t, v == "" || strings.HasPrefix(v, protocol.TombstonePrefix), "node %d: %s left holding %q", i, key, v)
 					assert.Empty(t, entries(t, c, i, key), "node %d: the queue is empty", i)
 				}
@@ -399,12 +399,12 @@ func TestHandoffLateAfterUnlock(t *testing.T) {
 	}, 5*time.Second, time.Millisecond, "b's unlock reached node 2")
 	settleNode(b, 2)
 	lateA() // node 2 hands the key over to b's entry, still in its queue
-	require.Eventually(t, func() bool { v, _ := c.srv[2].Get("k"); return v != la.Token() }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { v, _ := value(c.srv[2], "k"); return v != la.Token() }, 5*time.Second, time.Millisecond)
 	time.Sleep(100 * time.Millisecond) // the announcement reaches b
 	slowB()
 	<-unlocked
 	if !assert.Eventually(t, func() bool { return !held(c.srv[2], "k") }, 5*time.Second, time.Millisecond) {
-		v, _ := c.srv[2].Get("k")
+		v, _ := value(c.srv[2], "k")
 		t.Errorf("node 2 kept the late handoff: %q", v)
 	}
 }
@@ -435,7 +435,7 @@ func TestHandoffLocalAfterJoin(t *testing.T) {
 		return slices.ContainsFunc(entries(t, c, 2, "k"), func(e string) bool { return strings.HasSuffix(e, "|"+b.live) })
 	}, 5*time.Second, time.Millisecond, "b's round joined the queue on node 2")
 	require.ErrorIs(t, la.Unlock(t.Context()), ErrNotHeld, "a held node 2 only") // and hands it over there
-	require.Eventually(t, func() bool { v, _ := c.srv[2].Get("k"); return strings.HasPrefix(v, protocol.HandPrefix) },
+	require.Eventually(t, func() bool { v, _ := value(c.srv[2], "k"); return strings.HasPrefix(v, protocol.HandPrefix) },
 		5*time.Second, time.Millisecond, "node 2 handed the key over to b's round")
 	time.Sleep(50 * time.Millisecond) // the announcement reaches b
 	for _, f := range late {
@@ -453,7 +453,7 @@ func TestHandoffLocalAfterJoin(t *testing.T) {
 	require.NoError(t, l2.Unlock(t.Context()))
 	settle(b)
 	for i, m := range c.srv {
-		v, _ := m.Get("k")
+		v, _ := value(m, "k")
 		assert.False(t, held(m, "k"), "node %d: k left holding %q", i, v)
 	}
 }

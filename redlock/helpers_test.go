@@ -16,6 +16,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/internal/protocol"
 )
 
 // cluster is N in-process Redis-protocol nodes with a fault hook in front of
@@ -92,11 +94,11 @@ func (c *cluster) setTime(now time.Time) {
 // with no data.
 func (c *cluster) restart(i int) { c.srv[i].FlushAll() }
 
-// holders counts the nodes whose key holds value.
-func (c *cluster) holders(key, value string) int {
+// holders counts the nodes whose key holds want.
+func (c *cluster) holders(key, want string) int {
 	n := 0
 	for _, m := range c.srv {
-		if v, err := m.Get(key); err == nil && v == value {
+		if v, err := value(m, key); err == nil && v == want {
 			n++
 		}
 	}
@@ -116,7 +118,7 @@ func (c *cluster) waitAll(t *testing.T, key string) string {
 	t.Helper()
 	var v string
 	require.Eventually(t, func() bool {
-		v, _ = c.srv[0].Get(key)
+		v, _ = value(c.srv[0], key)
 		return v != "" && c.holders(key, v) == len(c.srv)
 	}, 5*time.Second, time.Millisecond, "every node holds one value at %s", key)
 	return v
@@ -133,11 +135,19 @@ func (c *cluster) keys(key string) int {
 	return n
 }
 
+// value returns what m holds at key, without the mark of a key waited
+// for (see internal/protocol/acquire.lua), and m.Get's error.
+func value(m *miniredis.Miniredis, key string) (string, error) {
+	v, err := m.Get(key)
+	v, _ = protocol.Holding(v)
+	return v, err
+}
+
 // held reports whether key exists on m and is not a tombstone, which a
 // release leaves where the key was missing and which counts as free (see
 // internal/protocol/release.lua).
 func held(m *miniredis.Miniredis, key string) bool {
-	v, err := m.Get(key)
+	v, err := value(m, key)
 	return err == nil && !strings.HasPrefix(v, "redquorum:gone:")
 }
 

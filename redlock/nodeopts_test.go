@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
@@ -158,7 +159,7 @@ func TestNewDerivesNodeClients(t *testing.T) {
 			"node %d: the user's OnConnect was replaced", i)
 		admin := redis.NewClient(&redis.Options{Addr: s.Addrs[i], Password: password, DB: db, Protocol: 2})
 		// A round returns at its quorum; the last node's answer lands a moment later.
-		assert.Eventually(t, func() bool { return admin.Get(t.Context(), "k").Val() == l.Token() }, 5*time.Second, time.Millisecond,
+		assert.Eventually(t, func() bool { v, _ := protocol.Holding(admin.Get(t.Context(), "k").Val()); return v == l.Token() }, 5*time.Second, time.Millisecond,
 			"node %d: the lock in the user's DB", i)
 		assert.Len(t, admin.HGet(t.Context(), reservedKey, "r").Val(), 40, "node %d: the connection check ran", i)
 		require.NoError(t, admin.Close())

@@ -197,7 +197,7 @@ func TestLateSetAfterFailedRound(t *testing.T) {
 	release()
 	require.NoError(t, cl.Close())
 	assert.False(t, held(c.srv[2], "k"), "the late SET outlived the release")
-	v, _ := c.srv[0].Get("k")
+	v, _ := value(c.srv[0], "k")
 	assert.Equal(t, "other", v, "another owner's key was touched")
 }
 
@@ -249,7 +249,7 @@ func TestAcquireTakesOverOnlyPrev(t *testing.T) {
 		require.NoError(t, m.Set("k", tc.held))
 		m.SetTTL("k", 5*time.Second)
 		v := acquire("k", tc.prev)
-		got, _ := m.Get("k")
+		got, _ := value(m, "k")
 		if tc.granted {
 			assert.Equal(t, int64(0), v, "%+v", tc)
 			assert.Equal(t, "new", got, "%+v", tc)
@@ -285,7 +285,7 @@ func TestTombstone(t *testing.T) {
 	v, err = runAcquire(t.Context(), n, "k", "other", 10000).Result()
 	require.NoError(t, err)
 	assert.Equal(t, int64(0), v, "another token finds the key free")
-	got, _ := m.Get("k")
+	got, _ := value(m, "k")
 	assert.Equal(t, "other", got)
 
 	// A release of a key that is there deletes it and leaves nothing.

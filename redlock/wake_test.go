@@ -274,6 +274,10 @@ func TestWakeListenersStopWhenIdle(t *testing.T) {
 	require.True(t, running())
 	// The subscriptions are made in the background: unlock once they are.
 	require.Eventually(t, func() bool { n, _ := subscribed("k"); return n == 3 }, 5*time.Second, time.Millisecond)
+	// A release is announced where the key refused a waiter (see
+	// internal/protocol/acquire.lua): cl's round, as a Lock's would.
+	_, err = cl.TryLock(t.Context(), "k", time.Minute)
+	require.ErrorIs(t, err, ErrTaken)
 	require.NoError(t, l.Unlock(t.Context()))
 	select {
 	case <-ch:

@@ -113,7 +113,7 @@ func get(t *testing.T, addr, key string) string {
 		return ""
 	}
 	require.NoError(t, err)
-	return v
+	return unmarked(v)
 }
 
 // waitReplicated waits until the replica of g has key with the value it

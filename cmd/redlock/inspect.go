@@ -94,7 +94,8 @@ func readKey(ctx context.Context, n redis.UniversalClient, key, stateKey string)
 	if errors.Is(get.Err(), redis.Nil) || strings.HasPrefix(get.Val(), protocol.TombstonePrefix) {
 		return r // free (a tombstone is free for every other token)
 	}
-	r.holder, r.ttl = get.Val(), pttl.Val()
+	r.holder, _ = protocol.Holding(get.Val())
+	r.ttl = pttl.Val()
 	if r.ttl >= 0 {
 		r.ttl = r.ttl.Truncate(time.Millisecond)
 	}

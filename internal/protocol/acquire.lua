@@ -1,6 +1,6 @@
--- (@GONE@, @QUEUE@ and @HAND@ stand for protocol.TombstonePrefix,
--- protocol.QueuePrefix and protocol.HandPrefix, replaced when the scripts
--- are loaded.)
+-- (@GONE@, @QUEUE@, @HAND@ and @WAITED@ stand for protocol.TombstonePrefix,
+-- protocol.QueuePrefix, protocol.HandPrefix and protocol.WaitedPrefix,
+-- replaced when the scripts are loaded.)
 -- acquire: take every key of KEYS[1..n-1] for token ARGV[1] for ARGV[2] ms,
 -- all or none. KEYS[n], the last, is the node's state, a hash without expiry:
 -- g = the node time in ms until which the node is in its restart guard (0: established),
@@ -45,6 +45,14 @@
 -- gave, sent to the nodes that did not hand it over) never joins; granted,
 -- it takes the client's entries off as ARGV[12] says.
 -- The restart guard is read only before a grant.
+-- A key that another token holds is marked as waited for ("@WAITED@" before
+-- its value, its TTL kept) when it refuses this round, so that its release
+-- looks at the queue and announces itself (see release.lua); a key taken
+-- over by this round (already ours, or one that counts as free above)
+-- keeps its mark, and a round for a hand value sets the mark (a handoff
+-- means waiters), as does the grant of a waiter's round while others are
+-- still in line (see granted). Every comparison here is of the value
+-- without the mark.
 -- Returns
 --   0 when every key now holds our token (newly set, or already ours: a lost
 --     reply or a retry, in which case the TTL is reset), or {0, f} when ARGV[5]
@@ -112,9 +120,19 @@ local function forget()
     if string.sub(m, -#suffix) == suffix then redis.pcall('ZREM', queue, m) end
   end
 end
--- granted is the reply once every key holds our token.
+-- granted is the reply once every key holds our token. A waiter that may
+-- have been in the queue (ARGV[12]) leaves it; if others are still in
+-- line, its keys are marked as waited for, so that its release names the
+-- next of them.
 local function granted()
-  if place then forget() end
+  if place and ARGV[12] == '1' then
+    forget()
+    if redis.pcall('EXISTS', queued()) == 1 then
+      for i = 1, #KEYS - 1 do
+        redis.call('SET', KEYS[i], '@WAITED@' .. ARGV[1], 'KEEPTTL')
+      end
+    end
+  end
   if ARGV[5] == '1' then
     local f = redis.call('HGET', state, 'f')
     if f then return {0, tonumber(f)} end
@@ -126,9 +144,12 @@ end
 -- A single key that is free, the usual case, is taken in one call. The
 -- value that SET ... GET returns when the key exists saves the GET below.
 -- (NX with GET needs Redis 7.0: before, the error leaves first unknown.)
+local waited = '@WAITED@'
+local own = ARGV[1] -- what a granted key holds
+if string.sub(own, 1, #'@HAND@') == '@HAND@' then own = waited .. own end
 local first
 if #KEYS == 2 then
-  first = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+  first = redis.pcall('SET', KEYS[1], own, 'NX', 'PX', ARGV[2], 'GET')
   if first == false then
     local g = guarded()
     if g then
@@ -150,15 +171,20 @@ if ARGV[10] and ARGV[10] ~= '' then
 end
 local gone = '@GONE@'
 local wait = 0
+local marked = {} -- the keys marked as waited for
 for i = 1, #KEYS - 1 do
   local v = first
   if i > 1 or not v then v = redis.call('GET', KEYS[i]) end
+  if v and string.sub(v, 1, #waited) == waited then
+    v, marked[i] = string.sub(v, #waited + 1), true
+  end
   if v == gone .. ARGV[1] then
     return -3 -- this token was released already (see release.lua): a late SET
   end
   if v ~= false and v ~= ARGV[1] and v ~= prev and v ~= prevHand and v ~= handed and v ~= before and string.sub(v, 1, #gone) ~= gone then
     local ttl = redis.call('PTTL', KEYS[i])
     if ttl == -1 then return -1 end
+    if not marked[i] then redis.call('SET', KEYS[i], waited .. v, 'KEEPTTL') end
     if ttl < 1 then ttl = 1 end
     if ttl > wait then wait = ttl end
   end
@@ -175,6 +201,10 @@ end
 local g = guarded()
 if g then return g end
 for i = 1, #KEYS - 1 do
-  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  if marked[i] and own == ARGV[1] then
+    redis.call('SET', KEYS[i], waited .. own, 'PX', ARGV[2])
+  else
+    redis.call('SET', KEYS[i], own, 'PX', ARGV[2])
+  end
 end
 return granted()

@@ -30,15 +30,18 @@ func TestAcquireCases(t *testing.T) {
 	}{
 		{"free", "", 0, Granted, true},
 		{"own token (a retry)", token, time.Second, Granted, true},
+		{"own token, waited for", WaitedPrefix + token, time.Second, Granted, true},
 		{"another token", "tok-other", time.Minute, Taken, false},
+		{"another token, waited for", WaitedPrefix + "tok-other", time.Minute, Taken, false},
 		{"another token, no expiry", "tok-other", 0, Taken, false},
 		{"another token's tombstone", TombstonePrefix + "tok-other", time.Minute, Granted, true},
 		{"own tombstone", TombstonePrefix + token, time.Minute, Gone, false},
 		{"the handed-over lock of the same client", prev, time.Minute, Granted, true},
+		{"the handed-over lock of the same client, waited for", WaitedPrefix + prev, time.Minute, Granted, true},
 		{"a handoff to the handed-over lock's round", HandPrefix + prev, time.Minute, Granted, true},
-		{"a handoff to the waiter's previous round", HandPrefix + prevRound, time.Minute, Granted, true},
+		{"a handoff to the waiter's previous round", WaitedPrefix + HandPrefix + prevRound, time.Minute, Granted, true},
 		{"the waiter's previous round, not yet cleaned up", prevRound, time.Minute, Granted, true},
-		{"a handoff to another round", HandPrefix + "tok-other", time.Minute, Taken, false},
+		{"a handoff to another round", WaitedPrefix + HandPrefix + "tok-other", time.Minute, Taken, false},
 	}
 	for _, tc := range cases {
 		for _, keys := range [][]string{{"k"}, {"k", "k2"}} {
@@ -55,10 +58,21 @@ func TestAcquireCases(t *testing.T) {
 				require.NoError(t, err)
 				assert.Equal(t, tc.want, r.Outcome)
 				got := node.Get(ctx, "k").Val()
-				if tc.held {
-					assert.Equal(t, token, got)
+				before, waited := Holding(tc.value)
+				switch {
+				case tc.held:
+					// A key taken over keeps its mark; a free one gets none.
+					want := token
+					if waited {
+						want = WaitedPrefix + token
+					}
+					assert.Equal(t, want, got)
 					assert.InDelta(t, 30*time.Second, node.PTTL(ctx, "k").Val(), float64(time.Second), "the TTL asked for")
-				} else {
+				case tc.want == Taken && tc.ttl > 0:
+					// The holder keeps its token and its TTL, marked as waited for.
+					assert.Equal(t, WaitedPrefix+before, got, "the key is marked, its value kept")
+					assert.InDelta(t, tc.ttl, node.PTTL(ctx, "k").Val(), float64(time.Second), "the holder's TTL is kept")
+				default:
 					assert.Equal(t, tc.value, got, "the key is untouched")
 				}
 				if tc.want == Taken && tc.ttl > 0 {
@@ -106,10 +120,18 @@ func TestAcquireQueued(t *testing.T) {
 	reset(false)
 	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n"}))
 	assert.Equal(t, all, node.ZRange(ctx, queue, 0, -1).Val(), "a first round's grant leaves the queue alone")
+	assert.Equal(t, "tok-n", node.Get(ctx, "k").Val(), "and does not mark the key")
 
 	reset(false)
 	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n", PrevToken: "tok-p", Queued: true}))
 	assert.Equal(t, []string{other}, node.ZRange(ctx, queue, 0, -1).Val(), "a later round's grant takes every entry of the client off")
+	assert.Equal(t, WaitedPrefix+"tok-n", node.Get(ctx, "k").Val(), "another waiter is in line: the key is marked")
+	assert.InDelta(t, 30*time.Second, node.PTTL(ctx, "k").Val(), float64(time.Second), "with the TTL asked for")
+
+	require.NoError(t, node.Del(ctx, "k", queue).Err())
+	require.NoError(t, node.ZAdd(ctx, queue, redis.Z{Score: 1, Member: prevRound}).Err())
+	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n", PrevToken: "tok-p", Queued: true}))
+	assert.Equal(t, "tok-n", node.Get(ctx, "k").Val(), "nobody else in line: the key is not marked")
 
 	reset(true)
 	require.Equal(t, Taken, acquire(Acquire{Token: "tok-n"}))

@@ -53,7 +53,22 @@ const (
 	// connected: a release hands a key over only to a waiter whose client
 	// is still subscribed, so never to one whose process is gone.
 	LiveChannel = "redquorum:waiting:"
+	// WaitedPrefix, before a key's value, marks a key that a waiter found
+	// held: an acquire that the key refused sets it, keeping the value and
+	// its TTL, and a handoff sets it on the key it hands over. Only the
+	// release of a marked key looks at the queue of waiters and announces
+	// itself; an uncontended unlock just deletes the key. Every script
+	// compares tokens without it. No token or hand value starts with it.
+	WaitedPrefix = "w:"
 )
+
+// Holding returns the token or hand value that value, read from a lock
+// key, holds, without the mark of [WaitedPrefix], and whether the mark
+// was there.
+func Holding(value string) (token string, waited bool) {
+	token, waited = strings.CutPrefix(value, WaitedPrefix)
+	return token, waited
+}
 
 // Reserved reports whether key, without the client's prefix, is one of
 // the library's own keys (a node state or a queue of waiters) rather than a
@@ -89,7 +104,7 @@ type script struct {
 }
 
 func newScript(lua string) script {
-	src := strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@QUEUE@", QueuePrefix, "@HAND@", HandPrefix).Replace(lua)
+	src := strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@QUEUE@", QueuePrefix, "@HAND@", HandPrefix, "@WAITED@", WaitedPrefix).Replace(lua)
 	sum := sha1.Sum([]byte(src))
 	return script{src: src, sha: hex.EncodeToString(sum[:])}
 }

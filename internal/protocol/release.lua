@@ -1,13 +1,18 @@
--- (@GONE@, @RELEASED@, @QUEUE@ and @HAND@ stand for
--- protocol.TombstonePrefix, protocol.ReleasedChannel, protocol.QueuePrefix
--- and protocol.HandPrefix, replaced when the scripts are loaded.)
+-- (@GONE@, @RELEASED@, @QUEUE@, @HAND@ and @WAITED@ stand for
+-- protocol.TombstonePrefix, protocol.ReleasedChannel, protocol.QueuePrefix,
+-- protocol.HandPrefix and protocol.WaitedPrefix, replaced when the scripts
+-- are loaded.)
 -- release: delete every key of KEYS that holds token ARGV[1]. Returns 1 if
 -- all of them did, 0 otherwise (keys that are gone or hold another token are
 -- left alone).
--- When ARGV[2] is "1" (an unlock, not the clean-up of a failed round), each
--- deletion is announced on the channel "@RELEASED@" .. the key, so
--- that waiting clients retry at once; a failed PUBLISH (for example an ACL
--- without channel rights) does not fail the release.
+-- Tokens are compared without the mark "@WAITED@" that a refused acquire
+-- puts before a key's value (see acquire.lua).
+-- When ARGV[2] is "1" (an unlock, not the clean-up of a failed round), the
+-- deletion of each key marked as waited for is announced on the channel
+-- "@RELEASED@" .. the key, so that waiting clients retry at once; a failed
+-- PUBLISH (for example an ACL without channel rights) does not fail the
+-- release. An unmarked key refused no waiter: nobody listens for it, and
+-- it is deleted without a look at its queue.
 -- ARGV[3], when given and not 0, is the lock's TTL in ms: a key that does not exist
 -- gets a tombstone, the value "@GONE@" .. ARGV[1], for that long,
 -- so that this token's SET, if the network still delivers it (a partition
@@ -21,7 +26,8 @@
 -- Handoff on the node: when the next in line joined for a handoff (its
 -- entry is id .. '|' .. token .. '|' .. ttl .. '|' .. channel, see
 -- acquire.lua) and the lock has a single key, the key is set to
--- "@HAND@" .. token for ttl ms instead of being deleted, and the
+-- "@HAND@" .. token, marked as waited for, for ttl ms instead of being
+-- deleted, and the
 -- announcement is that value (otherwise it names the waiter by the
 -- token). It is handed over only while the waiter's
 -- client is still subscribed to its channel on this server (PUBSUB
@@ -38,11 +44,18 @@
 -- holds it. So an unlock also releases what a release handed over to the
 -- entry that its round left on the nodes that refused it, and a waiter
 -- that gives up releases what may have been handed over to its rounds.
+local waited = '@WAITED@'
+-- read returns the value of key without its mark, and whether it had one.
+local function read(key)
+  local v = redis.call('GET', key)
+  if v and string.sub(v, 1, #waited) == waited then return string.sub(v, #waited + 1), true end
+  return v, false
+end
 local mine = ARGV[1]
-local first -- the value of KEYS[1], once read
+local first, firstMarked -- the value of KEYS[1], once read
 if ARGV[2] == '1' and ARGV[4] and ARGV[7] then
   mine = '@HAND@' .. ARGV[1]
-  first = redis.call('GET', KEYS[1])
+  first, firstMarked = read(KEYS[1])
   if first ~= ARGV[1] and first ~= mine then
     -- Where the key holds the lock, its entry left the queue when the
     -- node granted or handed it over; elsewhere it may remain.
@@ -82,15 +95,15 @@ end
 
 local n = 0
 for i = 1, #KEYS do
-  local v = first
-  if i > 1 or v == nil then v = redis.call('GET', KEYS[i]) end
+  local v, marked = first, firstMarked
+  if i > 1 or v == nil then v, marked = read(KEYS[i]) end
   if v == ARGV[1] or v == mine then
     local next, ttl, ch = '', nil, nil
-    if ARGV[2] == '1' and i == 1 and ARGV[4] then
+    if marked and ARGV[2] == '1' and i == 1 and ARGV[4] then
       next, ttl, ch = handoff(ARGV[4] .. '@QUEUE@' .. string.sub(KEYS[1], #ARGV[4] + 1))
     end
     if ttl then
-      redis.call('SET', KEYS[i], next, 'PX', ttl)
+      redis.call('SET', KEYS[i], waited .. next, 'PX', ttl)
       -- To the waiter's client, which is subscribed: the hand value's
       -- length, ':', the value and the key.
       redis.pcall('PUBLISH', ch, #next .. ':' .. next .. KEYS[i])
@@ -98,7 +111,7 @@ for i = 1, #KEYS do
     else
       n = n + redis.call('DEL', KEYS[i])
     end
-    if ARGV[2] == '1' and not ttl then
+    if marked and ARGV[2] == '1' and not ttl then
       -- (A handoff is told to its waiter's client only: the others have
       -- nothing to try until the next release.)
       redis.pcall('PUBLISH', '@RELEASED@' .. KEYS[i], next)

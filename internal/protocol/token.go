@@ -36,6 +36,7 @@ func NewToken(owner string) string {
 // Owner returns the owner named in token, a value read from a lock key, or
 // "" when it names none.
 func Owner(token string) string {
+	token, _ = Holding(token)
 	token = strings.TrimPrefix(token, HandPrefix) // a lock handed over on the node
 	if len(token) > TokenRandomLen+1 && token[TokenRandomLen] == '.' {
 		return token[TokenRandomLen+1:]

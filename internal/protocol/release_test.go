@@ -1,0 +1,94 @@
+package protocol
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestReleaseWaited runs release.lua on a real server: the unlock of a key
+// that no acquire was refused by deletes it and does nothing else (its
+// queue is left alone and nothing is announced), while the unlock of a key
+// marked as waited for names the next in line, announces the release, or
+// hands the key over, marked again.
+func TestReleaseWaited(t *testing.T) {
+	ctx := t.Context()
+	node := oneNode(t, true)
+	p := New(time.Minute, false).WithQueues("")
+	queue := QueuePrefix + "k"
+	sub := node.Subscribe(ctx, ReleasedChannel+"k", LiveChannel+"w")
+	t.Cleanup(func() { _ = sub.Close() })
+	_, err := sub.Receive(ctx) // the first subscription's confirmation
+	require.NoError(t, err)
+	_, err = sub.Receive(ctx)
+	require.NoError(t, err)
+	messages := sub.Channel()
+	// heard returns the message published within a short wait, or nil.
+	heard := func() *redis.Message {
+		select {
+		case m := <-messages:
+			return m
+		case <-time.After(200 * time.Millisecond):
+			return nil
+		}
+	}
+	release := func(value string, entries ...redis.Z) int64 {
+		t.Helper()
+		require.NoError(t, node.Del(ctx, "k", queue).Err())
+		require.NoError(t, node.Set(ctx, "k", value, time.Minute).Err())
+		if len(entries) > 0 {
+			require.NoError(t, node.ZAdd(ctx, queue, entries...).Err())
+		}
+		n, err := p.RunInt(ctx, node, p.Release([]string{"k"}, "tok", time.Minute, true))
+		require.NoError(t, err)
+		return n
+	}
+	named := redis.Z{Score: 1, Member: "id-n"}
+
+	t.Run("not waited for", func(t *testing.T) {
+		require.EqualValues(t, 1, release("tok", named))
+		assert.EqualValues(t, 0, node.Exists(ctx, "k").Val(), "the key is deleted")
+		assert.Equal(t, []string{"id-n"}, node.ZRange(ctx, queue, 0, -1).Val(), "the queue is left alone")
+		assert.Nil(t, heard(), "nothing is announced")
+	})
+	t.Run("waited for", func(t *testing.T) {
+		require.EqualValues(t, 1, release(WaitedPrefix+"tok", named))
+		assert.EqualValues(t, 0, node.Exists(ctx, "k").Val(), "the key is deleted")
+		assert.Empty(t, node.ZRange(ctx, queue, 0, -1).Val(), "the next in line leaves the queue")
+		m := heard()
+		require.NotNil(t, m, "the release is announced")
+		assert.Equal(t, ReleasedChannel+"k", m.Channel)
+		assert.Equal(t, "id-n", m.Payload, "naming the next in line")
+	})
+	t.Run("waited for, the next in line joined for a handoff", func(t *testing.T) {
+		// The entry: the waiter's id, its round's token (the same length),
+		// the TTL in ms, its client's channel (subscribed above).
+		entry := redis.Z{Score: 1, Member: "i|r|30000|" + LiveChannel + "w"}
+		require.EqualValues(t, 1, release(WaitedPrefix+"tok", entry))
+		assert.Equal(t, WaitedPrefix+HandPrefix+"r", node.Get(ctx, "k").Val(), "handed over, marked")
+		assert.InDelta(t, 30*time.Second, node.PTTL(ctx, "k").Val(), float64(time.Second), "for the waiter's TTL")
+		m := heard()
+		require.NotNil(t, m, "the handoff is told to the waiter's client")
+		assert.Equal(t, LiveChannel+"w", m.Channel)
+		assert.Equal(t, "3:"+HandPrefix+"rk", m.Payload, "the hand value unmarked, then the key")
+		assert.Nil(t, heard(), "and not announced to the others")
+	})
+	t.Run("extend and fence keep the mark", func(t *testing.T) {
+		require.NoError(t, node.Set(ctx, "k", WaitedPrefix+"tok", time.Second).Err())
+		n, err := p.RunInt(ctx, node, p.Extend([]string{"k", StateKey}, "tok", time.Minute))
+		require.NoError(t, err)
+		assert.True(t, Held(n), "a marked key still holds its token")
+		assert.InDelta(t, time.Minute, node.PTTL(ctx, "k").Val(), float64(time.Second))
+		n, err = p.RunInt(ctx, node, p.Fence([]string{"k", StateKey}, "tok", 7))
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, n)
+		assert.Equal(t, "7", node.HGet(ctx, StateKey, "f").Val())
+		assert.Equal(t, WaitedPrefix+"tok", node.Get(ctx, "k").Val())
+		n, err = p.RunInt(ctx, node, p.Extend([]string{"k", StateKey}, "other", time.Minute))
+		require.NoError(t, err)
+		assert.False(t, Held(n), "another token does not extend it")
+	})
+}
