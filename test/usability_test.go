@@ -81,6 +81,28 @@ func TestOwnerAndHolder(t *testing.T) {
 	assert.Greater(t, h.TTL, 9*time.Second)
 	assert.LessOrEqual(t, h.TTL, 10*time.Second)
 
+	// A refused attempt marks the key as waited for on every node; the
+	// holder, its TTL and the lock's own TTL read the same.
+	_, err = other.TryLock(ctx, "order:1", time.Second)
+	require.ErrorIs(t, err, redlock.ErrTaken)
+	require.Eventually(t, func() bool {
+		marked := 0
+		for _, d := range direct {
+			if v, _ := d.Get(ctx, "order:1").Result(); v == protocol.WaitedPrefix+l.Token() {
+				marked++
+			}
+		}
+		return marked >= 3 // a decided round is not sent to a busy node
+	}, 5*time.Second, time.Millisecond, "a quorum of nodes marked")
+	h, err = other.Holder(ctx, "order:1")
+	require.NoError(t, err)
+	assert.Equal(t, "billing-7", h.Owner)
+	assert.Equal(t, 5, h.Nodes)
+	assert.Greater(t, h.TTL, 8*time.Second)
+	ttl, err := l.TTL(ctx)
+	require.NoError(t, err)
+	assert.Greater(t, ttl, 8*time.Second)
+
 	// The default owner is <hostname>:<pid>.
 	l2, err := other.Lock(ctx, "order:2", 10*time.Second)
 	require.NoError(t, err)
