@@ -35,6 +35,11 @@ import (
 // They never wait for a key: use them only in the 1-caller scenario
 // (--only distinct-1), where no two rounds share a key.
 func bareImpl(name string, kind bareKind) loadtest.Impl {
+	return bareImplTimeout(name, kind, redlock.DefaultNodeTimeout)
+}
+
+// bareImplTimeout is bareImpl with calls that time out after timeout.
+func bareImplTimeout(name string, kind bareKind, timeout time.Duration) loadtest.Impl {
 	return loadtest.Impl{Name: name, New: func(addrs []string) (loadtest.Locker, func(), error) {
 		nodes := redlock.NewNodes(addrs...)
 		closeNodes := func() {
@@ -59,7 +64,7 @@ func bareImpl(name string, kind bareKind) loadtest.Impl {
 				return nil, nil, err
 			}
 		}
-		b := &bare{nodes: nodes, workers: quorum.NewWorkers(), kind: kind, proto: protocol.New(redlock.DefaultRestartGuard, false)}
+		b := &bare{nodes: nodes, workers: quorum.NewWorkers(), kind: kind, proto: protocol.New(redlock.DefaultRestartGuard, false), timeout: timeout}
 		return b, func() { b.workers.Close(); closeNodes() }, nil
 	}}
 }
@@ -78,6 +83,7 @@ type bare struct {
 	workers *quorum.Workers
 	kind    bareKind
 	proto   *protocol.Protocol // the lock scripts, as redlock runs them with its default restart guard
+	timeout time.Duration      // of each call
 }
 
 var (
@@ -122,7 +128,7 @@ func (u bareUnlock) Unlock(ctx context.Context) error { return u.b.round(ctx, u.
 // round sends args to every node and returns once a majority has answered
 // want (a no-op round: anything).
 func (b *bare) round(ctx context.Context, args []any, want int64) error {
-	r := b.workers.Start(ctx, len(b.nodes), redlock.DefaultNodeTimeout, func(ctx context.Context, i int) error {
+	r := b.workers.Start(ctx, len(b.nodes), b.timeout, func(ctx context.Context, i int) error {
 		if args == nil {
 			return noop.Run(ctx, b.nodes[i], nil).Err() // EVALSHA, EVAL on NOSCRIPT
 		}

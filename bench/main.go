@@ -83,6 +83,7 @@ func run(ctx context.Context) error {
 	implName := flag.String("impl", "", "run only these, comma-separated: redsync, redquorum, redquorum-user (on node clients built as a user would, loadtest.UserClients), and the floors bare-scripts, bare-min and bare-noop (see bare.go; 1-caller scenario only)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run here")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the run here")
+	instr := flag.Int("node-instructions", 0, "instead of the scenarios: count the instructions one redis-server runs per lock+unlock, over this many operations, under valgrind's callgrind (see instr.go)")
 	flag.Parse()
 	partial := *only != "" || *implName != ""
 	if partial && !isSet("json") && !isSet("svg") && !isSet("md") {
@@ -91,15 +92,6 @@ func run(ctx context.Context) error {
 	if *duration <= 0 || *callers < 1 || *slow < 0 || *nodes < 1 || *rounds < 1 {
 		return errors.New("--duration must be positive, --callers, --nodes and --rounds at least 1, --slow-node not negative")
 	}
-
-	srv, err := redisproc.Start(ctx, *nodes)
-	if err != nil {
-		return err
-	}
-	defer srv.Stop()
-	env := loadtest.Environment()
-	env["redis-server"] = srv.Version
-	fmt.Printf("%d redis-server %s on 127.0.0.1, %v per scenario; %s, %s cpus, %s\n\n", *nodes, srv.Version, *duration, env["cpu"], env["cpus"], env["go"])
 
 	impls := allImpls()[:2]
 	if *implName != "" {
@@ -113,6 +105,22 @@ func run(ctx context.Context) error {
 			impls = append(impls, all[i])
 		}
 	}
+	if *instr > 0 {
+		names := []string{"redsync", "redquorum", "bare-min"}
+		if *implName != "" {
+			names = strings.Split(*implName, ",")
+		}
+		return nodeInstructions(ctx, names, *instr)
+	}
+	srv, err := redisproc.Start(ctx, *nodes)
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	env := loadtest.Environment()
+	env["redis-server"] = srv.Version
+	fmt.Printf("%d redis-server %s on 127.0.0.1, %v per scenario; %s, %s cpus, %s\n\n", *nodes, srv.Version, *duration, env["cpu"], env["cpus"], env["go"])
+
 	scenarios := loadtest.Scenarios(*duration, *callers, *slow)
 	if *only != "" {
 		ids := strings.Split(*only, ",")

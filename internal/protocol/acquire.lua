@@ -65,6 +65,21 @@
 --   {-2, ms left in the guard, id} when the node is in its restart guard.
 local state = KEYS[#KEYS]
 local guard = tonumber(ARGV[3])
+local waited = '@WAITED@'
+local own = ARGV[1] -- what a granted key holds
+if string.sub(own, 1, #'@HAND@') == '@HAND@' then own = waited .. own end
+-- A single key that is free, the usual case, is taken in one call. The
+-- value that SET ... GET returns when the key exists saves the GET below.
+-- (NX with GET needs Redis 7.0: before, the error leaves first unknown.)
+local first
+if #KEYS == 2 then
+  first = redis.pcall('SET', KEYS[1], own, 'NX', 'PX', ARGV[2], 'GET')
+  -- Granted at once on an established node (or without a guard) when
+  -- there is no fence to return and no queue to leave; the rest below.
+  if first == false and ARGV[5] ~= '1' and ARGV[12] ~= '1' and (guard <= 0 or redis.call('HGET', state, 'g') == '0') then
+    return 0
+  end
+end
 -- guarded returns the reply for a node in its restart guard, or nil when
 -- it may grant. It is asked only before a grant: a round that finds the
 -- keys taken is refused either way.
@@ -141,15 +156,9 @@ local function granted()
   end
   return 0
 end
--- A single key that is free, the usual case, is taken in one call. The
--- value that SET ... GET returns when the key exists saves the GET below.
--- (NX with GET needs Redis 7.0: before, the error leaves first unknown.)
-local waited = '@WAITED@'
-local own = ARGV[1] -- what a granted key holds
-if string.sub(own, 1, #'@HAND@') == '@HAND@' then own = waited .. own end
-local first
+-- The single key taken above on a node that may be in its guard, or for
+-- a round that wants the fence or leaves the queue.
 if #KEYS == 2 then
-  first = redis.pcall('SET', KEYS[1], own, 'NX', 'PX', ARGV[2], 'GET')
   if first == false then
     local g = guarded()
     if g then

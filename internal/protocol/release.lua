@@ -45,6 +45,15 @@
 -- entry that its round left on the nodes that refused it, and a waiter
 -- that gives up releases what may have been handed over to its rounds.
 local waited = '@WAITED@'
+local first, firstMarked -- the value of KEYS[1] without its mark, once read
+if not ARGV[7] then
+  -- The usual case first: a single key that holds the token, which no
+  -- waiter found held, is deleted, and that is all.
+  first = redis.call('GET', KEYS[1])
+  if first == ARGV[1] and #KEYS == 1 then return redis.call('DEL', KEYS[1]) end
+  firstMarked = first and string.sub(first, 1, #waited) == waited
+  if firstMarked then first = string.sub(first, #waited + 1) end
+end
 -- read returns the value of key without its mark, and whether it had one.
 local function read(key)
   local v = redis.call('GET', key)
@@ -52,7 +61,6 @@ local function read(key)
   return v, false
 end
 local mine = ARGV[1]
-local first, firstMarked -- the value of KEYS[1], once read
 if ARGV[2] == '1' and ARGV[4] and ARGV[7] then
   mine = '@HAND@' .. ARGV[1]
   first, firstMarked = read(KEYS[1])
