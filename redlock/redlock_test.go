@@ -217,21 +217,21 @@ func TestRoundTimeoutWithStalledNodes(t *testing.T) {
 
 // acquireArgs are the acquire script's ARGV after the token and ttl for a
 // node out of its guard, without fencing.
-var acquireArgs = []any{DefaultRestartGuard.Milliseconds(), "", "0"}
+var acquireArgs = []any{DefaultRestartGuard.Milliseconds()}
 
 func runAcquire(ctx context.Context, n redis.UniversalClient, key, token string, ttlMS int64) *redis.Cmd {
 	return scripts.Acquire.Run(ctx, n, []string{key, reservedKey}, append([]any{token, ttlMS}, acquireArgs...)...)
 }
 
 // TestAcquireTakesOverOnlyPrev: the acquire script counts a key as free when
-// it holds the handed-over token (ARGV[6]), and only then: another token,
+// it holds the handed-over token (ARGV[8]), and only then: another token,
 // and an empty value with no token handed over, still refuse.
 func TestAcquireTakesOverOnlyPrev(t *testing.T) {
 	c := newCluster(t, 1)
 	c.establish("")
 	n, m := c.nodes[0], c.srv[0]
 	acquire := func(key, prev string) any {
-		v, err := scripts.Acquire.Run(t.Context(), n, []string{key, reservedKey}, "new", 10000, DefaultRestartGuard.Milliseconds(), "", "0", prev).Result()
+		v, err := scripts.Acquire.Run(t.Context(), n, []string{key, reservedKey}, "new", 10000, DefaultRestartGuard.Milliseconds(), "", "", "", "", prev).Result()
 		require.NoError(t, err)
 		return v
 	}

@@ -1,49 +1,56 @@
--- (@GONE@, @QUEUE@, @HAND@ and @WAITED@ stand for protocol.TombstonePrefix,
--- protocol.QueuePrefix, protocol.HandPrefix and protocol.WaitedPrefix,
--- replaced when the scripts are loaded.)
+-- (@GONE@, @QUEUE@, @HAND@, @WAITED@ and @STATE@ stand for
+-- protocol.TombstonePrefix, protocol.QueuePrefix, protocol.HandPrefix,
+-- protocol.WaitedPrefix and protocol.StateKey, replaced when the scripts
+-- are loaded.)
 -- acquire: take every key of KEYS[1..n-1] for token ARGV[1] for ARGV[2] ms,
 -- all or none. KEYS[n], the last, is the node's state, a hash without expiry:
 -- g = the node time in ms until which the node is in its restart guard (0: established),
 -- id = the token of the round that created the state, f = the fence counter
 -- (absent: unknown, after the node lost its data), r = the replication ID
 -- of the server that last checked the state ('?': unknown; see check.lua).
--- ARGV[3] is the restart guard in ms (0: off), ARGV[4] the id of a guarded
--- state to establish at once ('' for none: only a client that saw every node
--- guarded sends it), ARGV[5] is '1' when the caller wants the fence counter,
--- ARGV[6] (optional, '' for none) the token of a holder in the same client
--- that hands the lock over to this round: keys that hold it, or that a
--- release handed over to its round ("@HAND@" .. ARGV[6]: it joined the
--- queue there), count as free.
--- ARGV[7] (optional) is the id of a waiter, to join the queue of waiters of
+-- The state key is the client's key prefix, then "@STATE@" (then, on a
+-- Cluster node, the slot's tag).
+-- ARGV[3] is the restart guard in ms (0: off). Every later argument is
+-- optional: '' or left out (with every one after it) means none. Each
+-- argument costs the node some hundreds of instructions, so the usual
+-- acquire sends three (TryLock) or four (Lock).
+-- ARGV[4] is the ticket of a waiter, to join the queue of waiters of
 -- KEYS[1], a hint for the order in which releases wake waiters that never
--- decides a grant; ARGV[8] is then its ticket, a whole number that orders
--- the queue (ties by id), and ARGV[9] the client's key prefix. When the keys
--- are taken, the waiter joins the queue, keeping its place if it is in it
--- (see release.lua); when they are granted, it leaves it. The queue is the
--- sorted set ARGV[9] .. "@QUEUE@" .. KEYS[1] without the prefix; it expires
--- once no waiter joined it for the holder's time left plus ARGV[2].
--- ARGV[10] (optional, '' for none) is the channel of the waiter's client,
--- subscribed for as long as the client lives: the waiter then joins for a
--- handoff on the node. Its entry is ARGV[7] .. '|' .. token .. '|' ..
--- ARGV[2] .. '|' .. ARGV[10]: the waiter's id first, so that its rounds
--- keep its place among waiters of equal tickets, then the token and TTL
--- that a release sets the key to (after "@HAND@") when it hands it over
--- (see release.lua). The id and the token have the same length. A client
--- has one waiter per key at a time, and each waiter one entry: a round
--- that joins takes its previous round's entry off. ARGV[11] (optional) is
--- the token of the waiter's previous round: its entry is taken off, and a
--- key that holds that token (the round was granted there, and its clean-up
--- has not come yet) or that a release handed to it, "@HAND@" .. ARGV[11],
--- counts as this waiter's, so free. ARGV[12] (optional) is '1' when the
--- waiter's client may have entries in the queue (the waiter's earlier
--- rounds joined it, or the client waited for the key lately): a round that
--- joins, or is granted, takes them all off first (see forget). Otherwise
--- the round leaves the queue alone, which saves an uncontended lock the
--- calls; an entry left behind is only a hint (a handoff to it is released
--- by its client, see release.lua).
+-- decides a grant: a whole number that orders the queue (ties by id).
+-- ARGV[5] is the waiter's id ('' for the token: a waiter's first round).
+-- When the keys are taken, the waiter joins the queue, keeping its place if
+-- it is in it (see release.lua); when they are granted, it leaves it. The
+-- queue is the sorted set prefix .. "@QUEUE@" .. KEYS[1] without the
+-- prefix; it expires once no waiter joined it for the holder's time left
+-- plus ARGV[2].
+-- ARGV[6] is '1' when the caller wants the fence counter.
+-- ARGV[7] is the id of a guarded state to establish at once (only a
+-- client that saw every node guarded sends it).
+-- ARGV[8] is the token of a holder in the same client that hands the lock
+-- over to this round: keys that hold it, or that a release handed over to
+-- its round ("@HAND@" .. ARGV[8]: it joined the queue there), count as
+-- free.
+-- ARGV[9] is the channel of the waiter's client, subscribed for as long as
+-- the client lives: the waiter then joins for a handoff on the node. Its
+-- entry is id .. '|' .. token .. '|' .. ARGV[2] .. '|' .. ARGV[9]: the
+-- waiter's id first, so that its rounds keep its place among waiters of
+-- equal tickets, then the token and TTL that a release sets the key to
+-- (after "@HAND@") when it hands it over (see release.lua). The id and
+-- the token have the same length. A client has one waiter per key at a
+-- time, and each waiter one entry: a round that joins takes its previous
+-- round's entry off. ARGV[10] is the token of the waiter's previous
+-- round: its entry is taken off, and a key that holds that token (the
+-- round was granted there, and its clean-up has not come yet) or that a
+-- release handed to it, "@HAND@" .. ARGV[10], counts as this waiter's, so
+-- free. ARGV[11] is '1' when the waiter's client may have entries in the
+-- queue (the waiter's earlier rounds joined it, or the client waited for
+-- the key lately): a round that joins, or is granted, takes them all off
+-- first (see forget). Otherwise the round leaves the queue alone, which
+-- saves an uncontended lock the calls; an entry left behind is only a hint
+-- (a handoff to it is released by its client, see release.lua).
 -- A round for a hand value ("@HAND@" .. a token: the lock that a handoff
 -- gave, sent to the nodes that did not hand it over) never joins; granted,
--- it takes the client's entries off as ARGV[12] says.
+-- it takes the client's entries off as ARGV[11] says.
 -- The restart guard is read only before a grant.
 -- A key that another token holds is marked as waited for ("@WAITED@" before
 -- its value, its TTL kept) when it refuses this round, so that its release
@@ -55,7 +62,7 @@
 -- without the mark.
 -- Returns
 --   0 when every key now holds our token (newly set, or already ours: a lost
---     reply or a retry, in which case the TTL is reset), or {0, f} when ARGV[5]
+--     reply or a retry, in which case the TTL is reset), or {0, f} when ARGV[6]
 --     is '1', f = -1 when the counter is unknown;
 --   the largest remaining TTL in ms (≥ 1) of the keys that another token holds,
 --     or -1 when one of them has no expiry (a tombstone, "@GONE@" ..
@@ -76,9 +83,17 @@ if #KEYS == 2 then
   first = redis.pcall('SET', KEYS[1], own, 'NX', 'PX', ARGV[2], 'GET')
   -- Granted at once on an established node (or without a guard) when
   -- there is no fence to return and no queue to leave; the rest below.
-  if first == false and ARGV[5] ~= '1' and ARGV[12] ~= '1' and (guard <= 0 or redis.call('HGET', state, 'g') == '0') then
+  if first == false and ARGV[6] ~= '1' and ARGV[11] ~= '1' and (guard <= 0 or redis.call('HGET', state, 'g') == '0') then
     return 0
   end
+end
+-- The optional arguments, '' when not sent.
+local ticket, fenced, establish = ARGV[4] or '', ARGV[6] == '1', ARGV[7] or ''
+local live, prevRound, queuedBefore = ARGV[9] or '', ARGV[10] or '', ARGV[11] == '1'
+local place -- the waiter's id; nil for a round that does not wait
+if ticket ~= '' then
+  place = ARGV[5]
+  if not place or place == '' then place = ARGV[1] end
 end
 -- guarded returns the reply for a node in its restart guard, or nil when
 -- it may grant. It is asked only before a grant: a round that finds the
@@ -100,7 +115,7 @@ local function guarded()
     return {-2, guard, ARGV[1]}
   end
   local id = redis.call('HGET', state, 'id')
-  if ARGV[4] ~= '' and ARGV[4] == id then
+  if establish ~= '' and establish == id then
     -- Every node was guarded at once: a new deployment. Its counter is
     -- known: no fence was issued before (one written meanwhile is kept).
     redis.call('HSET', state, 'g', '0')
@@ -112,35 +127,37 @@ local function guarded()
   end
   return nil
 end
-local place = ARGV[7]
 local queue -- the key's queue of waiters, once needed (see queued)
 local function queued()
-  queue = queue or ARGV[9] .. '@QUEUE@' .. string.sub(KEYS[1], #ARGV[9] + 1)
+  if not queue then
+    local prefix = string.match(state, '^(.*)@STATE@') or ''
+    queue = prefix .. '@QUEUE@' .. string.sub(KEYS[1], #prefix + 1)
+  end
   return queue
 end
 -- forget takes every entry of this waiter's client off the queue, when
--- it may have some (ARGV[12]): the one the waiter's id names (a round that
+-- it may have some (ARGV[11]): the one the waiter's id names (a round that
 -- joined before its client's channel was subscribed), its earlier rounds'
 -- (an earlier round's stays where the round after was not sent), and
 -- those of the client's earlier waiters for the key (a client has one
 -- waiter per key at a time).
 local function forget()
-  if ARGV[12] ~= '1' then return end
+  if not queuedBefore then return end
   redis.pcall('ZREM', queued(), place)
-  if not ARGV[10] or ARGV[10] == '' then return end
+  if live == '' then return end
   local all = redis.pcall('ZRANGE', queue, 0, -1)
   if type(all) ~= 'table' then return end
-  local suffix = '|' .. ARGV[10]
+  local suffix = '|' .. live
   for _, m in ipairs(all) do
     if string.sub(m, -#suffix) == suffix then redis.pcall('ZREM', queue, m) end
   end
 end
 -- granted is the reply once every key holds our token. A waiter that may
--- have been in the queue (ARGV[12]) leaves it; if others are still in
+-- have been in the queue (ARGV[11]) leaves it; if others are still in
 -- line, its keys are marked as waited for, so that its release names the
 -- next of them.
 local function granted()
-  if place and ARGV[12] == '1' then
+  if place and queuedBefore then
     forget()
     if redis.pcall('EXISTS', queued()) == 1 then
       for i = 1, #KEYS - 1 do
@@ -148,7 +165,7 @@ local function granted()
       end
     end
   end
-  if ARGV[5] == '1' then
+  if fenced then
     local f = redis.call('HGET', state, 'f')
     if f then return {0, tonumber(f)} end
     if guard > 0 then return {0, -1} end
@@ -169,14 +186,14 @@ if #KEYS == 2 then
   end
   if type(first) ~= 'string' then first = nil end
 end
-local prev, prevHand = ARGV[6], nil
+local prev, prevHand = ARGV[8], nil
 if prev == '' then prev = nil end
 if prev then prevHand = '@HAND@' .. prev end
 local handed, before -- the key handed over to this waiter's previous round, and that round's token
 local entry = place
-if ARGV[10] and ARGV[10] ~= '' then
-  entry = ARGV[7] .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[10]
-  if ARGV[11] and ARGV[11] ~= '' then handed, before = '@HAND@' .. ARGV[11], ARGV[11] end
+if place and live ~= '' then
+  entry = place .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. live
+  if prevRound ~= '' then handed, before = '@HAND@' .. prevRound, prevRound end
 end
 local gone = '@GONE@'
 local wait = 0
@@ -202,7 +219,7 @@ if wait > 0 then
   if place and string.sub(ARGV[1], 1, #'@HAND@') ~= '@HAND@' then
     -- pcall: a hint, which an ACL or a Cluster's slots may refuse.
     forget()
-    redis.pcall('ZADD', queued(), 'NX', ARGV[8], entry)
+    redis.pcall('ZADD', queued(), 'NX', ticket, entry)
     redis.pcall('PEXPIRE', queued(), wait + tonumber(ARGV[2]))
   end
   return wait

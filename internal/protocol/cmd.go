@@ -56,40 +56,57 @@ type Acquire struct {
 	Queued bool
 }
 
-// AcquireCmd returns the command for a.
+// AcquireCmd returns the command for a: ARGV token, ttl and guard, then
+// ticket, place, fenced, establish, prev, live, prev token and queued as
+// acquire.lua numbers them, each "" when unset, and without the unset
+// ones at the end. A node runs a few hundred instructions more per
+// argument, so the usual acquire sends three or four.
 func (p *Protocol) AcquireCmd(a Acquire) Cmd {
-	est, prev := p.none, p.none
-	if a.Establish != "" {
-		est = a.Establish
-	}
-	if a.Prev != "" {
-		prev = a.Prev
-	}
-	if a.Place == "" || p.prefix == nil {
-		return newCmd(p.acquire, a.Keys, a.Token, p.ttlArg(a.TTL), p.guard, est, p.fenced, prev)
-	}
-	var token any = a.Token
-	place := token // the waiter's first round: one box for both
-	if a.Place != a.Token {
-		place = a.Place
-	}
-	if a.Live == "" && !a.Queued {
-		return newCmd(p.acquire, a.Keys, token, p.ttlArg(a.TTL), p.guard, est, p.fenced, prev, place, p.ticketArg(a.Ticket), p.prefix)
-	}
-	var live, prevToken, queued any = p.none, p.none, p.none
-	if a.Live != "" {
-		live = a.Live
-		if a.Live == p.live {
-			live = p.live // boxed once
+	var opt [8]any // ARGV[4..11]
+	if a.Place != "" && p.prefix != nil {
+		opt[0] = p.ticketArg(a.Ticket)
+		if a.Place != a.Token {
+			opt[1] = a.Place
+		}
+		if a.Live != "" {
+			opt[5] = a.Live
+			if a.Live == p.live {
+				opt[5] = p.live // boxed once
+			}
+			if a.PrevToken != "" {
+				opt[6] = a.PrevToken
+			}
+		}
+		if a.Queued {
+			opt[7] = "1"
 		}
 	}
-	if a.PrevToken != "" {
-		prevToken = a.PrevToken
+	if p.fencing {
+		opt[2] = p.fenced
 	}
-	if a.Queued {
-		queued = "1"
+	if a.Establish != "" {
+		opt[3] = a.Establish
 	}
-	return newCmd(p.acquire, a.Keys, token, p.ttlArg(a.TTL), p.guard, est, p.fenced, prev, place, p.ticketArg(a.Ticket), p.prefix, live, prevToken, queued)
+	if a.Prev != "" {
+		opt[4] = a.Prev
+	}
+	n := len(opt)
+	for n > 0 && opt[n-1] == nil {
+		n--
+	}
+	cmd := make(Cmd, 0, 3+len(a.Keys)+3+n)
+	cmd = append(cmd, "evalsha", p.acquire.sha, len(a.Keys))
+	for _, k := range a.Keys {
+		cmd = append(cmd, k)
+	}
+	cmd = append(cmd, a.Token, p.ttlArg(a.TTL), p.guard)
+	for _, v := range opt[:n] {
+		if v == nil {
+			v = p.none
+		}
+		cmd = append(cmd, v)
+	}
+	return cmd
 }
 
 // ReleaseAfter returns the release of the lock that acq, an acquire's
@@ -98,13 +115,13 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 // deletion on [ReleasedChannel].
 func (p *Protocol) ReleaseAfter(acq Cmd, announce bool) Cmd {
 	nkeys := acq[2].(int) - 1 // without the state key
-	cmd := make(Cmd, 0, 3+nkeys+7)
+	cmd := make(Cmd, 0, 3+nkeys+4)
 	cmd = append(cmd, "evalsha", p.release.sha, nkeys)
 	cmd = append(cmd, acq[3:3+nkeys]...)
 	token, ttl := acq[3+nkeys+1], acq[3+nkeys+2]
 	cmd = append(cmd, token, announceArg(announce), ttl)
 	if announce && p.prefix != nil {
-		cmd = append(cmd, p.prefix, p.guard, p.state)
+		cmd = append(cmd, p.queues)
 	}
 	return cmd
 }
@@ -129,7 +146,7 @@ func (p *Protocol) ReleaseJoined(rel Cmd) Cmd {
 // leaving a tombstone for ttl where a key is missing.
 func (p *Protocol) Release(keys []string, token string, ttl time.Duration, announce bool) Cmd {
 	if announce && p.prefix != nil {
-		return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl), p.prefix, p.guard, p.state)
+		return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl), p.queues)
 	}
 	return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl))
 }
@@ -143,7 +160,7 @@ func (p *Protocol) ReleaseOwn(key, token string) Cmd {
 	if p.live == nil {
 		return nil
 	}
-	return newCmd(p.release, []string{key}, token, "1", int64(0), p.prefix, p.guard, p.state, p.live)
+	return newCmd(p.release, []string{key}, token, "1", int64(0), p.queues, p.live)
 }
 
 func announceArg(announce bool) any {

@@ -13,6 +13,7 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -104,7 +105,7 @@ type script struct {
 }
 
 func newScript(lua string) script {
-	src := strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@QUEUE@", QueuePrefix, "@HAND@", HandPrefix, "@WAITED@", WaitedPrefix).Replace(lua)
+	src := strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@QUEUE@", QueuePrefix, "@HAND@", HandPrefix, "@WAITED@", WaitedPrefix, "@STATE@", StateKey).Replace(lua)
 	sum := sha1.Sum([]byte(src))
 	return script{src: src, sha: hex.EncodeToString(sum[:])}
 }
@@ -116,11 +117,15 @@ func newScript(lua string) script {
 type Protocol struct {
 	acquire, release, extend, fence, check script
 
-	guard   any // the restart guard in ms; 0: off
-	fenced  any // "1" when the acquire is to return the fence counter
-	none    any // "": no state to establish, no lock handed over
-	prefix  any // the key prefix, for the queues of waiters; nil: no queues
-	state   any // the state key as stored on plain nodes, with queues
+	guard   any  // the restart guard in ms; 0: off
+	fencing bool // the acquire is to return the fence counter
+	fenced  any  // "1", the acquire's argument that asks for it
+	none    any  // "": no state to establish, no lock handed over
+	prefix  any  // the key prefix, for the queues of waiters; nil: no queues
+	// queues is what a release needs for the queue of waiters: the
+	// restart guard in ms, "|" and the state key as stored on plain nodes
+	// (see release.lua); nil without queues.
+	queues  any
 	live    any // the client's channel (see LiveChannel); nil: no handoffs
 	lastTTL atomic.Pointer[boxedTTL]
 	// lastTicket is the last ticket sent, boxed (an int64): the waiters
@@ -134,10 +139,7 @@ func New(guard time.Duration, fencing bool) *Protocol {
 	p := &Protocol{
 		acquire: newScript(acquireLua), release: newScript(releaseLua),
 		extend: newScript(extendLua), fence: newScript(fenceLua), check: newScript(checkLua),
-		guard: guard.Milliseconds(), fenced: "0", none: "",
-	}
-	if fencing {
-		p.fenced = "1"
+		guard: guard.Milliseconds(), fenced: "1", fencing: fencing, none: "",
 	}
 	return p
 }
@@ -146,7 +148,8 @@ func New(guard time.Duration, fencing bool) *Protocol {
 // the key's queue of waiters, and its acquires able to join it, for keys
 // stored after prefix. It returns p; call it before p is used.
 func (p *Protocol) WithQueues(prefix string) *Protocol {
-	p.prefix, p.state = prefix, prefix+StateKey
+	p.prefix = prefix
+	p.queues = strconv.FormatInt(p.guard.(int64), 10) + "|" + prefix + StateKey
 	return p
 }
 

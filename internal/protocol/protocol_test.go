@@ -47,9 +47,42 @@ func TestRunInt(t *testing.T) {
 func TestReleaseAfter(t *testing.T) {
 	p := New(time.Minute, false)
 	acq := p.AcquireCmd(Acquire{Keys: []string{"a", "b", "state"}, Token: "tok", TTL: 1500 * time.Millisecond})
-	assert.Equal(t, Cmd{"evalsha", p.acquire.sha, 3, "a", "b", "state", "tok", int64(1500), int64(60000), "", "0", ""}, acq)
+	assert.Equal(t, Cmd{"evalsha", p.acquire.sha, 3, "a", "b", "state", "tok", int64(1500), int64(60000)}, acq)
 	assert.Equal(t, p.Release([]string{"a", "b"}, "tok", 1500*time.Millisecond, true), p.ReleaseAfter(acq, true))
 	assert.Equal(t, Cmd{"evalsha", p.release.sha, 2, "a", "b", "tok", "0", int64(1500)}, p.ReleaseAfter(acq, false))
+
+	q := New(time.Minute, false).WithQueues("p:")
+	acq = q.AcquireCmd(Acquire{Keys: []string{"p:a", "p:" + StateKey}, Token: "tok", TTL: time.Second, Place: "tok", Ticket: 7})
+	assert.Equal(t, Cmd{"evalsha", q.release.sha, 1, "p:a", "tok", "1", int64(1000), "60000|p:" + StateKey}, q.ReleaseAfter(acq, true),
+		"the queue's arguments in one")
+}
+
+// TestAcquireArgs: the acquire sends ARGV[1..3] and then only up to the
+// last optional argument that is set, the unset ones before it as "".
+func TestAcquireArgs(t *testing.T) {
+	keys := []string{"k", StateKey}
+	plain, fenced := New(time.Minute, false).WithQueues(""), New(0, true).WithQueues("")
+	for _, tc := range []struct {
+		name string
+		p    *Protocol
+		a    Acquire
+		argv []any // after token, ttl and guard
+	}{
+		{"TryLock", plain, Acquire{}, nil},
+		{"a waiter's first round", plain, Acquire{Place: "tok", Ticket: 5}, []any{int64(5)}},
+		{"a waiter's later round", plain, Acquire{Place: "id", Ticket: 5}, []any{int64(5), "id"}},
+		{"fenced", fenced, Acquire{}, []any{"", "", "1"}},
+		{"establish", plain, Acquire{Establish: "e"}, []any{"", "", "", "e"}},
+		{"handed over", plain, Acquire{Prev: "old", Place: "tok", Ticket: 5}, []any{int64(5), "", "", "", "old"}},
+		{"for a handoff", plain, Acquire{Place: "id", Ticket: 5, Live: "ch", PrevToken: "r0", Queued: true},
+			[]any{int64(5), "id", "", "", "", "ch", "r0", "1"}},
+		{"no queues", New(time.Minute, false), Acquire{Place: "tok", Ticket: 5}, nil},
+	} {
+		tc.a.Keys, tc.a.Token, tc.a.TTL = keys, "tok", time.Second
+		cmd := tc.p.AcquireCmd(tc.a)
+		want := append(Cmd{"evalsha", tc.p.acquire.sha, 2, "k", StateKey, "tok", int64(1000), tc.p.guard}, tc.argv...)
+		assert.Equal(t, want, cmd, tc.name)
+	}
 }
 
 // TestDecodeAcquire covers every reply of acquire.lua.

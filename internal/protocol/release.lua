@@ -1,7 +1,7 @@
--- (@GONE@, @RELEASED@, @QUEUE@, @HAND@ and @WAITED@ stand for
+-- (@GONE@, @RELEASED@, @QUEUE@, @HAND@, @WAITED@ and @STATE@ stand for
 -- protocol.TombstonePrefix, protocol.ReleasedChannel, protocol.QueuePrefix,
--- protocol.HandPrefix and protocol.WaitedPrefix, replaced when the scripts
--- are loaded.)
+-- protocol.HandPrefix, protocol.WaitedPrefix and protocol.StateKey,
+-- replaced when the scripts are loaded.)
 -- release: delete every key of KEYS that holds token ARGV[1]. Returns 1 if
 -- all of them did, 0 otherwise (keys that are gone or hold another token are
 -- left alone).
@@ -19,10 +19,13 @@
 -- that delayed it beyond the round's timeout), is refused by the acquire
 -- script instead of leaving a key that nobody holds. Every other token takes
 -- a tombstone for a free key.
--- ARGV[4], when given, is the client's key prefix: the announcement of
--- KEYS[1]'s release then names the next in line of its queue of waiters
--- (see acquire.lua), the one with the lowest ticket, whom it takes off the
--- queue; other announcements name nobody ('').
+-- ARGV[4], when given, is the restart guard in ms (0: off), '|' and the
+-- node's state key, the client's key prefix then "@STATE@" (see
+-- acquire.lua): one argument, read only where the key was waited for
+-- (each argument costs the node some hundreds of instructions). The
+-- announcement of KEYS[1]'s release then names the next in line of its
+-- queue of waiters (see acquire.lua), the one with the lowest ticket, whom
+-- it takes off the queue; other announcements name nobody ('').
 -- Handoff on the node: when the next in line joined for a handoff (its
 -- entry is id .. '|' .. token .. '|' .. ttl .. '|' .. channel, see
 -- acquire.lua) and the lock has a single key, the key is set to
@@ -33,9 +36,9 @@
 -- client is still subscribed to its channel on this server (PUBSUB
 -- NUMSUB), which is told on that channel, so never to a waiter whose process is gone (an entry of such a
 -- waiter is dropped and the next one is tried), and only when this node
--- may grant: ARGV[5] is the restart guard in ms (0: off) and ARGV[6] the
--- node's state key (see acquire.lua), which must then be established.
--- ARGV[7] (optional; on the nodes where the lock's acquire was refused
+-- may grant: with the restart guard on, the node's state (ARGV[4]) must
+-- be established.
+-- ARGV[5] (optional; on the nodes where the lock's acquire was refused
 -- but joined the queue, for a waiter that leaves, and for a handoff that
 -- no waiter expects) is the channel of the releasing client (see acquire.lua):
 -- where KEYS[1] does not hold the lock, its entries leave the queue first
@@ -46,7 +49,7 @@
 -- that gives up releases what may have been handed over to its rounds.
 local waited = '@WAITED@'
 local first, firstMarked -- the value of KEYS[1] without its mark, once read
-if not ARGV[7] then
+if not ARGV[5] then
   -- The usual case first: a single key that holds the token, which no
   -- waiter found held, is deleted, and that is all.
   first = redis.call('GET', KEYS[1])
@@ -60,17 +63,24 @@ local function read(key)
   if v and string.sub(v, 1, #waited) == waited then return string.sub(v, #waited + 1), true end
   return v, false
 end
+-- The guard, state key and key prefix of ARGV[4].
+local guard, state, prefix = 0, nil, nil
+if ARGV[4] then
+  local g
+  g, state = string.match(ARGV[4], '^(%d+)|(.*)$')
+  guard, prefix = tonumber(g), string.match(state, '^(.*)@STATE@') or ''
+end
 local mine = ARGV[1]
-if ARGV[2] == '1' and ARGV[4] and ARGV[7] then
+if ARGV[2] == '1' and prefix and ARGV[5] then
   mine = '@HAND@' .. ARGV[1]
   first, firstMarked = read(KEYS[1])
   if first ~= ARGV[1] and first ~= mine then
     -- Where the key holds the lock, its entry left the queue when the
     -- node granted or handed it over; elsewhere it may remain.
-    local q = ARGV[4] .. '@QUEUE@' .. string.sub(KEYS[1], #ARGV[4] + 1)
+    local q = prefix .. '@QUEUE@' .. string.sub(KEYS[1], #prefix + 1)
     local all = redis.pcall('ZRANGE', q, 0, -1)
     if type(all) == 'table' then
-      local suffix = '|' .. ARGV[7]
+      local suffix = '|' .. ARGV[5]
       for _, m in ipairs(all) do
         if string.sub(m, -#suffix) == suffix then redis.pcall('ZREM', q, m) end
       end
@@ -89,9 +99,8 @@ local function handoff(q)
     if type(subs) ~= 'table' or not subs[2] then return named, nil end -- an ACL without PUBSUB: only named
     if tonumber(subs[2]) > 0 then
       if #KEYS > 1 then return named, nil end
-      local guard = tonumber(ARGV[5] or '0')
       if guard > 0 then
-        local g = redis.pcall('HGET', ARGV[6], 'g')
+        local g = redis.pcall('HGET', state, 'g')
         if g ~= '0' then return named, nil end -- named, not handed
       end
       return hand, ttl, ch
@@ -107,8 +116,8 @@ for i = 1, #KEYS do
   if i > 1 or v == nil then v, marked = read(KEYS[i]) end
   if v == ARGV[1] or v == mine then
     local next, ttl, ch = '', nil, nil
-    if marked and ARGV[2] == '1' and i == 1 and ARGV[4] then
-      next, ttl, ch = handoff(ARGV[4] .. '@QUEUE@' .. string.sub(KEYS[1], #ARGV[4] + 1))
+    if marked and ARGV[2] == '1' and i == 1 and prefix then
+      next, ttl, ch = handoff(prefix .. '@QUEUE@' .. string.sub(KEYS[1], #prefix + 1))
     end
     if ttl then
       redis.call('SET', KEYS[i], waited .. next, 'PX', ttl)
