@@ -92,3 +92,28 @@ func TestReleaseWaited(t *testing.T) {
 		assert.False(t, Held(n), "another token does not extend it")
 	})
 }
+
+// TestQueueKeyFromPrefix: with a key prefix, the acquire finds the queue
+// of waiters from its state key, plain or a Cluster slot's, and the
+// release from its queue argument: both use prefix .. QueuePrefix .. key.
+func TestQueueKeyFromPrefix(t *testing.T) {
+	ctx := t.Context()
+	node := oneNode(t, false)
+	p := New(0, false).WithQueues("p:")
+	queue := "p:" + QueuePrefix + "k"
+	for _, state := range []string{"p:" + StateKey, "p:" + StateKey + ":{x}"} {
+		require.NoError(t, node.Del(ctx, "p:k", queue).Err())
+		require.NoError(t, node.Set(ctx, "p:k", "holder", time.Minute).Err())
+		v, err := p.Run(ctx, node, p.AcquireCmd(Acquire{Keys: []string{"p:k", state}, Token: "tok", TTL: time.Second, Place: "tok", Ticket: 3}))
+		require.NoError(t, err)
+		r, err := DecodeAcquire(v)
+		require.NoError(t, err)
+		require.Equal(t, Taken, r.Outcome, state)
+		assert.Equal(t, []string{"tok"}, node.ZRange(ctx, queue, 0, -1).Val(), "%s: the waiter joined the prefixed queue", state)
+
+		n, err := p.RunInt(ctx, node, p.Release([]string{"p:k"}, "holder", time.Minute, true))
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, n)
+		assert.Empty(t, node.ZRange(ctx, queue, 0, -1).Val(), "%s: the release named the waiter, off the queue", state)
+	}
+}
