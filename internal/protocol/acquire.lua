@@ -12,7 +12,7 @@
 -- Cluster node, the slot's tag).
 -- ARGV[3] is the restart guard in ms (0: off). Every later argument is
 -- optional: '' or left out (with every one after it) means none. Each
--- argument costs the node some hundreds of instructions, so the usual
+-- argument costs the node about a thousand instructions, so the usual
 -- acquire sends three (TryLock) or four (Lock).
 -- ARGV[4] is the ticket of a waiter, to join the queue of waiters of
 -- KEYS[1], a hint for the order in which releases wake waiters that never

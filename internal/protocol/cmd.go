@@ -59,7 +59,7 @@ type Acquire struct {
 // AcquireCmd returns the command for a: ARGV token, ttl and guard, then
 // ticket, place, fenced, establish, prev, live, prev token and queued as
 // acquire.lua numbers them, each "" when unset, and without the unset
-// ones at the end. A node runs a few hundred instructions more per
+// ones at the end. A node runs about a thousand instructions more per
 // argument, so the usual acquire sends three or four.
 func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 	var opt [8]any // ARGV[4..11]

@@ -22,7 +22,7 @@
 -- ARGV[4], when given, is the restart guard in ms (0: off), '|' and the
 -- node's state key, the client's key prefix then "@STATE@" (see
 -- acquire.lua): one argument, read only where the key was waited for
--- (each argument costs the node some hundreds of instructions). The
+-- (each argument costs the node about a thousand instructions). The
 -- announcement of KEYS[1]'s release then names the next in line of its
 -- queue of waiters (see acquire.lua), the one with the lowest ticket, whom
 -- it takes off the queue; other announcements name nobody ('').
