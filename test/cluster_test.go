@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os/exec"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -298,10 +299,10 @@ func TestRingNode(t *testing.T) {
 }
 
 // wokenByRelease locks key through cl for ttl, starts a Lock of key in a
-// second Client on nodes whose retry delay is 10 s, unlocks, and checks
-// that the waiter was woken by the release: it must hold the key within 1 s,
-// while the key would have expired only ttl - 300 ms later. ttl must be
-// well above 1.3 s.
+// second Client on nodes whose retry delay is 10 s, unlocks once that Lock
+// waits, and checks that the waiter was woken by the release: it must hold
+// the key within 1 s, while the key would expire only at the end of ttl.
+// ttl must be well above 1 s.
 func wokenByRelease(t *testing.T, cl *redlock.Client, nodes []redis.UniversalClient, guard time.Duration, key string, ttl time.Duration) {
 	t.Helper()
 	ctx := t.Context()
@@ -319,12 +320,42 @@ func wokenByRelease(t *testing.T, cl *redlock.Client, nodes []redis.UniversalCli
 		}
 		got <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // the waiter's first round has been refused and it has subscribed
+	// The waiter waits: its first round was refused by a node, which marked
+	// the key as waited for and so will announce the release, and the
+	// waiter has subscribed to the key's channel there.
+	require.Eventually(t, func() bool {
+		for _, n := range nodes {
+			v, _ := n.Get(ctx, key).Result()
+			if v == protocol.WaitedPrefix+held.Token() && subscribers(ctx, n, protocol.ReleasedChannel+key) > 0 {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 5*time.Millisecond, "the waiter waits")
 	require.NoError(t, held.Unlock(ctx))
 	select {
 	case err := <-got:
 		require.NoError(t, err)
 	case <-time.After(time.Second):
-		t.Fatalf("the waiter slept through the release, until the key's expiry %v later", ttl-300*time.Millisecond)
+		t.Fatalf("the waiter slept through the release, until the key's expiry (%v)", ttl)
 	}
+}
+
+// subscribers returns how many subscribers channel has on n's servers
+// (every master of a Cluster, every shard of a Ring).
+func subscribers(ctx context.Context, n redis.UniversalClient, channel string) int64 {
+	var total atomic.Int64
+	count := func(ctx context.Context, c *redis.Client) error {
+		total.Add(c.PubSubNumSub(ctx, channel).Val()[channel])
+		return nil
+	}
+	switch n := n.(type) {
+	case *redis.ClusterClient:
+		_ = n.ForEachMaster(ctx, count)
+	case *redis.Ring:
+		_ = n.ForEachShard(ctx, count)
+	case *redis.Client:
+		_ = count(ctx, n)
+	}
+	return total.Load()
 }
