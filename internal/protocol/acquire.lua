@@ -59,7 +59,8 @@
 -- keeps its mark, and a round for a hand value sets the mark (a handoff
 -- means waiters), as does the grant of a waiter's round while others are
 -- still in line (see granted). Every comparison here is of the value
--- without the mark.
+-- without the mark. (KEEPTTL needs Redis 6.0: before, the mark is not
+-- set, with pcall, and releases are not announced.)
 -- Returns
 --   0 when every key now holds our token (newly set, or already ours: a lost
 --     reply or a retry, in which case the TTL is reset), or {0, f} when ARGV[6]
@@ -161,7 +162,7 @@ local function granted()
     forget()
     if redis.pcall('EXISTS', queued()) == 1 then
       for i = 1, #KEYS - 1 do
-        redis.call('SET', KEYS[i], '@WAITED@' .. ARGV[1], 'KEEPTTL')
+        redis.pcall('SET', KEYS[i], '@WAITED@' .. ARGV[1], 'KEEPTTL')
       end
     end
   end
@@ -210,7 +211,7 @@ for i = 1, #KEYS - 1 do
   if v ~= false and v ~= ARGV[1] and v ~= prev and v ~= prevHand and v ~= handed and v ~= before and string.sub(v, 1, #gone) ~= gone then
     local ttl = redis.call('PTTL', KEYS[i])
     if ttl == -1 then return -1 end
-    if not marked[i] then redis.call('SET', KEYS[i], waited .. v, 'KEEPTTL') end
+    if not marked[i] then redis.pcall('SET', KEYS[i], waited .. v, 'KEEPTTL') end
     if ttl < 1 then ttl = 1 end
     if ttl > wait then wait = ttl end
   end
