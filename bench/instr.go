@@ -154,14 +154,11 @@ func callgrindTotal(file string) (int64, error) {
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
-			line := sc.Text()
-			if rest, ok := strings.CutPrefix(line, "totals:"); ok {
-				_ = f.Close()
-				return strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
-			}
-			if rest, ok := strings.CutPrefix(line, "summary:"); ok {
-				_ = f.Close()
-				return strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
+			for _, label := range []string{"totals:", "summary:"} {
+				if rest, ok := strings.CutPrefix(sc.Text(), label); ok {
+					_ = f.Close()
+					return strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
+				}
 			}
 		}
 		_ = f.Close()

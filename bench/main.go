@@ -93,6 +93,13 @@ func run(ctx context.Context) error {
 		return errors.New("--duration must be positive, --callers, --nodes and --rounds at least 1, --slow-node not negative")
 	}
 
+	if *instr > 0 {
+		names := []string{"redsync", "redquorum", "bare-min"}
+		if *implName != "" {
+			names = strings.Split(*implName, ",")
+		}
+		return nodeInstructions(ctx, names, *instr)
+	}
 	impls := allImpls()[:2]
 	if *implName != "" {
 		all := allImpls()
@@ -104,13 +111,6 @@ func run(ctx context.Context) error {
 			}
 			impls = append(impls, all[i])
 		}
-	}
-	if *instr > 0 {
-		names := []string{"redsync", "redquorum", "bare-min"}
-		if *implName != "" {
-			names = strings.Split(*implName, ",")
-		}
-		return nodeInstructions(ctx, names, *instr)
 	}
 	srv, err := redisproc.Start(ctx, *nodes)
 	if err != nil {

@@ -12,9 +12,8 @@ import (
 
 // Value is what a node holds at one key.
 type Value struct {
-	Data   string        // "" when the key is missing; without the mark of a key waited for
-	Waited bool          // the key was marked as waited for (protocol.WaitedPrefix)
-	TTL    time.Duration // the key's remaining TTL; not positive when it has none or is missing
+	Data string        // "" when the key is missing; without the mark of a key waited for (protocol.WaitedPrefix)
+	TTL  time.Duration // the key's remaining TTL; not positive when it has none or is missing
 }
 
 // Read returns what the node holds at keys (as stored) and their TTLs, in
@@ -40,8 +39,8 @@ func (n *Node) Read(ctx context.Context, keys []string) ([]Value, error) {
 		if err := ttls[i].Err(); err != nil {
 			return nil, err
 		}
-		data, waited := protocol.Holding(gets[i].Val())
-		vals[i] = Value{Data: data, Waited: waited, TTL: ttls[i].Val()}
+		data, _ := protocol.Holding(gets[i].Val())
+		vals[i] = Value{Data: data, TTL: ttls[i].Val()}
 	}
 	return vals, nil
 }

@@ -217,7 +217,7 @@ for i = 1, #KEYS - 1 do
   end
 end
 if wait > 0 then
-  if place and string.sub(ARGV[1], 1, #'@HAND@') ~= '@HAND@' then
+  if place and own == ARGV[1] then -- not a round for a hand value
     -- pcall: a hint, which an ACL or a Cluster's slots may refuse.
     forget()
     redis.pcall('ZADD', queued(), 'NX', ticket, entry)

@@ -82,7 +82,7 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 		}
 	}
 	if p.fencing {
-		opt[2] = p.fenced
+		opt[2] = "1"
 	}
 	if a.Establish != "" {
 		opt[3] = a.Establish
