@@ -44,24 +44,18 @@ func StartGroup(ctx context.Context, name string, sentinel bool) (g *Group, err 
 			g = nil
 		}
 	}()
-	if _, err := s.launch(); err != nil {
+	if _, err := s.launch(ctx); err != nil {
 		return nil, err
 	}
 	g.Master = s.Addrs[0]
-	if err := waitPing(ctx, g.Master); err != nil {
-		return nil, err
-	}
 	if g.link, err = faultproxy.NewProxy(g.Master); err != nil {
 		return nil, err
 	}
 	host, port, _ := strings.Cut(g.link.Addr(), ":")
-	if _, err := s.launch("--replicaof", host, port); err != nil {
+	if _, err := s.launch(ctx, "--replicaof", host, port); err != nil {
 		return nil, err
 	}
 	g.Replica = s.Addrs[1]
-	if err := waitPing(ctx, g.Replica); err != nil {
-		return nil, err
-	}
 	if err := g.waitInSync(ctx); err != nil {
 		return nil, err
 	}
@@ -92,14 +86,11 @@ func (g *Group) startSentinel(ctx context.Context) error {
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		return err
 	}
-	i, err := g.servers.launch(conf, "--sentinel")
+	i, err := g.servers.launch(ctx, conf, "--sentinel")
 	if err != nil {
 		return err
 	}
 	g.Sentinel = g.servers.Addrs[i]
-	if err := waitPing(ctx, g.Sentinel); err != nil {
-		return err
-	}
 	sc := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinel})
 	defer sc.Close()
 	return poll(ctx, 20*time.Second, func() error {

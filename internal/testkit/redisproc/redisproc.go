@@ -24,9 +24,21 @@ type Servers struct {
 	Addrs   []string // host:port of each server
 	Version string   // such as "7.0.15"
 
-	cmds []*exec.Cmd // nil once killed
-	dir  string
-	bin  string
+	procs []*proc // nil once killed
+	dir   string
+	bin   string
+}
+
+// proc is one server process; done is closed once it has exited.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// kill kills the process at once (SIGKILL) and waits for it.
+func (p *proc) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
 }
 
 // Start starts n redis-server processes on free ports of 127.0.0.1,
@@ -84,13 +96,7 @@ func start(ctx context.Context, n int, extra ...string) (*Servers, error) {
 		return nil, err
 	}
 	for range n {
-		if _, err := s.launch(extra...); err != nil {
-			s.Stop()
-			return nil, err
-		}
-	}
-	for _, a := range s.Addrs {
-		if err := waitPing(ctx, a); err != nil {
+		if _, err := s.launch(ctx, extra...); err != nil {
 			s.Stop()
 			return nil, err
 		}
@@ -116,17 +122,46 @@ func newServers(ctx context.Context) (*Servers, error) {
 }
 
 // launch starts one more server, without persistence, on a free port with
-// extra arguments, in a directory of its own, and returns its index in
-// Addrs. It does not wait for the server to accept connections.
-func (s *Servers) launch(extra ...string) (int, error) {
-	port, err := freePort()
-	if err != nil {
-		return 0, err
+// extra arguments, in a directory of its own, waits until it accepts
+// connections, and returns its index in Addrs.
+//
+// A port is free only when asked: a process beside this one, such as a
+// server of a test package running in parallel, can take it before the
+// server binds it. The server then exits, and the other answers on the
+// port. So launch checks that the server answering is the one it started,
+// and otherwise starts it again on another port.
+func (s *Servers) launch(ctx context.Context, extra ...string) (int, error) {
+	dir := fmt.Sprintf("%s/%d", s.dir, len(s.Addrs))
+	var err error
+	for range 5 {
+		var p *proc
+		var addr string
+		if p, addr, err = s.spawn(dir, extra); err != nil {
+			return 0, err
+		}
+		if err = waitOwn(ctx, addr, p); err == nil {
+			s.procs = append(s.procs, p)
+			s.Addrs = append(s.Addrs, addr)
+			return len(s.Addrs) - 1, nil
+		}
+		p.kill()
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	i := len(s.Addrs)
-	dir := fmt.Sprintf("%s/%d", s.dir, i)
+	return 0, err
+}
+
+// spawn starts one server on a free port, in an empty dir, and returns it
+// with its address. It does not wait for the server to accept connections.
+func (s *Servers) spawn(dir string, extra []string) (*proc, string, error) {
+	port, err := pickPort()
+	if err != nil {
+		return nil, "", err
+	}
+	_ = os.RemoveAll(dir)
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		return 0, err
+		return nil, "", err
 	}
 	args := []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
 		"--dir", dir, "--protected-mode", "no", "--maxmemory-policy", "noeviction", "--loglevel", "warning"}
@@ -140,20 +175,23 @@ func (s *Servers) launch(extra ...string) (int, error) {
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // no orphans if the bench dies
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("redisproc: starting redis-server: %w", err)
+		return nil, "", fmt.Errorf("redisproc: starting redis-server: %w", err)
 	}
-	s.cmds = append(s.cmds, cmd)
-	s.Addrs = append(s.Addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	return i, nil
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	return p, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
 
 // PIDs returns the process ID of each server, in the order of Addrs; 0
 // for a server that was killed or stopped.
 func (s *Servers) PIDs() []int {
 	pids := make([]int, len(s.Addrs))
-	for i, c := range s.cmds {
-		if c != nil {
-			pids[i] = c.Process.Pid
+	for i, p := range s.procs {
+		if p != nil {
+			pids[i] = p.cmd.Process.Pid
 		}
 	}
 	return pids
@@ -161,32 +199,35 @@ func (s *Servers) PIDs() []int {
 
 // Kill kills server i at once (SIGKILL), as a crash would, and waits for it.
 func (s *Servers) Kill(i int) {
-	if c := s.cmds[i]; c != nil {
-		_ = c.Process.Kill()
-		_ = c.Wait()
-		s.cmds[i] = nil
+	if p := s.procs[i]; p != nil {
+		p.kill()
+		s.procs[i] = nil
 	}
 }
 
 // Stop terminates the servers, waits for them and removes their directory.
 // Calling it again does nothing.
 func (s *Servers) Stop() {
-	for _, c := range s.cmds {
-		if c != nil {
-			_ = c.Process.Signal(syscall.SIGTERM)
+	for _, p := range s.procs {
+		if p != nil {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		}
 	}
-	for _, c := range s.cmds {
-		if c != nil {
-			_ = c.Wait()
+	for _, p := range s.procs {
+		if p != nil {
+			<-p.done
 		}
 	}
-	s.cmds = nil
+	s.procs = nil
 	if s.dir != "" {
 		_ = os.RemoveAll(s.dir)
 	}
 }
 
+// pickPort returns a port to start a server on; tests replace it.
+var pickPort = freePort
+
+// freePort returns a port of 127.0.0.1 that was free when asked.
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -196,13 +237,24 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// waitPing waits up to 5 s for a PONG from addr.
-func waitPing(ctx context.Context, addr string) error {
+// waitOwn waits up to 5 s until the server on addr accepts connections,
+// and fails when it is not p: p exited (its port was taken), or another
+// process answers on the port.
+func waitOwn(ctx context.Context, addr string, p *proc) error {
+	pid := "process_id:" + strconv.Itoa(p.cmd.Process.Pid) + "\r"
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		err := ping(addr)
+		select {
+		case <-p.done:
+			return fmt.Errorf("redisproc: redis-server for %s exited at start (%v); was the port taken?", addr, p.cmd.ProcessState)
+		default:
+		}
+		info, err := reply(addr, "INFO", "server")
 		if err == nil {
-			return nil
+			if strings.Contains(info, pid) {
+				return nil
+			}
+			return fmt.Errorf("redisproc: another server answers on %s", addr)
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("redisproc: redis-server on %s did not start: %v", addr, err)
@@ -275,14 +327,6 @@ func Do(ctx context.Context, addr string, args ...string) (string, error) {
 		return string(buf[:n]), nil
 	}
 	return "", fmt.Errorf("redisproc: %s on %s: unexpected reply %q", strings.Join(args, " "), addr, line)
-}
-
-func ping(addr string) error {
-	r, err := reply(addr, "PING")
-	if err == nil && r != "PONG" {
-		err = fmt.Errorf("unexpected reply %q", r)
-	}
-	return err
 }
 
 // versionOf extracts "7.0.15" from redis-server --version.
