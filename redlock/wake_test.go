@@ -110,6 +110,59 @@ func TestWakeDuringRound(t *testing.T) {
 	assert.Less(t, time.Since(start), 5*time.Second)
 }
 
+// TestWakeNewSubscription: a Client's first wait for a key subscribes to
+// its release only after its first round failed, so a release that comes
+// in between is announced to nobody. The waiter tries again once its
+// subscription is in place, instead of sleeping out its retry delay of a
+// minute.
+func TestWakeNewSubscription(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	a := c.client(t, nil)
+	la, err := a.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	c.waitHolders(t, "k", la.Token(), 3)
+
+	hold := &replyHold{gate: make(chan struct{}), done: make(chan struct{})}
+	var nodes []redis.UniversalClient
+	for _, m := range c.srv {
+		cl := redis.NewClient(NodeOptions(m.Addr()))
+		cl.AddHook(hold)
+		t.Cleanup(func() { _ = cl.Close() })
+		nodes = append(nodes, cl)
+	}
+	b, err := New(nodes, &Options{NodeClientsAsGiven: true, NodeTimeout: 5 * time.Second,
+		MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	// b's first round: every node refuses it, and its replies are held
+	// back until a has released the key.
+	hold.arm(len(c.srv))
+	got := make(chan error, 1)
+	go func() {
+		lb, err := b.Lock(t.Context(), "k", time.Second)
+		if err == nil {
+			err = lb.Unlock(context.Background())
+		}
+		got <- err
+	}()
+	select {
+	case <-hold.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("b's round did not reach every node")
+	}
+	assert.Zero(t, b.wake.Subscribed(), "b subscribed before its round failed: the test is void")
+	require.NoError(t, la.Unlock(t.Context()))
+	require.Eventually(t, func() bool { return c.keys("k") == 0 }, 5*time.Second, time.Millisecond, "a released every node")
+	close(hold.gate)
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("b slept through a release that came before it subscribed: its retry delay is a minute")
+	}
+}
+
 // replyHold holds back the replies of the lock scripts, once armed for n
 // of them, until gate is closed; done is closed once n were answered.
 type replyHold struct {
@@ -165,14 +218,16 @@ func TestWakeNotOnFailedRounds(t *testing.T) {
 	// node 0, which must not wake b into another round.
 	require.True(t, c.srv[0].Del("k"))
 	b := c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
-	scripts := &scriptCounter{}
-	c.nodes[1].AddHook(scripts)
+	rounds := &roundCounter{} // a's lock loaded the acquire script on node 1
+	c.nodes[1].AddHook(rounds)
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
 	_, err = b.Lock(ctx, "k", time.Second)
 	require.ErrorIs(t, err, ErrNotObtained)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Equal(t, int64(1), scripts.n.Load(), "one round, then the timed wait")
+	// The first round, the round once b's new subscription is in place (a
+	// release may have come before it), then the timed wait.
+	assert.Equal(t, int64(2), rounds.n.Load(), "two rounds, then the timed wait")
 }
 
 // TestWakeListenersStop checks that Close stops the pub/sub listeners, also
@@ -189,15 +244,20 @@ func TestWakeListenersStop(t *testing.T) {
 	assert.Nil(t, b.wake.On("k"), "no listener after Close")
 }
 
-// waitWaiting waits until a Lock of cl is registered for key's release.
+// waitWaiting waits until a Lock of cl is registered for key's release,
+// with its subscription in place: a first wait's round after its new
+// subscription was confirmed (see wake.Waker.OnSince) is done.
 func waitWaiting(t *testing.T, cl *Client, key string) {
 	t.Helper()
-	require.Eventually(t, func() bool { return cl.wake.Waiting(cl.stored(key)) }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		k := cl.stored(key)
+		return cl.wake.Waiting(k) && !cl.wake.Confirming(k)
+	}, 5*time.Second, time.Millisecond)
 }
 
-// scriptCounter counts the lock scripts run on a node (not the connection
-// checks).
-type scriptCounter struct{ n atomic.Int64 }
+// roundCounter counts the acquires sent to a node by SHA (the script is
+// loaded there): the rounds that reach it.
+type roundCounter struct{ n atomic.Int64 }
 
 // lockScript reports whether cmd runs a script other than the connection check.
 func lockScript(cmd redis.Cmder) bool {
@@ -208,21 +268,21 @@ func lockScript(cmd redis.Cmder) bool {
 	return args[1] != scripts.Check.Hash() && args[1] != checkSource
 }
 
-func (h *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *roundCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (h *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *roundCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if lockScript(cmd) {
+		if isScript(scripts.Acquire)(cmd) {
 			h.n.Add(1)
 		}
 		return next(ctx, cmd)
 	}
 }
 
-func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *roundCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, cmd := range cmds {
-			if lockScript(cmd) {
+			if isScript(scripts.Acquire)(cmd) {
 				h.n.Add(1)
 			}
 		}

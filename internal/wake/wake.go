@@ -44,6 +44,10 @@ type Waker struct {
 	waiters map[string]*entry          // by key on the nodes, until announced
 	entries map[<-chan struct{}]*entry // every entry with waits, announced or not
 	named   map[string]named           // per subscribed key, the last announcement and whom it named
+	// confirming holds, per key newly subscribed for a wait that did not
+	// listen before (see OnSince), the nodes (a bit each) that confirmed
+	// the subscription so far, until a majority did.
+	confirming map[string]uint64
 	// heard is set while named has an entry, so that Heard needs no lock.
 	heard atomic.Bool
 	// live is the client's channel (protocol.LiveChannel and an id),
@@ -131,6 +135,14 @@ func (w *Waker) On(key string) <-chan struct{} { return w.OnSince(key, time.Time
 // at once, and [Waker.Next] returns whom it named. A wait that begins only
 // after its round failed therefore still hears a release that came while
 // the round was out.
+//
+// When key was not subscribed, an announcement may also come before the
+// subscription is in place, and nobody hears it: the channel is then
+// closed, naming nobody, once a majority of the nodes have confirmed the
+// subscription, so that the waiter tries again at once instead of
+// sleeping through a release it could not hear. (A release announces
+// itself on every node that refused a waiter, so a waiter refused by a
+// majority hears it from one of the majority that confirmed.)
 func (w *Waker) OnSince(key string, since time.Time) <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -152,6 +164,9 @@ func (w *Waker) OnSince(key string, since time.Time) <-chan struct{} {
 	_, subscribed := w.keys[key]
 	w.keys[key] = w.clock.Now()
 	if !subscribed {
+		if !since.IsZero() {
+			w.confirming[key] = 0
+		}
 		// In the background, each node on its own: a node that is down
 		// would hold this wait, or the other nodes' subscriptions, for its
 		// dial. go-redis subscribes again after a reconnect.
@@ -178,6 +193,7 @@ func (w *Waker) connect() {
 		w.wg.Go(func() { w.listen(s) })
 	}
 	w.keys = map[string]time.Time{}
+	w.confirming = map[string]uint64{}
 	if w.waiters == nil {
 		w.waiters = map[string]*entry{}
 		w.entries = map[<-chan struct{}]*entry{}
@@ -268,6 +284,9 @@ func (w *Waker) listen(s *sub) {
 				close(s.unsubbed) // see retire
 				s.unsubbed = nil
 			}
+			if m.Kind == "subscribe" {
+				w.confirmed(s, m.Channel)
+			}
 		}
 		current := slices.Contains(w.subs, s)
 		w.mu.Unlock()
@@ -295,6 +314,29 @@ func (w *Waker) message(s *sub, msg *redis.Message) {
 	w.heard.Store(true)
 	if e := w.waiters[key]; e != nil {
 		e.next = msg.Payload
+		close(e.ch)
+		delete(w.waiters, key)
+	}
+}
+
+// confirmed notes that s's node confirmed the subscription of channel,
+// and wakes the waiters of a key whose subscription a majority of the
+// nodes have now confirmed, if it is in confirming (see OnSince).
+// Callers hold w.mu.
+func (w *Waker) confirmed(s *sub, channel string) {
+	key, ok := strings.CutPrefix(channel, protocol.ReleasedChannel)
+	nodes, pending := w.confirming[key]
+	if !ok || !pending || s.idx >= 64 {
+		return
+	}
+	nodes |= 1 << s.idx
+	if bits.OnesCount64(nodes) <= len(w.nodes)/2 {
+		w.confirming[key] = nodes
+		return
+	}
+	delete(w.confirming, key)
+	if e := w.waiters[key]; e != nil {
+		e.next = ""
 		close(e.ch)
 		delete(w.waiters, key)
 	}
@@ -428,6 +470,7 @@ func (w *Waker) dropIdle(subs []*sub) (next time.Duration, done bool) {
 		}
 		delete(w.keys, k)
 		delete(w.named, k)
+		delete(w.confirming, k)
 		w.heard.Store(len(w.named) > 0)
 		drop = append(drop, k)
 	}
@@ -482,6 +525,15 @@ func (w *Waker) Waiting(key string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.waiters[key] != nil
+}
+
+// Confirming reports whether a wait for key (as stored) waits for a
+// majority of the nodes to confirm its new subscription (see OnSince).
+func (w *Waker) Confirming(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.confirming[key]
+	return ok
 }
 
 // Recent reports whether key (as stored) is subscribed: a wait for it

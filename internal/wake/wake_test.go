@@ -210,6 +210,41 @@ func TestOnSince(t *testing.T) {
 	w.Done("k", again)
 }
 
+// TestOnSinceNewKey: a wait that did not listen before (OnSince) for a key
+// not yet subscribed may have missed a release announced before its
+// subscription was in place, so its channel is closed, naming nobody, once
+// a majority of the nodes confirmed the subscription, with one of three
+// nodes down too; On, which always listened, gets no such wake (the
+// control), nor does a later OnSince for the key once it is subscribed.
+func TestOnSinceNewKey(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	c.srv[2].Close()
+	w := newWaker(t, c.clients, long)
+
+	plain := w.On("plain")
+	require.NotNil(t, plain)
+	waitSubscribed(t, c.srv[:2], "plain")
+	assert.Never(t, func() bool { return closed(plain) }, 100*time.Millisecond, time.Millisecond, "On woken without an announcement")
+
+	k := w.OnSince("k", time.Now())
+	require.NotNil(t, k)
+	waitClosed(t, k, "a new subscription did not wake its wait")
+	assert.Equal(t, 2, subscribers(c.srv[:2], "k"), "woken before the majority confirmed")
+	assert.Empty(t, w.Next(k), "the wake names nobody")
+	w.Done("k", k)
+	_, heard := w.Named("k")
+	assert.True(t, heard.IsZero(), "the wake was taken for an announcement")
+
+	again := w.OnSince("k", time.Now())
+	assert.Never(t, func() bool { return closed(again) }, 100*time.Millisecond, time.Millisecond, "a subscribed key's wait woken without an announcement")
+	c.srv[0].Publish(protocol.ReleasedChannel+"k", "next")
+	waitClosed(t, again, "no wake on k's release")
+	assert.Equal(t, "next", w.Next(again))
+	w.Done("k", again)
+	w.Done("plain", plain)
+}
+
 // TestDoneAndIdle: Done ends a wait (the last Done of a key's waits drops
 // the key's wait); a key nobody waits for is unsubscribed on the nodes once
 // idle, while a key still waited for stays subscribed; once no key is left
