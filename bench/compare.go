@@ -75,6 +75,8 @@ func compare(w io.Writer, results []loadtest.Result, baseName, ourName string) {
 			figure{n + "wait p50", ms(b, 50), ms(&r, 50), "ms"},
 			figure{n + "wait p99", ms(b, 99), ms(&r, 99), "ms"},
 			figure{n + "handoff p50 (Unlock called to next Lock returned)", float64(b.Handoff.P50) / 1e6, float64(r.Handoff.P50) / 1e6, "ms"},
+			figure{n + "handoff mean", float64(b.Handoff.Mean) / 1e6, float64(r.Handoff.Mean) / 1e6, "ms"},
+			figure{n + "hold mean (Lock returned to Unlock called; 1 ms asked)", float64(b.Hold.Mean) / 1e6, float64(r.Hold.Mean) / 1e6, "ms"},
 			figure{n + "smallest share / largest", b.ShareRatio(), r.ShareRatio(), "ratio"},
 			figure{n + "failed Lock calls", float64(b.Errors), float64(r.Errors), ""},
 			figure{n + "overlapping holds", float64(b.Overlaps), float64(r.Overlaps), ""},

@@ -83,6 +83,7 @@ func Scenarios(d time.Duration, callers int, slow time.Duration) []Scenario {
 
 // Dist is a latency distribution, in nanoseconds.
 type Dist struct {
+	Mean time.Duration `json:"mean_ns"`
 	P50  time.Duration `json:"p50_ns"`
 	P90  time.Duration `json:"p90_ns"`
 	P99  time.Duration `json:"p99_ns"`
@@ -112,12 +113,17 @@ type Result struct {
 	// before the previous one's Unlock call (0 for a lock).
 	Handoff  Dist `json:"handoff"`
 	Overlaps int  `json:"overlaps"`
+	// Hold is, for a hot key, the time from Lock returning to the Unlock
+	// call: the scenario's hold as the holder's process kept it. With the
+	// mean handoff it makes the cycle that the rate is the inverse of.
+	Hold Dist `json:"hold"`
 	// NodeCPU is the CPU time of the nodes' processes per operation, when
 	// the Runner knows them (Runner.NodePIDs); nil otherwise.
 	NodeCPU *NodeCPU `json:"node_cpu,omitempty"`
 
 	samples  []time.Duration // sorted
 	handoffs []time.Duration // sorted
+	holds    []time.Duration // sorted
 }
 
 // ShareRatio returns the smallest contender's share divided by the largest's
@@ -375,6 +381,11 @@ func gather(callers []caller, sc Scenario, elapsed time.Duration) Result {
 	res.Latency = dist(res.samples)
 	res.handoffs, res.Overlaps = handoffs(holds)
 	res.Handoff = dist(res.handoffs)
+	for _, h := range holds {
+		res.holds = append(res.holds, time.Duration(h.Released-h.Obtained))
+	}
+	slices.Sort(res.holds)
+	res.Hold = dist(res.holds)
 	return res
 }
 
@@ -403,7 +414,11 @@ func dist(s []time.Duration) Dist {
 	if len(s) == 0 {
 		return Dist{}
 	}
-	return Dist{P50: quantile(s, 0.5), P90: quantile(s, 0.9), P99: quantile(s, 0.99), P999: quantile(s, 0.999), Max: s[len(s)-1]}
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	return Dist{Mean: sum / time.Duration(len(s)), P50: quantile(s, 0.5), P90: quantile(s, 0.9), P99: quantile(s, 0.99), P999: quantile(s, 0.999), Max: s[len(s)-1]}
 }
 
 // quantile returns the q-quantile of sorted samples (nearest rank).
@@ -422,7 +437,7 @@ func Merge(rs []Result) Result {
 		return Result{}
 	}
 	m := rs[0]
-	m.samples, m.handoffs = nil, nil
+	m.samples, m.handoffs, m.holds = nil, nil, nil
 	m.Shares = nil
 	m.Ops, m.Errors, m.Seconds, m.Overlaps = 0, 0, 0, 0
 	var allocs, bytes float64
@@ -433,6 +448,7 @@ func Merge(rs []Result) Result {
 		}
 		m.samples = append(m.samples, r.samples...)
 		m.handoffs = append(m.handoffs, r.handoffs...)
+		m.holds = append(m.holds, r.holds...)
 		m.Overlaps += r.Overlaps
 		m.Ops += r.Ops
 		m.Errors += r.Errors
@@ -454,6 +470,8 @@ func Merge(rs []Result) Result {
 	slices.Sort(m.samples)
 	slices.Sort(m.handoffs)
 	m.Handoff = dist(m.handoffs)
+	slices.Sort(m.holds)
+	m.Hold = dist(m.holds)
 	if m.Ops > 0 {
 		m.AllocsPerOp, m.BytesPerOp = allocs/float64(m.Ops), bytes/float64(m.Ops)
 	}

@@ -21,8 +21,8 @@ func TestMerge(t *testing.T) {
 		}
 		return s
 	}
-	a := Result{Impl: "x", Ops: 2, Seconds: 1, AllocsPerOp: 10, BytesPerOp: 100, Shares: []int{1, 1}, samples: ms(1, 3)}
-	b := Result{Impl: "x", Ops: 3, Errors: 1, Seconds: 2, AllocsPerOp: 20, BytesPerOp: 200, Shares: []int{2, 1}, samples: ms(2, 4, 5), FirstError: "boom"}
+	a := Result{Impl: "x", Ops: 2, Seconds: 1, AllocsPerOp: 10, BytesPerOp: 100, Shares: []int{1, 1}, samples: ms(1, 3), holds: ms(1, 2)}
+	b := Result{Impl: "x", Ops: 3, Errors: 1, Seconds: 2, AllocsPerOp: 20, BytesPerOp: 200, Shares: []int{2, 1}, samples: ms(2, 4, 5), FirstError: "boom", holds: ms(6)}
 	m := Merge([]Result{a, b})
 	assert.Equal(t, 5, m.Ops)
 	assert.Equal(t, 1, m.Errors)
@@ -35,6 +35,9 @@ func TestMerge(t *testing.T) {
 	assert.True(t, slices.IsSorted(m.samples))
 	assert.Equal(t, 3*time.Millisecond, m.Latency.P50)
 	assert.Equal(t, 5*time.Millisecond, m.Latency.Max)
+	assert.Equal(t, 3*time.Millisecond, m.Latency.Mean)
+	assert.Equal(t, 2*time.Millisecond, m.Hold.P50, "the holds are pooled")
+	assert.Equal(t, 3*time.Millisecond, m.Hold.Mean)
 	assert.Equal(t, []int{1, 1}, a.Shares, "the inputs are not changed")
 }
 
@@ -49,6 +52,21 @@ func TestHandoffs(t *testing.T) {
 	gaps, overlaps = handoffs([]Hold{{Obtained: 0, Released: 10}, {Obtained: 5, Released: 20}, {Obtained: 15, Released: 30}, {Obtained: 31, Released: 40}})
 	assert.Equal(t, 2, overlaps, "5 < 10, and 15 < 20")
 	assert.Equal(t, []time.Duration{1}, gaps)
+}
+
+// TestGatherHolds: a hot key's holds, from Lock returned to Unlock called,
+// and the handoffs between them.
+func TestGatherHolds(t *testing.T) {
+	ms := int64(time.Millisecond)
+	callers := []caller{
+		{Samples: make([]time.Duration, 2), Holds: []Hold{{Obtained: 0, Released: 1 * ms}, {Obtained: 4 * ms, Released: 7 * ms}}},
+		{Samples: make([]time.Duration, 1), Holds: []Hold{{Obtained: 2 * ms, Released: 4 * ms}}},
+	}
+	r := gather(callers, Scenario{HotKey: true}, time.Second)
+	assert.Equal(t, 2*time.Millisecond, r.Hold.Mean)
+	assert.Equal(t, 3*time.Millisecond, r.Hold.Max)
+	assert.Equal(t, time.Millisecond/2, r.Handoff.Mean, "1 ms, then 0")
+	assert.Equal(t, []int{2, 1}, r.Shares)
 }
 
 // TestRunProcsNeedsSpawn: a scenario of processes needs a Runner that can
