@@ -144,13 +144,14 @@ end
 -- waiter per key at a time).
 local function forget()
   if not queuedBefore then return end
-  redis.pcall('ZREM', queued(), place)
+  -- (A first round's id is its own new token: no entry has it yet.)
+  if place ~= ARGV[1] then redis.pcall('ZREM', queued(), place) end
   if live == '' then return end
-  local all = redis.pcall('ZRANGE', queue, 0, -1)
+  local all = redis.pcall('ZRANGE', queued(), 0, -1)
   if type(all) ~= 'table' then return end
   local suffix = '|' .. live
   for _, m in ipairs(all) do
-    if string.sub(m, -#suffix) == suffix then redis.pcall('ZREM', queue, m) end
+    if string.sub(m, -#suffix) == suffix then redis.pcall('ZREM', queued(), m) end
   end
 end
 -- granted is the reply once every key holds our token. A waiter that may
