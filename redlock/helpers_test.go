@@ -83,6 +83,25 @@ func (c *cluster) client(t *testing.T, opts *Options) *Client {
 	return cl
 }
 
+// hookedClient returns a Client on the cluster's nodes through node
+// clients of its own that run hook (and not the cluster's fault hooks),
+// closed at the end of the test, with the cluster's tunables.
+func (c *cluster) hookedClient(t *testing.T, hook redis.Hook, opts *Options) *Client {
+	t.Helper()
+	var nodes []redis.UniversalClient
+	for _, m := range c.srv {
+		n := redis.NewClient(NodeOptions(m.Addr()))
+		n.AddHook(hook)
+		t.Cleanup(func() { _ = n.Close() })
+		nodes = append(nodes, n)
+	}
+	opts.NodeClientsAsGiven = true
+	cl, err := newTuned(nodes, opts, c.tune)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cl.Close() })
+	return cl
+}
+
 // setTime sets the time of every node (TIME and key expiry) to now.
 func (c *cluster) setTime(now time.Time) {
 	for _, m := range c.srv {

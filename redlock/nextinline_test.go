@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -207,19 +206,9 @@ func TestYieldToNamed(t *testing.T) {
 	holder, a := c.client(t, nil), c.client(t, slow)
 	// b's scripts take 30 ms longer, so that a, locking again at once,
 	// would win every race against b's round if it did not yield.
-	var late []redis.UniversalClient
-	for _, m := range c.srv {
-		n := redis.NewClient(NodeOptions(m.Addr()))
-		h := &faultHook{before: func() { time.Sleep(30 * time.Millisecond) }}
-		h.selectCmds(lockScript)
-		n.AddHook(h)
-		t.Cleanup(func() { _ = n.Close() })
-		late = append(late, n)
-	}
-	b, err := newTuned(late, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute, NodeTimeout: 2 * time.Second,
-		NodeClientsAsGiven: true}, c.tune) // through the hooks that slow b
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Close() })
+	late := &faultHook{before: func() { time.Sleep(30 * time.Millisecond) }}
+	late.selectCmds(lockScript)
+	b := c.hookedClient(t, late, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute, NodeTimeout: 2 * time.Second})
 	lh, err := holder.Lock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
 

@@ -60,25 +60,9 @@ func TestWakeDuringRound(t *testing.T) {
 	c.waitHolders(t, "k", la.Token(), 3)
 
 	hold := &replyHold{gate: make(chan struct{}), done: make(chan struct{})}
-	var nodes []redis.UniversalClient
-	for _, m := range c.srv {
-		cl := redis.NewClient(NodeOptions(m.Addr()))
-		cl.AddHook(hold)
-		t.Cleanup(func() { _ = cl.Close() })
-		nodes = append(nodes, cl)
-	}
-	b, err := New(nodes, &Options{Fencing: true, NodeClientsAsGiven: true, NodeTimeout: 5 * time.Second,
+	b := c.hookedClient(t, hold, &Options{Fencing: true, NodeTimeout: 5 * time.Second,
 		MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Close() })
-	got := make(chan error, 1)
-	go func() {
-		lb, err := b.Lock(t.Context(), "k", time.Second)
-		if err == nil {
-			err = lb.Unlock(context.Background())
-		}
-		got <- err
-	}()
+	got := lockUnlock(t, b, "k")
 	waitWaiting(t, b, "k")
 	require.Eventually(t, func() bool {
 		return c.srv[0].PubSubNumSub(protocol.ReleasedChannel + b.stored("k"))[protocol.ReleasedChannel+b.stored("k")] == 1
@@ -124,28 +108,12 @@ func TestWakeNewSubscription(t *testing.T) {
 	c.waitHolders(t, "k", la.Token(), 3)
 
 	hold := &replyHold{gate: make(chan struct{}), done: make(chan struct{})}
-	var nodes []redis.UniversalClient
-	for _, m := range c.srv {
-		cl := redis.NewClient(NodeOptions(m.Addr()))
-		cl.AddHook(hold)
-		t.Cleanup(func() { _ = cl.Close() })
-		nodes = append(nodes, cl)
-	}
-	b, err := New(nodes, &Options{NodeClientsAsGiven: true, NodeTimeout: 5 * time.Second,
+	b := c.hookedClient(t, hold, &Options{NodeTimeout: 5 * time.Second,
 		MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Close() })
 	// b's first round: every node refuses it, and its replies are held
 	// back until a has released the key.
 	hold.arm(len(c.srv))
-	got := make(chan error, 1)
-	go func() {
-		lb, err := b.Lock(t.Context(), "k", time.Second)
-		if err == nil {
-			err = lb.Unlock(context.Background())
-		}
-		got <- err
-	}()
+	got := lockUnlock(t, b, "k")
 	select {
 	case <-hold.done:
 	case <-time.After(5 * time.Second):
@@ -242,6 +210,20 @@ func TestWakeListenersStop(t *testing.T) {
 	time.Sleep(150 * time.Millisecond) // the listener of node 2 fails and retries
 	require.NoError(t, b.Close())
 	assert.Nil(t, b.wake.On("k"), "no listener after Close")
+}
+
+// lockUnlock locks key through cl in a goroutine, for a second, and
+// unlocks it; the channel receives the error.
+func lockUnlock(t *testing.T, cl *Client, key string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		l, err := cl.Lock(t.Context(), key, time.Second)
+		if err == nil {
+			err = l.Unlock(context.Background())
+		}
+		got <- err
+	}()
+	return got
 }
 
 // waitWaiting waits until a Lock of cl is registered for key's release,
