@@ -163,7 +163,7 @@ func releasesOf(c *cluster, i int, token string) (all, unlocks int) {
 	for _, cmd := range c.hooks[i].commands() {
 		if strings.Contains(cmd, scripts.Release.Hash()) && strings.Contains(cmd, " "+token+" ") {
 			all++
-			if strings.Contains(cmd, " "+token+" 1 ") { // announced
+			if strings.Contains(cmd, " "+token+" 1|") { // announced
 				unlocks++
 			}
 		}

@@ -269,7 +269,7 @@ func TestTombstone(t *testing.T) {
 	c.establish("")
 	n, m := c.nodes[0], c.srv[0]
 	release := func(token string) {
-		_, err := scripts.Release.Run(t.Context(), n, []string{"k"}, token, "0", 2000).Result()
+		_, err := scripts.Release.Run(t.Context(), n, []string{"k"}, token, "0|2000").Result()
 		require.NoError(t, err)
 	}
 	release("late")

@@ -111,19 +111,15 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 
 // ReleaseAfter returns the release of the lock that acq, an acquire's
 // command, asked for: its lock keys, its token, and its ttl for the
-// tombstones. It shares acq's boxed values. announce publishes each
-// deletion on [ReleasedChannel].
+// tombstones. It shares acq's boxed keys and token. announce publishes
+// each deletion on [ReleasedChannel].
 func (p *Protocol) ReleaseAfter(acq Cmd, announce bool) Cmd {
 	nkeys := acq[2].(int) - 1 // without the state key
-	cmd := make(Cmd, 0, 3+nkeys+4)
+	cmd := make(Cmd, 0, 3+nkeys+2)
 	cmd = append(cmd, "evalsha", p.release.sha, nkeys)
 	cmd = append(cmd, acq[3:3+nkeys]...)
-	token, ttl := acq[3+nkeys+1], acq[3+nkeys+2]
-	cmd = append(cmd, token, announceArg(announce), ttl)
-	if announce && p.prefix != nil {
-		cmd = append(cmd, p.queues)
-	}
-	return cmd
+	token, ttl := acq[3+nkeys+1], acq[3+nkeys+2].(int64)
+	return append(cmd, token, p.releaseArg(ttl, announce))
 }
 
 // ReleaseJoined returns rel, an announced release, for a node that refused
@@ -131,24 +127,25 @@ func (p *Protocol) ReleaseAfter(acq Cmd, announce bool) Cmd {
 // handoff: without the TTL that makes it leave tombstones (the acquire was
 // answered), and with the client's channel, so that it also takes the
 // client's entries off the queue and releases what was handed over to the
-// round (see release.lua). Without handoffs it returns rel.
+// round (see release.lua). Without handoffs, or for a release that does
+// not announce, it returns rel.
 func (p *Protocol) ReleaseJoined(rel Cmd) Cmd {
-	if p.live == nil || len(rel) == 3+rel[2].(int)+3 {
+	if p.live == nil || p.queues == "" || len(rel) != 3+rel[2].(int)+2 {
+		return rel
+	}
+	if how, _ := rel[len(rel)-1].(string); !strings.HasPrefix(how, "1|") {
 		return rel
 	}
 	out := make(Cmd, len(rel), len(rel)+1)
 	copy(out, rel)
-	out[3+out[2].(int)+2] = int64(0)
+	out[len(out)-1] = p.releaseArg(0, true)
 	return append(out, p.live)
 }
 
 // Release returns the release of the lock with token on keys (as stored),
 // leaving a tombstone for ttl where a key is missing.
 func (p *Protocol) Release(keys []string, token string, ttl time.Duration, announce bool) Cmd {
-	if announce && p.prefix != nil {
-		return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl), p.queues)
-	}
-	return newCmd(p.release, keys, token, announceArg(announce), p.ttlArg(ttl))
+	return newCmd(p.release, keys, token, p.releaseArg(ttl.Milliseconds(), announce))
 }
 
 // ReleaseOwn returns the announced release, on key (as stored), of what a
@@ -160,14 +157,7 @@ func (p *Protocol) ReleaseOwn(key, token string) Cmd {
 	if p.live == nil {
 		return nil
 	}
-	return newCmd(p.release, []string{key}, token, "1", int64(0), p.queues, p.live)
-}
-
-func announceArg(announce bool) any {
-	if announce {
-		return "1"
-	}
-	return "0"
+	return newCmd(p.release, []string{key}, token, p.releaseArg(0, true), p.live)
 }
 
 // Extend returns the command that sets the TTL of the lock with token on

@@ -121,12 +121,14 @@ type Protocol struct {
 	fencing bool // the acquire is to return the fence counter
 	none    any  // "": no state to establish, no lock handed over
 	prefix  any  // the key prefix, for the queues of waiters; nil: no queues
-	// queues is what a release needs for the queue of waiters: the
-	// restart guard in ms, "|" and the state key as stored on plain nodes
-	// (see release.lua); nil without queues.
-	queues  any
+	// queues is what an announced release needs for the queue of
+	// waiters: "|", the restart guard in ms, "|" and the state key as
+	// stored on plain nodes (see release.lua); "" without queues.
+	queues  string
 	live    any // the client's channel (see LiveChannel); nil: no handoffs
 	lastTTL atomic.Pointer[boxedTTL]
+	// lastRelease is the last release's second argument (see releaseArg).
+	lastRelease atomic.Pointer[boxedRelease]
 	// lastTicket is the last ticket sent, boxed (an int64): the waiters
 	// whose tickets are equal share it.
 	lastTicket atomic.Value
@@ -148,7 +150,7 @@ func New(guard time.Duration, fencing bool) *Protocol {
 // stored after prefix. It returns p; call it before p is used.
 func (p *Protocol) WithQueues(prefix string) *Protocol {
 	p.prefix = prefix
-	p.queues = strconv.FormatInt(p.guard.(int64), 10) + "|" + prefix + StateKey
+	p.queues = "|" + strconv.FormatInt(p.guard.(int64), 10) + "|" + prefix + StateKey
 	return p
 }
 
@@ -178,6 +180,33 @@ func (p *Protocol) ttlArg(ttl time.Duration) any {
 	b := &boxedTTL{ms, ms}
 	p.lastTTL.Store(b)
 	return b.arg
+}
+
+// boxedRelease is a release's second argument for a ttl in ms, boxed:
+// announced and not.
+type boxedRelease struct {
+	ms          int64
+	loud, quiet any
+}
+
+// releaseArg returns a release's second argument (see release.lua):
+// whether it announces ("1" or "0"), "|" and the ttl in ms of its
+// tombstones (0: none), then, for an announced release with queues of
+// waiters, p.queues. One argument, which the release of a key that holds
+// the token and was not waited for never reads: each argument costs the
+// node about a thousand instructions. The same box as the last release's
+// when the ttl is the same.
+func (p *Protocol) releaseArg(ms int64, announce bool) any {
+	b := p.lastRelease.Load()
+	if b == nil || b.ms != ms {
+		t := strconv.FormatInt(ms, 10)
+		b = &boxedRelease{ms: ms, loud: "1|" + t + p.queues, quiet: "0|" + t}
+		p.lastRelease.Store(b)
+	}
+	if announce {
+		return b.loud
+	}
+	return b.quiet
 }
 
 // ticketArg returns a queue ticket as a script argument, the same box as

@@ -41,20 +41,32 @@ func TestRunInt(t *testing.T) {
 	assert.Error(t, err)
 }
 
-// TestReleaseAfter builds a release from an acquire's command: the lock keys,
-// the token and the ttl are shared, the state key and the acquire's other
-// arguments are not.
+// TestReleaseAfter builds a release from an acquire's command: the lock keys
+// and the token are shared, the state key and the acquire's other
+// arguments are not; whether it announces, the ttl and what the queues
+// need go as one argument.
 func TestReleaseAfter(t *testing.T) {
 	p := New(time.Minute, false)
 	acq := p.AcquireCmd(Acquire{Keys: []string{"a", "b", "state"}, Token: "tok", TTL: 1500 * time.Millisecond})
 	assert.Equal(t, Cmd{"evalsha", p.acquire.sha, 3, "a", "b", "state", "tok", int64(1500), int64(60000)}, acq)
 	assert.Equal(t, p.Release([]string{"a", "b"}, "tok", 1500*time.Millisecond, true), p.ReleaseAfter(acq, true))
-	assert.Equal(t, Cmd{"evalsha", p.release.sha, 2, "a", "b", "tok", "0", int64(1500)}, p.ReleaseAfter(acq, false))
+	assert.Equal(t, Cmd{"evalsha", p.release.sha, 2, "a", "b", "tok", "0|1500"}, p.ReleaseAfter(acq, false))
+	assert.Equal(t, Cmd{"evalsha", p.release.sha, 2, "a", "b", "tok", "1|1500"}, p.ReleaseAfter(acq, true), "no queues")
 
 	q := New(time.Minute, false).WithQueues("p:")
 	acq = q.AcquireCmd(Acquire{Keys: []string{"p:a", "p:" + StateKey}, Token: "tok", TTL: time.Second, Place: "tok", Ticket: 7})
-	assert.Equal(t, Cmd{"evalsha", q.release.sha, 1, "p:a", "tok", "1", int64(1000), "60000|p:" + StateKey}, q.ReleaseAfter(acq, true),
-		"the queue's arguments in one")
+	assert.Equal(t, Cmd{"evalsha", q.release.sha, 1, "p:a", "tok", "1|1000|60000|p:" + StateKey}, q.ReleaseAfter(acq, true),
+		"the queue's fields in the one argument")
+	assert.Equal(t, Cmd{"evalsha", q.release.sha, 1, "p:a", "tok", "0|1000"}, q.ReleaseAfter(acq, false), "a clean-up: no queue")
+	assert.Equal(t, q.ReleaseAfter(acq, true), q.ReleaseJoined(q.ReleaseAfter(acq, true)), "no handoffs: as it is")
+
+	l := New(time.Minute, false).WithQueues("p:").WithLive("ch")
+	rel := l.ReleaseAfter(acq, true)
+	assert.Equal(t, Cmd{"evalsha", l.release.sha, 1, "p:a", "tok", "1|0|60000|p:" + StateKey, "ch"}, l.ReleaseJoined(rel),
+		"joined: no tombstone, and the channel")
+	assert.Equal(t, "1|1000|60000|p:"+StateKey, rel[5], "ReleaseJoined changed its argument")
+	assert.Equal(t, l.ReleaseAfter(acq, false), l.ReleaseJoined(l.ReleaseAfter(acq, false)), "a clean-up is not joined")
+	assert.Equal(t, Cmd{"evalsha", l.release.sha, 1, "p:a", "tok", "1|0|60000|p:" + StateKey, "ch"}, l.ReleaseOwn("p:a", "tok"))
 }
 
 // TestAcquireArgs: the acquire sends ARGV[1..3] and then only up to the

@@ -7,49 +7,51 @@
 -- left alone).
 -- Tokens are compared without the mark "@WAITED@" that a refused acquire
 -- puts before a key's value (see acquire.lua).
--- When ARGV[2] is "1" (an unlock, not the clean-up of a failed round), the
--- deletion of each key marked as waited for is announced on the channel
--- "@RELEASED@" .. the key, so that waiting clients retry at once; a failed
--- PUBLISH (for example an ACL without channel rights) does not fail the
--- release. An unmarked key refused no waiter: nobody listens for it, and
--- it is deleted without a look at its queue.
--- ARGV[3], when given and not 0, is the lock's TTL in ms: a key that does not exist
--- gets a tombstone, the value "@GONE@" .. ARGV[1], for that long,
--- so that this token's SET, if the network still delivers it (a partition
--- that delayed it beyond the round's timeout), is refused by the acquire
--- script instead of leaving a key that nobody holds. Every other token takes
--- a tombstone for a free key.
--- ARGV[4], when given, is the restart guard in ms (0: off), '|' and the
--- node's state key, the client's key prefix then "@STATE@" (see
--- acquire.lua): one argument, read only where the key was waited for
--- (each argument costs the node about a thousand instructions). The
--- announcement of KEYS[1]'s release then names the next in line of its
--- queue of waiters (see acquire.lua), the one with the lowest ticket, whom
--- it takes off the queue; other announcements name nobody ('').
+-- ARGV[2] is one argument of up to four fields separated by '|', read
+-- only where a key is not simply deleted (each argument costs the node
+-- about a thousand instructions):
+-- 1. "1" for an unlock, "0" for the clean-up of a failed round. An unlock
+--    announces the deletion of each key marked as waited for on the
+--    channel "@RELEASED@" .. the key, so that waiting clients retry at
+--    once; a failed PUBLISH (for example an ACL without channel rights)
+--    does not fail the release. An unmarked key refused no waiter: nobody
+--    listens for it, and it is deleted without a look at its queue.
+-- 2. The lock's TTL in ms (0: none): a key that does not exist gets a
+--    tombstone, the value "@GONE@" .. ARGV[1], for that long, so that this
+--    token's SET, if the network still delivers it (a partition that
+--    delayed it beyond the round's timeout), is refused by the acquire
+--    script instead of leaving a key that nobody holds. Every other token
+--    takes a tombstone for a free key.
+-- 3. and 4. (an unlock's, with queues of waiters) the restart guard in ms
+--    (0: off) and the node's state key, the client's key prefix then
+--    "@STATE@" (see acquire.lua). The announcement of KEYS[1]'s release
+--    then names the next in line of its queue of waiters (see
+--    acquire.lua), the one with the lowest ticket, whom it takes off the
+--    queue; other announcements name nobody ('').
 -- Handoff on the node: when the next in line joined for a handoff (its
 -- entry is id .. '|' .. token .. '|' .. ttl .. '|' .. channel, see
 -- acquire.lua) and the lock has a single key, the key is set to
 -- "@HAND@" .. token, marked as waited for, for ttl ms instead of being
--- deleted, and the
--- announcement is that value (otherwise it names the waiter by the
--- token). It is handed over only while the waiter's
--- client is still subscribed to its channel on this server (PUBSUB
--- NUMSUB), which is told on that channel, so never to a waiter whose process is gone (an entry of such a
--- waiter is dropped and the next one is tried), and only when this node
--- may grant: with the restart guard on, the node's state (ARGV[4]) must
--- be established.
--- ARGV[5] (optional; on the nodes where the lock's acquire was refused
+-- deleted, and the announcement is that value (otherwise it names the
+-- waiter by the token). It is handed over only while the waiter's client
+-- is still subscribed to its channel on this server (PUBSUB NUMSUB), which
+-- is told on that channel, so never to a waiter whose process is gone (an
+-- entry of such a waiter is dropped and the next one is tried), and only
+-- when this node may grant: with the restart guard on, the node's state
+-- must be established.
+-- ARGV[3] (optional; on the nodes where the lock's acquire was refused
 -- but joined the queue, for a waiter that leaves, and for a handoff that
--- no waiter expects) is the channel of the releasing client (see acquire.lua):
--- where KEYS[1] does not hold the lock, its entries leave the queue first
--- (it has one waiter per key at a time, and that one is done), and a
--- key handed over to it, "@HAND@" .. ARGV[1], is released like one that
--- holds it. So an unlock also releases what a release handed over to the
--- entry that its round left on the nodes that refused it, and a waiter
--- that gives up releases what may have been handed over to its rounds.
+-- no waiter expects) is the channel of the releasing client (see
+-- acquire.lua): where KEYS[1] does not hold the lock, its entries leave
+-- the queue first (it has one waiter per key at a time, and that one is
+-- done), and a key handed over to it, "@HAND@" .. ARGV[1], is released
+-- like one that holds it. So an unlock also releases what a release
+-- handed over to the entry that its round left on the nodes that refused
+-- it, and a waiter that gives up releases what may have been handed over
+-- to its rounds.
 local waited = '@WAITED@'
 local first, firstMarked -- the value of KEYS[1] without its mark, once read
-if not ARGV[5] then
+if not ARGV[3] then
   -- The usual case first: a single key that holds the token, which no
   -- waiter found held, is deleted, and that is all.
   first = redis.call('GET', KEYS[1])
@@ -63,15 +65,18 @@ local function read(key)
   if v and string.sub(v, 1, #waited) == waited then return string.sub(v, #waited + 1), true end
   return v, false
 end
--- The guard, state key and key prefix of ARGV[4].
+-- The fields of ARGV[2]: announce, ttl, and the guard, state key and key
+-- prefix (nil without queues).
+local announce, ttl, rest = string.match(ARGV[2], '^(%d)|(%d+)(.*)$')
+announce, ttl = announce == '1', tonumber(ttl) or 0
 local guard, state, prefix = 0, nil, nil
-if ARGV[4] then
+if rest and rest ~= '' then
   local g
-  g, state = string.match(ARGV[4], '^(%d+)|(.*)$')
+  g, state = string.match(rest, '^|(%d+)|(.*)$')
   guard, prefix = tonumber(g), string.match(state, '^(.*)@STATE@') or ''
 end
 local mine = ARGV[1]
-if ARGV[2] == '1' and prefix and ARGV[5] then
+if announce and prefix and ARGV[3] then
   mine = '@HAND@' .. ARGV[1]
   first, firstMarked = read(KEYS[1])
   if first ~= ARGV[1] and first ~= mine then
@@ -80,7 +85,7 @@ if ARGV[2] == '1' and prefix and ARGV[5] then
     local q = prefix .. '@QUEUE@' .. string.sub(KEYS[1], #prefix + 1)
     local all = redis.pcall('ZRANGE', q, 0, -1)
     if type(all) == 'table' then
-      local suffix = '|' .. ARGV[5]
+      local suffix = '|' .. ARGV[3]
       for _, m in ipairs(all) do
         if string.sub(m, -#suffix) == suffix then redis.pcall('ZREM', q, m) end
       end
@@ -115,12 +120,12 @@ for i = 1, #KEYS do
   local v, marked = first, firstMarked
   if i > 1 or v == nil then v, marked = read(KEYS[i]) end
   if v == ARGV[1] or v == mine then
-    local next, ttl, ch = '', nil, nil
-    if marked and ARGV[2] == '1' and i == 1 and prefix then
-      next, ttl, ch = handoff(prefix .. '@QUEUE@' .. string.sub(KEYS[1], #prefix + 1))
+    local next, handTTL, ch = '', nil, nil
+    if marked and announce and i == 1 and prefix then
+      next, handTTL, ch = handoff(prefix .. '@QUEUE@' .. string.sub(KEYS[1], #prefix + 1))
     end
-    if ttl then
-      redis.call('SET', KEYS[i], waited .. next, 'PX', ttl)
+    if handTTL then
+      redis.call('SET', KEYS[i], waited .. next, 'PX', handTTL)
       -- To the waiter's client, which is subscribed: the hand value's
       -- length, ':', the value and the key.
       redis.pcall('PUBLISH', ch, #next .. ':' .. next .. KEYS[i])
@@ -128,13 +133,13 @@ for i = 1, #KEYS do
     else
       n = n + redis.call('DEL', KEYS[i])
     end
-    if marked and ARGV[2] == '1' and not ttl then
+    if marked and announce and not handTTL then
       -- (A handoff is told to its waiter's client only: the others have
       -- nothing to try until the next release.)
       redis.pcall('PUBLISH', '@RELEASED@' .. KEYS[i], next)
     end
-  elseif v == false and ARGV[3] and tonumber(ARGV[3]) > 0 then
-    redis.call('SET', KEYS[i], '@GONE@' .. ARGV[1], 'PX', ARGV[3])
+  elseif v == false and ttl > 0 then
+    redis.call('SET', KEYS[i], '@GONE@' .. ARGV[1], 'PX', ttl)
   end
 end
 if n == #KEYS then return 1 end
