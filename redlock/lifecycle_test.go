@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -309,13 +308,8 @@ func TestRestartDuringBootstrap(t *testing.T) {
 	c.fresh = true
 	cl := c.client(t, nil)
 	c.hooks[2].selectCmds(func(cmd redis.Cmder) bool {
-		a := cmd.Args() // evalsha sha 2 key state token ttl guard ticket "place\nfenced\nestablish..."
-		if len(a) < 10 || a[1] != scripts.Acquire.Hash() {
-			return false
-		}
-		opt, _ := a[9].(string)
-		fields := strings.Split(opt, "\n")
-		return len(fields) >= 3 && fields[2] != ""
+		a := cmd.Args() // evalsha sha 2 key state token ttl guard ticket place fenced establish ...
+		return len(a) >= 12 && a[1] == scripts.Acquire.Hash() && a[11] != ""
 	})
 	c.hooks[2].set(func() { c.srv[2].FlushAll() }, nil)
 	l, err := cl.TryLock(t.Context(), "k", time.Second)
@@ -362,7 +356,7 @@ func TestGuardScript(t *testing.T) {
 	m.SetTime(now)
 	run := func(token, establish, fence string) any {
 		t.Helper()
-		v, err := scripts.Acquire.Run(ctx, n, []string{"k", reservedKey}, token, 1000, 60_000, "", "\n"+fence+"\n"+establish).Result() // fields 3 and 4, in ARGV[5]
+		v, err := scripts.Acquire.Run(ctx, n, []string{"k", reservedKey}, token, 1000, 60_000, "", "", fence, establish).Result()
 		require.NoError(t, err)
 		return v
 	}
@@ -390,7 +384,7 @@ func TestGuardScript(t *testing.T) {
 
 	// With the guard off, the script ignores the state.
 	m.FlushAll()
-	v, err := scripts.Acquire.Run(ctx, n, []string{"k", reservedKey}, "t7", 1000, 0, "", "\n1").Result() // fenced, field 3
+	v, err := scripts.Acquire.Run(ctx, n, []string{"k", reservedKey}, "t7", 1000, 0, "", "", "1").Result()
 	require.NoError(t, err)
 	assert.Equal(t, []any{int64(0), int64(0)}, v)
 	assert.False(t, m.Exists(reservedKey))

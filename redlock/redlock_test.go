@@ -224,15 +224,14 @@ func runAcquire(ctx context.Context, n redis.UniversalClient, key, token string,
 }
 
 // TestAcquireTakesOverOnlyPrev: the acquire script counts a key as free when
-// it holds the handed-over token (prev, field 5: in ARGV[5]), and only then:
-// another token, and an empty value with no token handed over, still
-// refuse.
+// it holds the handed-over token (ARGV[8]), and only then: another token,
+// and an empty value with no token handed over, still refuse.
 func TestAcquireTakesOverOnlyPrev(t *testing.T) {
 	c := newCluster(t, 1)
 	c.establish("")
 	n, m := c.nodes[0], c.srv[0]
 	acquire := func(key, prev string) any {
-		v, err := scripts.Acquire.Run(t.Context(), n, []string{key, reservedKey}, "new", 10000, DefaultRestartGuard.Milliseconds(), "", "\n\n\n"+prev).Result() // prev, field 5
+		v, err := scripts.Acquire.Run(t.Context(), n, []string{key, reservedKey}, "new", 10000, DefaultRestartGuard.Milliseconds(), "", "", "", "", prev).Result()
 		require.NoError(t, err)
 		return v
 	}

@@ -10,52 +10,47 @@
 -- of the server that last checked the state ('?': unknown; see check.lua).
 -- The state key is the client's key prefix, then "@STATE@" (then, on a
 -- Cluster node, the slot's tag).
--- ARGV[3] is the restart guard in ms (0: off). ARGV[4] and ARGV[5] are
--- optional: '' or left out (with every one after it) for none. ARGV[5]
--- holds the fields 2 to 8 below, separated by newlines (which no token, id
--- or channel holds), '' or left out (with every one after it) for none:
--- one argument for them all, since each argument costs the node about a
--- thousand instructions. The usual acquire sends three (TryLock) or four
--- (Lock: the ticket).
--- 1. ticket (ARGV[4]): the ticket of a waiter, to join the queue of
---    waiters of KEYS[1], a hint for the order in which releases wake
---    waiters that never decides a grant: a whole number that orders the
---    queue (ties by id).
--- 2. id: the waiter's id ('' for the token: a waiter's first round).
---    When the keys are taken, the waiter joins the queue, keeping its place
---    if it is in it (see release.lua); when they are granted, it leaves
---    it. The queue is the sorted set prefix .. "@QUEUE@" .. KEYS[1]
---    without the prefix; it expires once no waiter joined it for the
---    holder's time left plus ARGV[2].
--- 3. fenced: '1' when the caller wants the fence counter.
--- 4. establish: the id of a guarded state to establish at once (only a
---    client that saw every node guarded sends it).
--- 5. prev: the token of a holder in the same client that hands the lock
---    over to this round: keys that hold it, or that a release handed over
---    to its round ("@HAND@" .. prev: it joined the queue there), count as
---    free.
--- 6. live: the channel of the waiter's client, subscribed for as long as
---    the client lives: the waiter then joins for a handoff on the node.
---    Its entry is id .. '|' .. token .. '|' .. ARGV[2] .. '|' .. live: the
---    waiter's id first, so that its rounds keep its place among waiters of
---    equal tickets, then the token and TTL that a release sets the key to
---    (after "@HAND@") when it hands it over (see release.lua). The id and
---    the token have the same length. A client has one waiter per key at a
---    time, and each waiter one entry: a round that joins takes its
---    previous round's entry off.
--- 7. prev round: the token of the waiter's previous round: its entry is
---    taken off, and a key that holds that token (the round was granted
---    there, and its clean-up has not come yet) or that a release handed
---    to it, "@HAND@" .. prev round, counts as this waiter's, so free.
--- 8. queued: '1' when the waiter's client may have entries in the queue
---    (the waiter's earlier rounds joined it, or the client waited for the
---    key lately): a round that joins, or is granted, takes them all off
---    first (see forget). Otherwise the round leaves the queue alone, which
---    saves an uncontended lock the calls; an entry left behind is only a
---    hint (a handoff to it is released by its client, see release.lua).
+-- ARGV[3] is the restart guard in ms (0: off). Every later argument is
+-- optional: '' or left out (with every one after it) means none. Each
+-- argument costs the node about a thousand instructions, so the usual
+-- acquire sends three (TryLock) or four (Lock).
+-- ARGV[4] is the ticket of a waiter, to join the queue of waiters of
+-- KEYS[1], a hint for the order in which releases wake waiters that never
+-- decides a grant: a whole number that orders the queue (ties by id).
+-- ARGV[5] is the waiter's id ('' for the token: a waiter's first round).
+-- When the keys are taken, the waiter joins the queue, keeping its place if
+-- it is in it (see release.lua); when they are granted, it leaves it. The
+-- queue is the sorted set prefix .. "@QUEUE@" .. KEYS[1] without the
+-- prefix; it expires once no waiter joined it for the holder's time left
+-- plus ARGV[2].
+-- ARGV[6] is '1' when the caller wants the fence counter.
+-- ARGV[7] is the id of a guarded state to establish at once (only a
+-- client that saw every node guarded sends it).
+-- ARGV[8] is the token of a holder in the same client that hands the lock
+-- over to this round: keys that hold it, or that a release handed over to
+-- its round ("@HAND@" .. ARGV[8]: it joined the queue there), count as
+-- free.
+-- ARGV[9] is the channel of the waiter's client, subscribed for as long as
+-- the client lives: the waiter then joins for a handoff on the node. Its
+-- entry is id .. '|' .. token .. '|' .. ARGV[2] .. '|' .. ARGV[9]: the
+-- waiter's id first, so that its rounds keep its place among waiters of
+-- equal tickets, then the token and TTL that a release sets the key to
+-- (after "@HAND@") when it hands it over (see release.lua). The id and
+-- the token have the same length. A client has one waiter per key at a
+-- time, and each waiter one entry: a round that joins takes its previous
+-- round's entry off. ARGV[10] is the token of the waiter's previous
+-- round: its entry is taken off, and a key that holds that token (the
+-- round was granted there, and its clean-up has not come yet) or that a
+-- release handed to it, "@HAND@" .. ARGV[10], counts as this waiter's, so
+-- free. ARGV[11] is '1' when the waiter's client may have entries in the
+-- queue (the waiter's earlier rounds joined it, or the client waited for
+-- the key lately): a round that joins, or is granted, takes them all off
+-- first (see forget). Otherwise the round leaves the queue alone, which
+-- saves an uncontended lock the calls; an entry left behind is only a hint
+-- (a handoff to it is released by its client, see release.lua).
 -- A round for a hand value ("@HAND@" .. a token: the lock that a handoff
 -- gave, sent to the nodes that did not hand it over) never joins; granted,
--- it takes the client's entries off as queued says.
+-- it takes the client's entries off as ARGV[11] says.
 -- The restart guard is read only before a grant.
 -- A key that another token holds is marked as waited for ("@WAITED@" before
 -- its value, its TTL kept) when it refuses this round, so that its release
@@ -68,8 +63,8 @@
 -- set, with pcall, and releases are not announced.)
 -- Returns
 --   0 when every key now holds our token (newly set, or already ours: a lost
---     reply or a retry, in which case the TTL is reset), or {0, f} when
---     fenced, f = -1 when the counter is unknown;
+--     reply or a retry, in which case the TTL is reset), or {0, f} when ARGV[6]
+--     is '1', f = -1 when the counter is unknown;
 --   the largest remaining TTL in ms (≥ 1) of the keys that another token holds,
 --     or -1 when one of them has no expiry (a tombstone, "@GONE@" ..
 --     a token, counts as free; see release.lua);
@@ -88,24 +83,18 @@ local first
 if #KEYS == 2 then
   first = redis.pcall('SET', KEYS[1], own, 'NX', 'PX', ARGV[2], 'GET')
   -- Granted at once on an established node (or without a guard) when
-  -- there is no fence to return and no queue to leave (no ARGV[5]); the
-  -- rest below.
-  if first == false and not ARGV[5] and (guard <= 0 or redis.call('HGET', state, 'g') == '0') then
+  -- there is no fence to return and no queue to leave; the rest below.
+  if first == false and ARGV[6] ~= '1' and ARGV[11] ~= '1' and (guard <= 0 or redis.call('HGET', state, 'g') == '0') then
     return 0
   end
 end
--- The fields, '' when not sent.
-local opt = {ARGV[4] or ''}
-if ARGV[5] then
-  for f in string.gmatch(ARGV[5] .. '\n', '([^\n]*)\n') do opt[#opt + 1] = f end
-end
-for i = #opt + 1, 8 do opt[i] = '' end
-local ticket, fenced, establish = opt[1], opt[3] == '1', opt[4]
-local live, prevRound, queuedBefore = opt[6], opt[7], opt[8] == '1'
+-- The optional arguments, '' when not sent.
+local ticket, fenced, establish = ARGV[4] or '', ARGV[6] == '1', ARGV[7] or ''
+local live, prevRound, queuedBefore = ARGV[9] or '', ARGV[10] or '', ARGV[11] == '1'
 local place -- the waiter's id; nil for a round that does not wait
 if ticket ~= '' then
-  place = opt[2]
-  if place == '' then place = ARGV[1] end
+  place = ARGV[5]
+  if not place or place == '' then place = ARGV[1] end
 end
 -- guarded returns the reply for a node in its restart guard, or nil when
 -- it may grant. It is asked only before a grant: a round that finds the
@@ -148,7 +137,7 @@ local function queued()
   return queue
 end
 -- forget takes every entry of this waiter's client off the queue, when
--- it may have some (queued): the one the waiter's id names (a round that
+-- it may have some (ARGV[11]): the one the waiter's id names (a round that
 -- joined before its client's channel was subscribed), its earlier rounds'
 -- (an earlier round's stays where the round after was not sent), and
 -- those of the client's earlier waiters for the key (a client has one
@@ -166,7 +155,7 @@ local function forget()
   end
 end
 -- granted is the reply once every key holds our token. A waiter that may
--- have been in the queue (queued) leaves it; if others are still in
+-- have been in the queue (ARGV[11]) leaves it; if others are still in
 -- line, its keys are marked as waited for, so that its release names the
 -- next of them.
 local function granted()
@@ -199,7 +188,7 @@ if #KEYS == 2 then
   end
   if type(first) ~= 'string' then first = nil end
 end
-local prev, prevHand = opt[5], nil
+local prev, prevHand = ARGV[8], nil
 if prev == '' then prev = nil end
 if prev then prevHand = '@HAND@' .. prev end
 local handed, before -- the key handed over to this waiter's previous round, and that round's token

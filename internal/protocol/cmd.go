@@ -57,51 +57,56 @@ type Acquire struct {
 }
 
 // AcquireCmd returns the command for a: ARGV token, ttl and guard, then
-// the ticket, then one argument of place, fenced, establish, prev, live,
-// prev token and queued as acquire.lua numbers them, separated by
-// newlines; each "" when unset, and without the unset ones at the end. A
-// node runs about a thousand instructions more per argument, so the usual
-// acquire sends three (TryLock) or four (a Lock's first round: its
-// ticket, boxed once for the waiters that share it).
+// ticket, place, fenced, establish, prev, live, prev token and queued as
+// acquire.lua numbers them, each "" when unset, and without the unset
+// ones at the end. A node runs about a thousand instructions more per
+// argument, so the usual acquire sends three or four.
 func (p *Protocol) AcquireCmd(a Acquire) Cmd {
-	var ticket any
-	var opt [7]string // fields 2 to 8
+	var opt [8]any // ARGV[4..11]
 	if a.Place != "" && p.prefix != nil {
-		ticket = p.ticketArg(a.Ticket)
+		opt[0] = p.ticketArg(a.Ticket)
 		if a.Place != a.Token {
-			opt[0] = a.Place
+			opt[1] = a.Place
 		}
 		if a.Live != "" {
-			opt[4], opt[5] = a.Live, a.PrevToken
+			opt[5] = a.Live
+			if a.Live == p.live {
+				opt[5] = p.live // boxed once
+			}
+			if a.PrevToken != "" {
+				opt[6] = a.PrevToken
+			}
 		}
 		if a.Queued {
-			opt[6] = "1"
+			opt[7] = "1"
 		}
 	}
 	if p.fencing {
-		opt[1] = "1"
+		opt[2] = "1"
 	}
-	opt[2], opt[3] = a.Establish, a.Prev
+	if a.Establish != "" {
+		opt[3] = a.Establish
+	}
+	if a.Prev != "" {
+		opt[4] = a.Prev
+	}
 	n := len(opt)
-	for n > 0 && opt[n-1] == "" {
+	for n > 0 && opt[n-1] == nil {
 		n--
 	}
-	cmd := make(Cmd, 0, 3+len(a.Keys)+3+2)
+	cmd := make(Cmd, 0, 3+len(a.Keys)+3+n)
 	cmd = append(cmd, "evalsha", p.acquire.sha, len(a.Keys))
 	for _, k := range a.Keys {
 		cmd = append(cmd, k)
 	}
 	cmd = append(cmd, a.Token, p.ttlArg(a.TTL), p.guard)
-	if n == 0 {
-		if ticket != nil {
-			cmd = append(cmd, ticket)
+	for _, v := range opt[:n] {
+		if v == nil {
+			v = p.none
 		}
-		return cmd
+		cmd = append(cmd, v)
 	}
-	if ticket == nil {
-		ticket = ""
-	}
-	return append(cmd, ticket, strings.Join(opt[:n], "\n"))
+	return cmd
 }
 
 // ReleaseAfter returns the release of the lock that acq, an acquire's

@@ -119,6 +119,7 @@ type Protocol struct {
 
 	guard   any  // the restart guard in ms; 0: off
 	fencing bool // the acquire is to return the fence counter
+	none    any  // "": no state to establish, no lock handed over
 	prefix  any  // the key prefix, for the queues of waiters; nil: no queues
 	// queues is what an announced release needs for the queue of
 	// waiters: "|", the restart guard in ms, "|" and the state key as
@@ -139,7 +140,7 @@ func New(guard time.Duration, fencing bool) *Protocol {
 	p := &Protocol{
 		acquire: newScript(acquireLua), release: newScript(releaseLua),
 		extend: newScript(extendLua), fence: newScript(fenceLua), check: newScript(checkLua),
-		guard: guard.Milliseconds(), fencing: fencing,
+		guard: guard.Milliseconds(), fencing: fencing, none: "",
 	}
 	return p
 }

@@ -69,10 +69,8 @@ func TestReleaseAfter(t *testing.T) {
 	assert.Equal(t, Cmd{"evalsha", l.release.sha, 1, "p:a", "tok", "1|0|60000|p:" + StateKey, "ch"}, l.ReleaseOwn("p:a", "tok"))
 }
 
-// TestAcquireArgs: the acquire sends ARGV[1..3], then the ticket when it
-// or a later field is set, then the later fields in one argument, up to
-// the last that is set, the unset ones before it as "", separated by
-// newlines.
+// TestAcquireArgs: the acquire sends ARGV[1..3] and then only up to the
+// last optional argument that is set, the unset ones before it as "".
 func TestAcquireArgs(t *testing.T) {
 	keys := []string{"k", StateKey}
 	plain, fenced := New(time.Minute, false).WithQueues(""), New(0, true).WithQueues("")
@@ -85,13 +83,11 @@ func TestAcquireArgs(t *testing.T) {
 		{"TryLock", plain, Acquire{}, nil},
 		{"a waiter's first round", plain, Acquire{Place: "tok", Ticket: 5}, []any{int64(5)}},
 		{"a waiter's later round", plain, Acquire{Place: "id", Ticket: 5}, []any{int64(5), "id"}},
-		{"fenced", fenced, Acquire{}, []any{"", "\n1"}},
-		{"establish", plain, Acquire{Establish: "e"}, []any{"", "\n\ne"}},
-		{"handed over", plain, Acquire{Prev: "old", Place: "tok", Ticket: 5}, []any{int64(5), "\n\n\nold"}},
+		{"fenced", fenced, Acquire{}, []any{"", "", "1"}},
+		{"establish", plain, Acquire{Establish: "e"}, []any{"", "", "", "e"}},
+		{"handed over", plain, Acquire{Prev: "old", Place: "tok", Ticket: 5}, []any{int64(5), "", "", "", "old"}},
 		{"for a handoff", plain, Acquire{Place: "id", Ticket: 5, Live: "ch", PrevToken: "r0", Queued: true},
-			[]any{int64(5), "id\n\n\n\nch\nr0\n1"}},
-		{"for a handoff, first round", plain, Acquire{Place: "tok", Ticket: 5, Live: "ch", Queued: true},
-			[]any{int64(5), "\n\n\n\nch\n\n1"}},
+			[]any{int64(5), "id", "", "", "", "ch", "r0", "1"}},
 		{"no queues", New(time.Minute, false), Acquire{Place: "tok", Ticket: 5}, nil},
 	} {
 		tc.a.Keys, tc.a.Token, tc.a.TTL = keys, "tok", time.Second
