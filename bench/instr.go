@@ -14,6 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/loadtest"
 	"github.com/redquorum/redquorum/redlock"
 )
@@ -66,6 +69,16 @@ func nodeInstructions(ctx context.Context, names []string, n int) error {
 		}
 		fmt.Printf("%-16s %14.0f\n", im.Name, per)
 	}
+	if !slices.ContainsFunc(impls, func(i loadtest.Impl) bool { return strings.HasPrefix(i.Name, "redquorum") }) {
+		return nil
+	}
+	join, handoff, err := contendedInstructions(ctx, dir, n)
+	if err != nil {
+		return fmt.Errorf("contended: %w", err)
+	}
+	fmt.Printf("\nredquorum's scripts on a hot key, %d of each (see contendedInstructions)\n\n", n)
+	fmt.Printf("%-44s %14.0f\n", "a waiter's round that joins the queue", join)
+	fmt.Printf("%-44s %14.0f\n", "a release that hands the key over", handoff)
 	return nil
 }
 
@@ -73,13 +86,34 @@ func nodeInstructions(ctx context.Context, names []string, n int) error {
 // lock+unlocks of im on it and returns the instructions the server ran
 // per operation.
 func instructionsPerOp(ctx context.Context, im loadtest.Impl, n int, dir string) (float64, error) {
+	return underCallgrind(ctx, dir, im.Name, n, func(addr string) (func(string, int) error, func(), error) {
+		locker, closeLocker, err := im.New([]string{addr})
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(phase string, i int) error {
+			u, err := locker.Lock(ctx, phase+":"+strconv.Itoa(i), 30*time.Second)
+			if err != nil {
+				return err
+			}
+			return u.Unlock(ctx)
+		}, closeLocker, nil
+	})
+}
+
+// underCallgrind starts a redis-server under callgrind, makes the
+// operation op with setup on its address, runs op 200 times to warm up,
+// then n times, and returns the instructions the server ran per measured
+// operation (the counters are zeroed before them and dumped after them).
+// op gets the phase, "warm" or "k", and the operation's number in it.
+func underCallgrind(ctx context.Context, dir, name string, n int, setup func(addr string) (op func(phase string, i int) error, done func(), err error)) (float64, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
-	out := filepath.Join(dir, im.Name+".out")
+	out := filepath.Join(dir, name+".out")
 	srv := exec.CommandContext(ctx, "valgrind", "--tool=callgrind", "--callgrind-out-file="+out,
 		"redis-server", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no")
 	srv.Dir = dir
@@ -91,33 +125,25 @@ func instructionsPerOp(ctx context.Context, im loadtest.Impl, n int, dir string)
 	if err := waitListening(ctx, addr, time.Minute); err != nil {
 		return 0, err
 	}
-	locker, closeLocker, err := im.New([]string{addr})
+	op, done, err := setup(addr)
 	if err != nil {
 		return 0, err
 	}
-	defer closeLocker()
-	pid := strconv.Itoa(srv.Process.Pid)
-	ops := func(prefix string, n int) error {
-		for i := range n {
-			u, err := locker.Lock(ctx, fmt.Sprintf("%s:%d", prefix, i), 30*time.Second)
-			if err != nil {
-				return err
-			}
-			if err := u.Unlock(ctx); err != nil {
-				return err
-			}
+	defer done()
+	for i := range 200 {
+		if err := op("warm", i); err != nil {
+			return 0, err
 		}
-		return nil
 	}
-	if err := ops("warm", 200); err != nil {
-		return 0, err
-	}
-	time.Sleep(200 * time.Millisecond) // the last release's answer and any late work
+	time.Sleep(200 * time.Millisecond) // the last answer and any late work
+	pid := strconv.Itoa(srv.Process.Pid)
 	if err := exec.CommandContext(ctx, "callgrind_control", "--zero", pid).Run(); err != nil {
 		return 0, fmt.Errorf("callgrind_control --zero: %w", err)
 	}
-	if err := ops("k", n); err != nil {
-		return 0, err
+	for i := range n {
+		if err := op("k", i); err != nil {
+			return 0, err
+		}
 	}
 	time.Sleep(200 * time.Millisecond)
 	before, _ := filepath.Glob(out + "*")
@@ -141,6 +167,81 @@ func instructionsPerOp(ctx context.Context, im loadtest.Impl, n int, dir string)
 		return 0, err
 	}
 	return float64(total) / float64(n), nil
+}
+
+// contendedInstructions returns the instructions one redis-server runs
+// for the two scripts of a hot key that the uncontended lock+unlock never
+// runs, over n of each, as redquorum sends them (internal/protocol):
+// a waiter's round that joins the key's queue for a handoff while another
+// token holds the key (seven waiters of seven clients taking turns, each
+// round replacing its waiter's previous entry), and an unlock's release
+// that hands the key over to the first of the queue (with the SET and
+// ZADD that put the lock and the waiter back before each, the same for
+// every version of the scripts).
+func contendedInstructions(ctx context.Context, dir string, n int) (join, handoff float64, err error) {
+	const waiters = 7
+	join, err = underCallgrind(ctx, dir, "join", n, func(addr string) (func(string, int) error, func(), error) {
+		c := redis.NewClient(redlock.NodeOptions(addr))
+		if err := c.HSet(ctx, protocol.StateKey, "g", "0").Err(); err != nil {
+			return nil, nil, err
+		}
+		if err := c.Set(ctx, "hot", "holder", time.Hour).Err(); err != nil {
+			return nil, nil, err
+		}
+		ps := make([]*protocol.Protocol, waiters)
+		ids, prev := make([]string, waiters), make([]string, waiters)
+		for w := range ps {
+			ps[w] = protocol.New(redlock.DefaultRestartGuard, false).WithQueues("").WithLive(protocol.LiveChannel + strconv.Itoa(w))
+			ids[w] = protocol.NewToken("bench") // a waiter's id is as long as its rounds' tokens
+		}
+		return func(_ string, i int) error {
+			w := i % waiters
+			token := protocol.NewToken("bench")
+			a := protocol.Acquire{Keys: []string{"hot", protocol.StateKey}, Token: token, TTL: 10 * time.Second,
+				Place: ids[w], Ticket: int64(w), Live: protocol.LiveChannel + strconv.Itoa(w),
+				PrevToken: prev[w], Queued: true}
+			r, err := ps[w].Run(ctx, c, ps[w].AcquireCmd(a))
+			if err != nil {
+				return err
+			}
+			if reply, err := protocol.DecodeAcquire(r); err != nil || reply.Outcome != protocol.Taken {
+				return fmt.Errorf("join round: %v, %v", reply, err)
+			}
+			prev[w] = token
+			return nil
+		}, func() { _ = c.Close() }, nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	handoff, err = underCallgrind(ctx, dir, "handoff", n, func(addr string) (func(string, int) error, func(), error) {
+		c := redis.NewClient(redlock.NodeOptions(addr))
+		if err := c.HSet(ctx, protocol.StateKey, "g", "0").Err(); err != nil {
+			return nil, nil, err
+		}
+		live := protocol.LiveChannel + "waiter"
+		sub := c.Subscribe(ctx, live) // the waiter's client, which a handoff needs
+		if _, err := sub.Receive(ctx); err != nil {
+			return nil, nil, err
+		}
+		p := protocol.New(redlock.DefaultRestartGuard, false).WithQueues("")
+		id, token := protocol.NewToken("bench"), protocol.NewToken("bench")
+		entry := id + "|" + token + "|10000|" + live
+		return func(string, int) error {
+			if err := c.Set(ctx, "hot", protocol.WaitedPrefix+"holder", time.Hour).Err(); err != nil {
+				return err
+			}
+			if err := c.ZAdd(ctx, protocol.QueuePrefix+"hot", redis.Z{Score: 1, Member: entry}).Err(); err != nil {
+				return err
+			}
+			v, err := p.RunInt(ctx, c, p.Release([]string{"hot"}, "holder", 10*time.Second, true))
+			if err == nil && (v != 1 || c.Get(ctx, "hot").Val() != protocol.WaitedPrefix+protocol.HandPrefix+token) {
+				err = fmt.Errorf("release: %d, key %q: not handed over", v, c.Get(ctx, "hot").Val())
+			}
+			return err
+		}, func() { _ = sub.Close(); _ = c.Close() }, nil
+	})
+	return join, handoff, err
 }
 
 // callgrindTotal reads the instruction count ("summary:" or "totals:") of

@@ -67,13 +67,13 @@ local function read(key)
 end
 -- The fields of ARGV[2]: announce, ttl, and the guard, state key and key
 -- prefix (nil without queues).
-local announce, ttl, rest = string.match(ARGV[2], '^(%d)|(%d+)(.*)$')
-announce, ttl = announce == '1', tonumber(ttl) or 0
-local guard, state, prefix = 0, nil, nil
-if rest and rest ~= '' then
-  local g
-  g, state = string.match(rest, '^|(%d+)|(.*)$')
-  guard, prefix = tonumber(g), string.match(state, '^(.*)@STATE@') or ''
+local announce, ttl, guard, state = string.match(ARGV[2], '^(%d)|(%d+)|?(%d*)|?(.*)$')
+announce, ttl, guard = announce == '1', tonumber(ttl) or 0, tonumber(guard) or 0
+local prefix
+if state and state ~= '' then
+  prefix = string.match(state, '^(.*)@STATE@') or ''
+else
+  state = nil
 end
 local mine = ARGV[1]
 if announce and prefix and ARGV[3] then
