@@ -78,9 +78,12 @@ func TestChaosReplicated(t *testing.T) {
 // Every setting passes redlock's validation, but the two node lists have
 // disjoint majorities, so each process can gather its quorum alone. Both
 // checkers, and the oversell scenario, must report the resulting double
-// holds.
+// holds. The run lasts at least 3 s: the process whose first round reaches
+// the shared node 2 after the other's finds only its own two nodes new,
+// and waits out their restart guard (twice the TTL) before it locks; a
+// short run could end with the other alone.
 func TestNegativeControl(t *testing.T) {
-	r := Run(t, Options{Target: 1000, MaxDuration: time.Minute, Split: true, OwnNodes: true})
+	r := Run(t, Options{Target: 1000, MinDuration: 3 * time.Second, MaxDuration: time.Minute, Split: true, OwnNodes: true})
 	require.GreaterOrEqual(t, r.Acquisitions, 1000)
 	assert.NotEmpty(t, r.Overlaps, "the interval check must find the overlaps")
 	assert.Equal(t, porcupine.Illegal, r.Linearizable, "porcupine must reject the history")

@@ -233,6 +233,7 @@ func verdict(c porcupine.CheckResult) string {
 // procConfig is one contender process's part of a run.
 type procConfig struct {
 	Proc        int
+	Procs       int      // the run's contender processes, which start together
 	Nodes       []string // the process's own view of the lock nodes
 	Resource    string
 	Keys        []string
@@ -336,7 +337,7 @@ func Run(t *testing.T, o Options) *Result {
 			}
 		}
 		cfgs[p] = procConfig{
-			Proc: p, Nodes: addrs, Resource: resNode.Addr(), Keys: keys, Workers: o.Workers,
+			Proc: p, Procs: o.Procs, Nodes: addrs, Resource: resNode.Addr(), Keys: keys, Workers: o.Workers,
 			TTL: o.TTL, Hold: o.Hold, Target: o.Target, Start: start,
 			MinDuration: o.MinDuration, MaxDuration: o.MaxDuration,
 			Client: o.Client,
@@ -491,6 +492,27 @@ func child(raw string) int {
 	return 0
 }
 
+// allReady waits until every contender process of the run has its Client,
+// counted on the resource node, so that they start contending together:
+// a child process takes a moment to start, and without the wait the first
+// process can reach a small target alone (the negative control then has
+// nobody to overlap with).
+func allReady(ctx context.Context, res *redis.Client, cfg procConfig) error {
+	key := "ready:" + strconv.FormatInt(cfg.Start.UnixNano(), 10)
+	if err := res.Incr(ctx, key).Err(); err != nil {
+		return fmt.Errorf("chaos: counting the ready processes: %w", err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		n, err := res.Get(ctx, key).Int()
+		if err == nil && n >= cfg.Procs {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("chaos: %d of %d contender processes ready after a minute (%v)", n, cfg.Procs, err)
+		}
+	}
+}
+
 // contend runs one process's contenders until the run's target or deadline.
 func contend(ctx context.Context, cfg procConfig) procResult {
 	nodes := redlock.NewNodes(cfg.Nodes...)
@@ -506,6 +528,9 @@ func contend(ctx context.Context, cfg procConfig) procResult {
 	defer client.Close()
 	res := redis.NewClient(redlock.NodeOptions(cfg.Resource))
 	defer res.Close()
+	if err := allReady(ctx, res, cfg); err != nil {
+		return procResult{Err: err.Error()}
+	}
 
 	// writeMargin is how much validity a holder wants left before it
 	// touches the resource: it covers the resource's round trip, so that a
