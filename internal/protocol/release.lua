@@ -33,12 +33,12 @@
 -- acquire.lua) and the lock has a single key, the key is set to
 -- "@HAND@" .. token, marked as waited for, for ttl ms instead of being
 -- deleted, and the announcement is that value (otherwise it names the
--- waiter by the token). It is handed over only while the waiter's client
--- is still subscribed to its channel on this server (PUBSUB NUMSUB), which
--- is told on that channel, so never to a waiter whose process is gone (an
--- entry of such a waiter is dropped and the next one is tried), and only
--- when this node may grant: with the restart guard on, the node's state
--- must be established.
+-- waiter by the token). The waiter's client is told on its channel, and
+-- the handoff stands only if that client heard it (PUBLISH reached a
+-- subscriber on this server), so never for a waiter whose process is gone
+-- (an entry of such a waiter is dropped and the next one is tried). It is
+-- handed over only when this node may grant: with the restart guard on,
+-- the node's state must be established (otherwise the waiter is named).
 -- ARGV[3] (optional; on the nodes where the lock's acquire was refused
 -- but joined the queue, for a waiter that leaves, and for a handoff that
 -- no waiter expects) is the channel of the releasing client (see
@@ -92,27 +92,36 @@ if announce and prefix and ARGV[3] then
     end
   end
 end
+-- handoff hands KEYS[1] over to the first waiter of queue q that joined
+-- for a handoff and whose client still listens: it sets the key to the
+-- waiter's hand value and tells the client on its channel (PUBLISH, whose
+-- count of receivers is the proof that the client is subscribed on this
+-- server). It returns what the release announces and true when handed;
+-- otherwise the waiter named ('' for none) and false, and the caller
+-- deletes the key, which may hold a hand value that nobody heard of.
 local function handoff(q)
   for _ = 1, 8 do
     local head = redis.pcall('ZPOPMIN', q) -- a hint: an ACL may refuse it
-    if type(head) ~= 'table' or not head[1] then return '', nil end
+    if type(head) ~= 'table' or not head[1] then return '', false end
     local ids, ttl, ch = string.match(head[1], '^(.+)|(%d+)|([^|]+)$')
-    if not ids or #ids % 2 == 0 then return head[1], nil end -- a waiter that is only named
-    local hand = '@HAND@' .. string.sub(ids, (#ids + 1) / 2 + 1)
-    local subs = redis.pcall('PUBSUB', 'NUMSUB', ch)
-    local named = string.sub(hand, #'@HAND@' + 1) -- its round's token
-    if type(subs) ~= 'table' or not subs[2] then return named, nil end -- an ACL without PUBSUB: only named
-    if tonumber(subs[2]) > 0 then
-      if #KEYS > 1 then return named, nil end
-      if guard > 0 then
-        local g = redis.pcall('HGET', state, 'g')
-        if g ~= '0' then return named, nil end -- named, not handed
-      end
-      return hand, ttl, ch
+    if not ids or #ids % 2 == 0 then return head[1], false end -- a waiter that is only named
+    local named = string.sub(ids, (#ids + 1) / 2 + 1) -- its round's token
+    if #KEYS > 1 then return named, false end
+    if guard > 0 and redis.pcall('HGET', state, 'g') ~= '0' then
+      return named, false -- named, not handed
     end
+    local hand = '@HAND@' .. named
+    -- Set before it is told: a SET that fails ends the script before
+    -- anyone heard of the handoff. (Nobody sees the key between the two.)
+    redis.call('SET', KEYS[1], waited .. hand, 'PX', ttl)
+    -- To the waiter's client: the hand value's length, ':', the value
+    -- and the key.
+    local heard = redis.pcall('PUBLISH', ch, #hand .. ':' .. hand .. KEYS[1])
+    if type(heard) ~= 'number' then return named, false end -- an ACL without the channel: only named
+    if heard > 0 then return hand, true end
     -- The waiter's client is gone: try the next one.
   end
-  return '', nil
+  return '', false
 end
 
 local n = 0
@@ -120,20 +129,16 @@ for i = 1, #KEYS do
   local v, marked = first, firstMarked
   if i > 1 or v == nil then v, marked = read(KEYS[i]) end
   if v == ARGV[1] or v == mine then
-    local next, handTTL, ch = '', nil, nil
+    local next, handed = '', false
     if marked and announce and i == 1 and prefix then
-      next, handTTL, ch = handoff(prefix .. '@QUEUE@' .. string.sub(KEYS[1], #prefix + 1))
+      next, handed = handoff(prefix .. '@QUEUE@' .. string.sub(KEYS[1], #prefix + 1))
     end
-    if handTTL then
-      redis.call('SET', KEYS[i], waited .. next, 'PX', handTTL)
-      -- To the waiter's client, which is subscribed: the hand value's
-      -- length, ':', the value and the key.
-      redis.pcall('PUBLISH', ch, #next .. ':' .. next .. KEYS[i])
+    if handed then
       n = n + 1
     else
       n = n + redis.call('DEL', KEYS[i])
     end
-    if marked and announce and not handTTL then
+    if marked and announce and not handed then
       -- (A handoff is told to its waiter's client only: the others have
       -- nothing to try until the next release.)
       redis.pcall('PUBLISH', '@RELEASED@' .. KEYS[i], next)

@@ -76,6 +76,28 @@ func TestReleaseWaited(t *testing.T) {
 		assert.Equal(t, "3:"+HandPrefix+"rk", m.Payload, "the hand value unmarked, then the key")
 		assert.Nil(t, heard(), "and not announced to the others")
 	})
+	t.Run("waited for, the next in line's client is gone", func(t *testing.T) {
+		// Nobody listens on the first waiter's channel: the PUBLISH that
+		// tells it reaches nobody, so the key goes to the waiter after it.
+		gone := redis.Z{Score: 1, Member: "a|q|30000|" + LiveChannel + "gone"}
+		entry := redis.Z{Score: 2, Member: "i|r|30000|" + LiveChannel + "w"}
+		require.EqualValues(t, 1, release(WaitedPrefix+"tok", gone, entry))
+		assert.Equal(t, WaitedPrefix+HandPrefix+"r", node.Get(ctx, "k").Val(), "handed over to the next one, marked")
+		assert.Empty(t, node.ZRange(ctx, queue, 0, -1).Val(), "both left the queue")
+		m := heard()
+		require.NotNil(t, m, "the handoff is told to the waiter's client")
+		assert.Equal(t, "3:"+HandPrefix+"rk", m.Payload)
+		assert.Nil(t, heard(), "and to nobody else")
+	})
+	t.Run("waited for, no waiter's client is left", func(t *testing.T) {
+		gone := redis.Z{Score: 1, Member: "a|q|30000|" + LiveChannel + "gone"}
+		require.EqualValues(t, 1, release(WaitedPrefix+"tok", gone))
+		assert.EqualValues(t, 0, node.Exists(ctx, "k").Val(), "the key is deleted, not left handed to nobody")
+		m := heard()
+		require.NotNil(t, m, "the release is announced")
+		assert.Equal(t, ReleasedChannel+"k", m.Channel)
+		assert.Empty(t, m.Payload, "naming nobody")
+	})
 	t.Run("extend and fence keep the mark", func(t *testing.T) {
 		require.NoError(t, node.Set(ctx, "k", WaitedPrefix+"tok", time.Second).Err())
 		n, err := p.RunInt(ctx, node, p.Extend([]string{"k", StateKey}, "tok", time.Minute))
