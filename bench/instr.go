@@ -36,7 +36,7 @@ func nodeInstructions(ctx context.Context, names []string, n int) error {
 	// are long, so that no call is retried.
 	opts := &redlock.Options{NodeTimeout: 2 * time.Second}
 	all := []loadtest.Impl{redsyncImpl(), loadtest.Redquorum(opts), loadtest.RedquorumUser(opts),
-		bareImplTimeout("bare-scripts", bareScripts, 2*time.Second), bareImplTimeout("bare-min", bareMin, 2*time.Second),
+		bareImplTimeout("bare-scripts", bareScripts, 2*time.Second), bareImplTimeout("bare-min", bareMin, 2*time.Second), bareImplTimeout("bare-pipe", barePipe, 2*time.Second),
 		bareImplTimeout("bare-noop", bareNoop, 2*time.Second)}
 	var impls []loadtest.Impl
 	for _, name := range names {

@@ -64,7 +64,7 @@ func runWorker(ctx context.Context, spec loadtest.WorkerSpec) error {
 
 // allImpls returns every implementation the bench knows.
 func allImpls() []loadtest.Impl {
-	return []loadtest.Impl{redsyncImpl(), loadtest.Redquorum(nil), loadtest.RedquorumUser(nil), bareImpl("bare-scripts", bareScripts), bareImpl("bare-min", bareMin), bareImpl("bare-noop", bareNoop)}
+	return []loadtest.Impl{redsyncImpl(), loadtest.Redquorum(nil), loadtest.RedquorumUser(nil), bareImpl("bare-scripts", bareScripts), bareImpl("bare-min", bareMin), bareImpl("bare-noop", bareNoop), bareImpl("bare-pipe", barePipe)}
 }
 
 func run(ctx context.Context) error {
@@ -80,7 +80,7 @@ func run(ctx context.Context) error {
 	mdFile := flag.String("md", "results/latest.md", "write the comparison table (Markdown) here (empty: don't)")
 	rounds := flag.Int("rounds", 3, "split each scenario into this many short runs per library, alternating the libraries, and pool them (so that both see the same drift in machine load)")
 	only := flag.String("only", "", "run only these scenarios, by ID, comma-separated (distinct-1, distinct-8, hotkey-8, hotkey-8-clients, hotkey-8-procs, shared-8-clients, slow-1)")
-	implName := flag.String("impl", "", "run only these, comma-separated: redsync, redquorum, redquorum-user (on node clients built as a user would, loadtest.UserClients), and the floors bare-scripts, bare-min and bare-noop (see bare.go; 1-caller scenario only)")
+	implName := flag.String("impl", "", "run only these, comma-separated: redsync, redquorum, redquorum-user (on node clients built as a user would, loadtest.UserClients), and the floors bare-scripts, bare-min, bare-pipe and bare-noop (see bare.go; 1-caller scenario only)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run here")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the run here")
 	instr := flag.Int("node-instructions", 0, "instead of the scenarios: count the instructions one redis-server runs per lock+unlock, over this many operations, under valgrind's callgrind (see instr.go)")
@@ -107,7 +107,7 @@ func run(ctx context.Context) error {
 		for _, name := range strings.Split(*implName, ",") {
 			i := slices.IndexFunc(all, func(i loadtest.Impl) bool { return i.Name == name })
 			if i < 0 {
-				return fmt.Errorf("--impl %q: want redsync, redquorum, redquorum-user, bare-scripts, bare-min or bare-noop", name)
+				return fmt.Errorf("--impl %q: want redsync, redquorum, redquorum-user, bare-scripts, bare-min, bare-pipe or bare-noop", name)
 			}
 			impls = append(impls, all[i])
 		}
