@@ -72,14 +72,21 @@ func nodeInstructions(ctx context.Context, names []string, n int) error {
 	if !slices.ContainsFunc(impls, func(i loadtest.Impl) bool { return strings.HasPrefix(i.Name, "redquorum") }) {
 		return nil
 	}
-	join, handoff, err := contendedInstructions(ctx, dir, n)
+	figures, err := contendedInstructions(ctx, dir, n)
 	if err != nil {
 		return fmt.Errorf("contended: %w", err)
 	}
 	fmt.Printf("\nredquorum's scripts on a hot key, %d of each (see contendedInstructions)\n\n", n)
-	fmt.Printf("%-44s %14.0f\n", "a waiter's round that joins the queue", join)
-	fmt.Printf("%-44s %14.0f\n", "a release that hands the key over", handoff)
+	for _, f := range figures {
+		fmt.Printf("%-60s %14.0f\n", f.name, f.per)
+	}
 	return nil
+}
+
+// count is one line of contendedInstructions: instructions per operation.
+type count struct {
+	name string
+	per  float64
 }
 
 // instructionsPerOp starts a redis-server under callgrind, runs n
@@ -170,17 +177,50 @@ func underCallgrind(ctx context.Context, dir, name string, n int, setup func(add
 }
 
 // contendedInstructions returns the instructions one redis-server runs
-// for the two scripts of a hot key that the uncontended lock+unlock never
+// for the scripts of a hot key that the uncontended lock+unlock never
 // runs, over n of each, as redquorum sends them (internal/protocol):
-// a waiter's round that joins the key's queue for a handoff while another
-// token holds the key (seven waiters of seven clients taking turns, each
-// round replacing its waiter's previous entry), and an unlock's release
-// that hands the key over to the first of the queue (with the SET and
-// ZADD that put the lock and the waiter back before each, the same for
-// every version of the scripts).
-func contendedInstructions(ctx context.Context, dir string, n int) (join, handoff float64, err error) {
+//
+//   - a waiter's later round that joins the key's queue for a handoff while
+//     another token holds the key (seven waiters of seven clients taking
+//     turns, each round replacing its waiter's previous entry);
+//   - a waiter's first round that joins, of a client that waited for the
+//     key lately, which looks for the client's entries (Acquire.Queued),
+//     and the same round of a client that knows it has none left
+//     (Acquire.Cleared): each waiter's previous entry is taken off before
+//     its next round, as a handoff's ZPOPMIN does, by a ZREM that both
+//     figures count;
+//   - an unlock's release that hands the key over to the first of the
+//     queue (with the SET and ZADD that put the lock and the waiter back
+//     before each, the same for every version of the scripts).
+func contendedInstructions(ctx context.Context, dir string, n int) ([]count, error) {
+	var figures []count
+	for _, round := range []struct {
+		name           string
+		first, cleared bool
+	}{
+		{"a waiter's round that joins the queue", false, false},
+		{"a waiter's first round that joins, looking for old entries", true, false},
+		{"a waiter's first round that joins, its client cleared", true, true},
+	} {
+		per, err := joinInstructions(ctx, dir, n, round.first, round.cleared)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", round.name, err)
+		}
+		figures = append(figures, count{round.name, per})
+	}
+	per, err := handoffInstructions(ctx, dir, n)
+	if err != nil {
+		return nil, err
+	}
+	return append(figures, count{"a release that hands the key over", per}), nil
+}
+
+// joinInstructions counts the join rounds of contendedInstructions: later
+// rounds, or first rounds (looking for the client's old entries unless
+// cleared).
+func joinInstructions(ctx context.Context, dir string, n int, first, cleared bool) (float64, error) {
 	const waiters = 7
-	join, err = underCallgrind(ctx, dir, "join", n, func(addr string) (func(string, int) error, func(), error) {
+	return underCallgrind(ctx, dir, fmt.Sprintf("join-%v-%v", first, cleared), n, func(addr string) (func(string, int) error, func(), error) {
 		c := redis.NewClient(redlock.NodeOptions(addr))
 		if err := c.HSet(ctx, protocol.StateKey, "g", "0").Err(); err != nil {
 			return nil, nil, err
@@ -189,17 +229,26 @@ func contendedInstructions(ctx context.Context, dir string, n int) (join, handof
 			return nil, nil, err
 		}
 		ps := make([]*protocol.Protocol, waiters)
-		ids, prev := make([]string, waiters), make([]string, waiters)
+		ids, prev, entries := make([]string, waiters), make([]string, waiters), make([]string, waiters)
 		for w := range ps {
 			ps[w] = protocol.New(redlock.DefaultRestartGuard, false).WithQueues("").WithLive(protocol.LiveChannel + strconv.Itoa(w))
 			ids[w] = protocol.NewToken("bench") // a waiter's id is as long as its rounds' tokens
 		}
 		return func(_ string, i int) error {
 			w := i % waiters
+			live := protocol.LiveChannel + strconv.Itoa(w)
 			token := protocol.NewToken("bench")
 			a := protocol.Acquire{Keys: []string{"hot", protocol.StateKey}, Token: token, TTL: 10 * time.Second,
-				Place: ids[w], Ticket: int64(w), Live: protocol.LiveChannel + strconv.Itoa(w),
-				PrevToken: prev[w], Queued: true}
+				Place: ids[w], Ticket: int64(w), Live: live, PrevToken: prev[w], Queued: true}
+			if first {
+				if entries[w] != "" {
+					if err := c.ZRem(ctx, protocol.QueuePrefix+"hot", entries[w]).Err(); err != nil {
+						return err
+					}
+				}
+				a.Place, a.PrevToken, a.Queued, a.Cleared = token, "", !cleared, cleared
+				entries[w] = token + "|" + token + "|10000|" + live
+			}
 			r, err := ps[w].Run(ctx, c, ps[w].AcquireCmd(a))
 			if err != nil {
 				return err
@@ -211,10 +260,11 @@ func contendedInstructions(ctx context.Context, dir string, n int) (join, handof
 			return nil
 		}, func() { _ = c.Close() }, nil
 	})
-	if err != nil {
-		return 0, 0, err
-	}
-	handoff, err = underCallgrind(ctx, dir, "handoff", n, func(addr string) (func(string, int) error, func(), error) {
+}
+
+// handoffInstructions counts the handoff releases of contendedInstructions.
+func handoffInstructions(ctx context.Context, dir string, n int) (float64, error) {
+	return underCallgrind(ctx, dir, "handoff", n, func(addr string) (func(string, int) error, func(), error) {
 		c := redis.NewClient(redlock.NodeOptions(addr))
 		if err := c.HSet(ctx, protocol.StateKey, "g", "0").Err(); err != nil {
 			return nil, nil, err
@@ -241,7 +291,6 @@ func contendedInstructions(ctx context.Context, dir string, n int) (join, handof
 			return err
 		}, func() { _ = sub.Close(); _ = c.Close() }, nil
 	})
-	return join, handoff, err
 }
 
 // callgrindTotal reads the instruction count ("summary:" or "totals:") of

@@ -481,3 +481,81 @@ func handoffPair(t *testing.T, c *cluster) (a, b *Client) {
 	primeLive(t, b)
 	return a, b
 }
+
+// TestHandoffCleared: once every node has handed a key over to a waiter's
+// only round (each popping the round's entry), the Client knows that it
+// has no entry left in the key's queue, and its next waiter's first round
+// does not look for one (protocol.Acquire.Cleared): an entry of the
+// Client's planted on a node stays. When a node did not hand the key over
+// (it lost the queue), the next first round looks for the Client's
+// entries and takes the planted one off: the negative control.
+func TestHandoffCleared(t *testing.T) {
+	for _, lost := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lost=%v", lost), func(t *testing.T) {
+			leakcheck.Check(t)
+			c := newCluster(t, 3)
+			c.tune = func(tn *tunables) { tn.yieldWindow = time.Second }
+			a, b := handoffPair(t, c)
+			mine := func(i int) []string { // b's entries on node i
+				var out []string
+				for _, e := range entries(t, c, i, "k") {
+					if strings.HasSuffix(e, "|"+b.live) {
+						out = append(out, e)
+					}
+				}
+				return out
+			}
+			// Two handoffs: the first wait subscribes b to the key, which
+			// costs its waiter a second round (see wake.Waker.OnSince).
+			for cycle := range 2 {
+				la, err := a.Lock(t.Context(), "k", time.Minute)
+				require.NoError(t, err)
+				lc, ec := lockLater(b, "k", 10*time.Second)
+				require.Eventually(t, func() bool {
+					for i := range c.srv {
+						if len(mine(i)) == 0 {
+							return false
+						}
+					}
+					return true
+				}, 5*time.Second, time.Millisecond, "b is in line on every node")
+				waitLive(t, c, b, "k")
+				if lost && cycle == 1 {
+					c.srv[2].Del(queueKey("k")) // node 2 deletes the key instead
+				}
+				require.NoError(t, la.Unlock(t.Context()))
+				lb := <-lc
+				require.NoError(t, <-ec)
+				// (Without node 2, b may take the key with a round, after node
+				// 2's announcement: either way no node is cleared.)
+				if tok, handed := strings.CutPrefix(lb.Token(), protocol.HandPrefix); cycle == 1 && !lost {
+					require.True(t, handed, "b's lock was handed over on the nodes")
+					require.Eventually(t, func() bool { return b.wake.Handed(tok) == len(c.srv) }, 5*time.Second, time.Millisecond)
+				}
+				require.NoError(t, lb.Unlock(t.Context()))
+				settle(a)
+				settle(b)
+			}
+
+			stale := protocol.NewToken("") + "|" + protocol.NewToken("") + "|10000|" + b.live
+			_, err := c.srv[0].ZAdd(queueKey("k"), 1e15, stale) // last in line
+			require.NoError(t, err)
+			la, err := a.Lock(t.Context(), "k", time.Minute)
+			require.NoError(t, err)
+			lc, ec := lockLater(b, "k", 10*time.Second)
+			require.Eventually(t, func() bool {
+				return slices.ContainsFunc(mine(0), func(e string) bool { return e != stale })
+			}, 5*time.Second, time.Millisecond, "b's next waiter joined on node 0")
+			if lost {
+				assert.NotContains(t, mine(0), stale, "the first round looked for b's entries and took the planted one off")
+			} else {
+				assert.Contains(t, mine(0), stale, "the first round did not look for b's entries")
+			}
+			c.srv[0].ZRem(queueKey("k"), stale)
+			require.NoError(t, la.Unlock(t.Context()))
+			lb := <-lc
+			require.NoError(t, <-ec)
+			require.NoError(t, lb.Unlock(t.Context()))
+		})
+	}
+}

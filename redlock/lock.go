@@ -152,6 +152,12 @@ func (l *Lock) unlock(ctx context.Context, rec *record) error {
 		// has passed there: from now on an announcement of that handoff
 		// is stray, and the client releases it (see Client.releaseStray).
 		// One that this release overtakes is released twice, harmlessly.
+		if l.held.sole {
+			// Every node that handed it over took its round's entry off
+			// the queue: if all did, the Client's next waiter for the key
+			// need not look for its entries (see protocol.Acquire.Cleared).
+			c.wake.Cleared(l.held.acq.Keys[0], c.wake.HandedNodes(hand))
+		}
 		c.wake.Forget(hand)
 	}
 	if c.cfg.clock.Now().Before(l.until) && c.queue.HandOff(l.turn, l.held.handover()) {

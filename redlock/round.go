@@ -51,6 +51,10 @@ type round struct {
 
 	// background is set for a round that nobody waits for (see topUp).
 	background bool
+	// sole is set for a lock handed over on the nodes to its waiter's only
+	// round (see waiter.handedLock): once every node has handed it over,
+	// none of the client's entries is left in the key's queue.
+	sole bool
 
 	// lock is the handle of the lock, built by newLock only once the round
 	// has obtained it. It is allocated with the round, which it keeps
@@ -72,8 +76,10 @@ type join struct {
 	token, live, prev string
 	start             time.Time // before the round was sent
 	// queued is set when the waiter may have entries in the queue, which
-	// the round takes off (see protocol.Acquire.Queued).
-	queued bool
+	// the round takes off (see protocol.Acquire.Queued); cleared, when the
+	// client waited for the key lately but has no entry left in its queue
+	// on any node (protocol.Acquire.Cleared).
+	queued, cleared bool
 }
 
 // newRound returns a round for keys with a new token, establishing est
@@ -89,7 +95,7 @@ func (c *Client) newRound(keys []string, ttl time.Duration, est []string, prev s
 	case token == "":
 		token = protocol.NewToken(c.cfg.owner)
 	}
-	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Prev: prev, Place: j.place, Ticket: j.ticket, Live: j.live, PrevToken: j.prev, Queued: j.queued}
+	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Prev: prev, Place: j.place, Ticket: j.ticket, Live: j.live, PrevToken: j.prev, Queued: j.queued, Cleared: j.cleared}
 	if est == nil {
 		r.cmd = c.proto.AcquireCmd(r.acq) // built once for the plain nodes
 	}

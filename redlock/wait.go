@@ -143,7 +143,8 @@ func (w *waiter) join() join {
 			w.stored = w.c.stored(w.keys[0])
 		}
 		if j.first {
-			j.queued = w.c.wake.Recent(w.stored)
+			j.queued, j.cleared = w.c.wake.Joining(w.stored)
+			j.queued = j.queued && !j.cleared
 		} else {
 			j.token = protocol.NewToken(w.c.cfg.owner)
 		}
@@ -207,6 +208,7 @@ func (w *waiter) handedLock(ttl time.Duration) *Lock {
 	tok := w.current()
 	j := join{place: w.place, ticket: w.ticket(), live: c.live, prev: tok, queued: true}
 	r := c.handedRound(w.keys, ttl, protocol.HandPrefix+tok, w.curStart, now.Add(validity), j)
+	r.sole = w.attempts == 1 && len(w.hands) == 1 && tok == w.place
 	c.topUp(r, c.wake.HandedNodes(tok), w.curCalls)
 	return newLock(r)
 }

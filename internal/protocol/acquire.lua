@@ -45,9 +45,14 @@
 -- free. ARGV[11] is '1' when the waiter's client may have entries in the
 -- queue (the waiter's earlier rounds joined it, or the client waited for
 -- the key lately): a round that joins, or is granted, takes them all off
--- first (see forget). Otherwise the round leaves the queue alone, which
--- saves an uncontended lock the calls; an entry left behind is only a hint
--- (a handoff to it is released by its client, see release.lua).
+-- first (see forget). It is '2' when the client waited for the key lately
+-- but knows that it has no entry left on any node (every node handed the
+-- key over to its last waiter's only round, popping its entry): a round
+-- then does not look for them, which saves a scan of the queue, but is
+-- granted as one with '1' (see granted). Otherwise the round leaves the
+-- queue alone, which saves an uncontended lock the calls; an entry left
+-- behind is only a hint (a handoff to it is released by its client, see
+-- release.lua).
 -- A round for a hand value ("@HAND@" .. a token: the lock that a handoff
 -- gave, sent to the nodes that did not hand it over) never joins; granted,
 -- it takes the client's entries off as ARGV[11] says.
@@ -84,13 +89,14 @@ if #KEYS == 2 then
   first = redis.pcall('SET', KEYS[1], own, 'NX', 'PX', ARGV[2], 'GET')
   -- Granted at once on an established node (or without a guard) when
   -- there is no fence to return and no queue to leave; the rest below.
-  if first == false and ARGV[6] ~= '1' and ARGV[11] ~= '1' and (guard <= 0 or redis.call('HGET', state, 'g') == '0') then
+  if first == false and ARGV[6] ~= '1' and (ARGV[11] or '') == '' and (guard <= 0 or redis.call('HGET', state, 'g') == '0') then
     return 0
   end
 end
 -- The optional arguments, '' when not sent.
 local ticket, fenced, establish = ARGV[4] or '', ARGV[6] == '1', ARGV[7] or ''
 local live, prevRound, queuedBefore = ARGV[9] or '', ARGV[10] or '', ARGV[11] == '1'
+local waitedLately = queuedBefore or ARGV[11] == '2'
 local place -- the waiter's id; nil for a round that does not wait
 if ticket ~= '' then
   place = ARGV[5]
@@ -155,11 +161,11 @@ local function forget()
   end
 end
 -- granted is the reply once every key holds our token. A waiter that may
--- have been in the queue (ARGV[11]) leaves it; if others are still in
--- line, its keys are marked as waited for, so that its release names the
--- next of them.
+-- have been in the queue (ARGV[11] '1') leaves it; if others are still in
+-- line (ARGV[11] '1' or '2'), its keys are marked as waited for, so that
+-- its release names the next of them.
 local function granted()
-  if place and queuedBefore then
+  if place and waitedLately then
     forget()
     if redis.pcall('EXISTS', queued()) == 1 then
       for i = 1, #KEYS - 1 do

@@ -86,7 +86,9 @@ func TestAcquireCases(t *testing.T) {
 // TestAcquireQueued: a round of a waiter whose client may be in the queue
 // (Acquire.Queued) takes every entry of the client off (its own earlier
 // rounds', an earlier waiter's), whether it is granted or joins again; a
-// round that is not queued leaves the queue alone.
+// round that is not queued leaves the queue alone. A first round of a
+// client that knows it has no entry left (Acquire.Cleared) leaves the
+// queue alone too, but its grant marks the key while others are in line.
 func TestAcquireQueued(t *testing.T) {
 	ctx := t.Context()
 	node := oneNode(t, true)
@@ -141,6 +143,15 @@ func TestAcquireQueued(t *testing.T) {
 	require.Equal(t, Taken, acquire(Acquire{Token: "tok-n", PrevToken: "tok-p", Queued: true}))
 	assert.ElementsMatch(t, []string{other, fresh}, node.ZRange(ctx, queue, 0, -1).Val(),
 		"a later round replaces every entry of the client with its own")
+
+	reset(false)
+	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n", Cleared: true}))
+	assert.Equal(t, all, node.ZRange(ctx, queue, 0, -1).Val(), "a cleared round's grant does not look for the client's entries")
+	assert.Equal(t, WaitedPrefix+"tok-n", node.Get(ctx, "k").Val(), "others are in line: the key is marked")
+
+	reset(true)
+	require.Equal(t, Taken, acquire(Acquire{Token: "tok-n", Cleared: true}))
+	assert.ElementsMatch(t, append(all, fresh), node.ZRange(ctx, queue, 0, -1).Val(), "a cleared round joins without looking")
 }
 
 // TestAcquireGuardedAfterSet: a free key on a node in its restart guard is

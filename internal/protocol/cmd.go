@@ -54,6 +54,12 @@ type Acquire struct {
 	// earlier rounds joined it): a grant, or a round that joins, takes them
 	// off. A waiter's first round has none, which saves the node a call.
 	Queued bool
+	// Cleared is set, for a waiter's first round, when the client waited
+	// for the key lately but knows that none of its entries is left on any
+	// node: the round does not look for them (which saves the node a scan
+	// of the queue), and a grant still marks the keys when others are in
+	// line. Queued takes precedence.
+	Cleared bool
 }
 
 // AcquireCmd returns the command for a: ARGV token, ttl and guard, then
@@ -77,8 +83,11 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 				opt[6] = a.PrevToken
 			}
 		}
-		if a.Queued {
+		switch {
+		case a.Queued:
 			opt[7] = "1"
+		case a.Cleared:
+			opt[7] = "2"
 		}
 	}
 	if p.fencing {

@@ -88,6 +88,8 @@ func TestAcquireArgs(t *testing.T) {
 		{"handed over", plain, Acquire{Prev: "old", Place: "tok", Ticket: 5}, []any{int64(5), "", "", "", "old"}},
 		{"for a handoff", plain, Acquire{Place: "id", Ticket: 5, Live: "ch", PrevToken: "r0", Queued: true},
 			[]any{int64(5), "id", "", "", "", "ch", "r0", "1"}},
+		{"a first round for a handoff, cleared", plain, Acquire{Place: "tok", Ticket: 5, Live: "ch", Cleared: true},
+			[]any{int64(5), "", "", "", "", "ch", "", "2"}},
 		{"no queues", New(time.Minute, false), Acquire{Place: "tok", Ticket: 5}, nil},
 	} {
 		tc.a.Keys, tc.a.Token, tc.a.TTL = keys, "tok", time.Second

@@ -48,6 +48,9 @@ type Waker struct {
 	// listen before (see OnSince), the nodes (a bit each) that confirmed
 	// the subscription so far, until a majority did.
 	confirming map[string]uint64
+	// cleared holds the subscribed keys whose queues on the nodes hold no
+	// entry of the client's (see Cleared), until the next waiter joins.
+	cleared map[string]struct{}
 	// heard is set while named has an entry, so that Heard needs no lock.
 	heard atomic.Bool
 	// live is the client's channel (protocol.LiveChannel and an id),
@@ -471,6 +474,7 @@ func (w *Waker) dropIdle(subs []*sub) (next time.Duration, done bool) {
 		delete(w.keys, k)
 		delete(w.named, k)
 		delete(w.confirming, k)
+		delete(w.cleared, k)
 		w.heard.Store(len(w.named) > 0)
 		drop = append(drop, k)
 	}
@@ -536,13 +540,42 @@ func (w *Waker) Confirming(key string) bool {
 	return ok
 }
 
-// Recent reports whether key (as stored) is subscribed: a wait for it
-// began less than the idle time ago.
-func (w *Waker) Recent(key string) bool {
+// Joining tells w that a waiter's first round for key (as stored) is
+// about to be sent, and reports whether key is subscribed (a wait for it
+// began less than the idle time ago: the client's earlier waiters may have
+// left entries in the key's queue on the nodes) and, if so, whether those
+// entries are known to be gone (see Cleared). That knowledge is reported
+// once: the round may join the queue again.
+func (w *Waker) Joining(key string) (recent, cleared bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	_, ok := w.keys[key]
-	return ok
+	_, recent = w.keys[key]
+	_, cleared = w.cleared[key]
+	delete(w.cleared, key)
+	return recent, recent && cleared
+}
+
+// Cleared tells w that the client has no entry left in the queue of key
+// (as stored) on any node: its last waiter for key joined with one round
+// only, and every node announced that it handed the key over to that
+// round, which takes the round's entry off the queue. It does so
+// only if key is subscribed and nodes, a bit per node, has all of w's
+// nodes; it reports whether it did.
+func (w *Waker) Cleared(key string, nodes uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(w.nodes)
+	if n == 0 || n > 64 || nodes != 1<<n-1 {
+		return false
+	}
+	if _, ok := w.keys[key]; !ok {
+		return false
+	}
+	if w.cleared == nil {
+		w.cleared = map[string]struct{}{}
+	}
+	w.cleared[key] = struct{}{}
+	return true
 }
 
 // Connections returns how many pub/sub connections are open.

@@ -489,3 +489,39 @@ func closeAtOnce(w *Waker) {
 	}
 	w.wg.Wait()
 }
+
+// TestCleared: Cleared takes only a subscribed key whose handoff came from
+// every node; Joining reports it once, and never for a key gone idle.
+func TestCleared(t *testing.T) {
+	leakcheck.Check(t)
+	const idle = 50 * time.Millisecond
+	c := newCluster(t, 3)
+	w := newWaker(t, c.clients, idle)
+
+	assert.False(t, w.Cleared("k", 0b111), "a key not subscribed")
+	recent, cleared := w.Joining("k")
+	assert.False(t, recent)
+	assert.False(t, cleared)
+
+	k := w.On("k")
+	assert.False(t, w.Cleared("k", 0b011), "a node did not hand the key over")
+	recent, cleared = w.Joining("k")
+	assert.True(t, recent, "waited for lately")
+	assert.False(t, cleared)
+
+	assert.True(t, w.Cleared("k", 0b111))
+	recent, cleared = w.Joining("k")
+	assert.True(t, recent)
+	assert.True(t, cleared, "every node handed the key over")
+	_, cleared = w.Joining("k")
+	assert.False(t, cleared, "reported once: the round joins again")
+
+	assert.True(t, w.Cleared("k", 0b111))
+	w.Done("k", k)
+	require.Eventually(t, func() bool { return w.Subscribed() == 0 }, bound, time.Millisecond)
+	k = w.On("k")
+	recent, cleared = w.Joining("k")
+	assert.True(t, recent)
+	assert.False(t, cleared, "forgotten with the idle key")
+	w.Done("k", k)
+}
