@@ -144,7 +144,6 @@ func (w *waiter) join() join {
 		}
 		if j.first {
 			j.queued, j.cleared = w.c.wake.Joining(w.stored)
-			j.queued = j.queued && !j.cleared
 		} else {
 			j.token = protocol.NewToken(w.c.cfg.owner)
 		}

@@ -541,18 +541,19 @@ func (w *Waker) Confirming(key string) bool {
 }
 
 // Joining tells w that a waiter's first round for key (as stored) is
-// about to be sent, and reports whether key is subscribed (a wait for it
-// began less than the idle time ago: the client's earlier waiters may have
-// left entries in the key's queue on the nodes) and, if so, whether those
-// entries are known to be gone (see Cleared). That knowledge is reported
-// once: the round may join the queue again.
-func (w *Waker) Joining(key string) (recent, cleared bool) {
+// about to be sent. It reports, when key is subscribed (a wait for it
+// began less than the idle time ago), that the client's earlier waiters
+// may have left entries in the key's queue on the nodes (entries), or
+// that those are known to be gone (cleared, see Cleared); when key is not
+// subscribed, neither. That knowledge is reported once: the round may join
+// the queue again.
+func (w *Waker) Joining(key string) (entries, cleared bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	_, recent = w.keys[key]
+	_, recent := w.keys[key]
 	_, cleared = w.cleared[key]
 	delete(w.cleared, key)
-	return recent, recent && cleared
+	return recent && !cleared, recent && cleared
 }
 
 // Cleared tells w that the client has no entry left in the queue of key

@@ -497,31 +497,28 @@ func TestCleared(t *testing.T) {
 	const idle = 50 * time.Millisecond
 	c := newCluster(t, 3)
 	w := newWaker(t, c.clients, idle)
+	joining := func(wantEntries, wantCleared bool, msg string) {
+		t.Helper()
+		entries, cleared := w.Joining("k")
+		assert.Equal(t, wantEntries, entries, "entries: %s", msg)
+		assert.Equal(t, wantCleared, cleared, "cleared: %s", msg)
+	}
 
 	assert.False(t, w.Cleared("k", 0b111), "a key not subscribed")
-	recent, cleared := w.Joining("k")
-	assert.False(t, recent)
-	assert.False(t, cleared)
+	joining(false, false, "a key not waited for lately")
 
 	k := w.On("k")
 	assert.False(t, w.Cleared("k", 0b011), "a node did not hand the key over")
-	recent, cleared = w.Joining("k")
-	assert.True(t, recent, "waited for lately")
-	assert.False(t, cleared)
+	joining(true, false, "waited for lately")
 
 	assert.True(t, w.Cleared("k", 0b111))
-	recent, cleared = w.Joining("k")
-	assert.True(t, recent)
-	assert.True(t, cleared, "every node handed the key over")
-	_, cleared = w.Joining("k")
-	assert.False(t, cleared, "reported once: the round joins again")
+	joining(false, true, "every node handed the key over")
+	joining(true, false, "reported once: the round joins again")
 
 	assert.True(t, w.Cleared("k", 0b111))
 	w.Done("k", k)
 	require.Eventually(t, func() bool { return w.Subscribed() == 0 }, bound, time.Millisecond)
 	k = w.On("k")
-	recent, cleared = w.Joining("k")
-	assert.True(t, recent)
-	assert.False(t, cleared, "forgotten with the idle key")
+	joining(true, false, "forgotten with the idle key")
 	w.Done("k", k)
 }
