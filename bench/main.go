@@ -83,6 +83,7 @@ func run(ctx context.Context) error {
 	implName := flag.String("impl", "", "run only these, comma-separated: redsync, redquorum, redquorum-user (on node clients built as a user would, loadtest.UserClients), and the floors bare-scripts, bare-min, bare-pipe and bare-noop (see bare.go; 1-caller scenario only)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run here")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the run here")
+	holdBlocking := flag.Bool("hold-blocking", false, "diagnostic: the hot-key and shared-key holders block their thread in the kernel (nanosleep) for their 1 ms instead of sleeping on a Go timer, which waits in whole milliseconds once the process is woken during the sleep (see loadtest.Scenario.HoldBlocking)")
 	instr := flag.Int("node-instructions", 0, "instead of the scenarios: count the instructions one redis-server runs per lock+unlock, over this many operations, under valgrind's callgrind (see instr.go)")
 	flag.Parse()
 	partial := *only != "" || *implName != ""
@@ -122,6 +123,12 @@ func run(ctx context.Context) error {
 	fmt.Printf("%d redis-server %s on 127.0.0.1, %v per scenario; %s, %s cpus, %s\n\n", *nodes, srv.Version, *duration, env["cpu"], env["cpus"], env["go"])
 
 	scenarios := loadtest.Scenarios(*duration, *callers, *slow)
+	for i := range scenarios {
+		if *holdBlocking && scenarios[i].Hold > 0 {
+			scenarios[i].HoldBlocking = true
+			scenarios[i].Title += ", blocking hold"
+		}
+	}
 	if *only != "" {
 		ids := strings.Split(*only, ",")
 		for _, id := range ids {

@@ -56,6 +56,10 @@ type Scenario struct {
 	Separate bool          // each caller has its own Locker, like separate processes
 	Procs    bool          // each caller runs in an OS process of its own (see Runner.Spawn)
 	Shared   int           // > 0: callers lock random keys of one pool of this many, holding Hold
+	// HoldBlocking makes a holder block its thread in the kernel for Hold
+	// (see holdFor) instead of sleeping on a Go timer: a critical section
+	// of blocking work. A diagnostic: the standard scenarios sleep.
+	HoldBlocking bool
 }
 
 // Scenarios returns the standard set: lock+unlock on distinct keys by one
@@ -337,7 +341,7 @@ func callerLoop(ctx context.Context, l Locker, sc Scenario, keys []string, deadl
 		if err == nil && (sc.HotKey || sc.Shared > 0) {
 			h.Obtained = time.Now().UnixNano()
 			c.Samples = append(c.Samples, time.Since(t0))
-			time.Sleep(sc.Hold)
+			holdFor(sc)
 		}
 		if err == nil {
 			h.Released = time.Now().UnixNano()

@@ -130,3 +130,16 @@ func TestNodePIDs(t *testing.T) {
 	s.Kill(1)
 	assert.Equal(t, []int{pids[0], 0}, s.PIDs())
 }
+
+// TestHoldFor: a blocking hold lasts at least its time, as a sleeping one
+// does.
+func TestHoldFor(t *testing.T) {
+	for _, blocking := range []bool{false, true} {
+		sc := Scenario{Hold: 2 * time.Millisecond, HoldBlocking: blocking}
+		start := time.Now()
+		holdFor(sc)
+		if took := time.Since(start); took < sc.Hold {
+			t.Errorf("blocking=%v: held %v, want at least %v", blocking, took, sc.Hold)
+		}
+	}
+}
