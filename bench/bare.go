@@ -145,7 +145,7 @@ func (b *bare) round(ctx context.Context, args []any, want int64) error {
 		// anything else means the round did not do a lock's work.
 		var v int64
 		var err error
-		if args[0] == "pipe" {
+		if args[0] == "pipe" { // barePipe's acquire; its release is a script
 			// Granted when the SET found the key free (nil) and the node
 			// is established.
 			p := b.nodes[i].Pipeline()

@@ -156,9 +156,10 @@ func (l *Lock) unlock(ctx context.Context, rec *record) error {
 			// Every node that handed it over took its round's entry off
 			// the queue: if all did, the Client's next waiter for the key
 			// need not look for its entries (see protocol.Acquire.Cleared).
-			c.wake.Cleared(l.held.acq.Keys[0], c.wake.HandedNodes(hand))
+			c.wake.ForgetSole(hand)
+		} else {
+			c.wake.Forget(hand)
 		}
-		c.wake.Forget(hand)
 	}
 	if c.cfg.clock.Now().Before(l.until) && c.queue.HandOff(l.turn, l.held.handover()) {
 		return nil // the next local caller's round takes the keys over

@@ -49,7 +49,7 @@ type Waker struct {
 	// the subscription so far, until a majority did.
 	confirming map[string]uint64
 	// cleared holds the subscribed keys whose queues on the nodes hold no
-	// entry of the client's (see Cleared), until the next waiter joins.
+	// entry of the client's (see ForgetSole), until the next waiter joins.
 	cleared map[string]struct{}
 	// heard is set while named has an entry, so that Heard needs no lock.
 	heard atomic.Bool
@@ -544,7 +544,7 @@ func (w *Waker) Confirming(key string) bool {
 // about to be sent. It reports, when key is subscribed (a wait for it
 // began less than the idle time ago), that the client's earlier waiters
 // may have left entries in the key's queue on the nodes (entries), or
-// that those are known to be gone (cleared, see Cleared); when key is not
+// that those are known to be gone (cleared, see ForgetSole); when key is not
 // subscribed, neither. That knowledge is reported once: the round may join
 // the queue again.
 func (w *Waker) Joining(key string) (entries, cleared bool) {
@@ -556,26 +556,28 @@ func (w *Waker) Joining(key string) (entries, cleared bool) {
 	return recent && !cleared, recent && cleared
 }
 
-// Cleared tells w that the client has no entry left in the queue of key
-// (as stored) on any node: its last waiter for key joined with one round
-// only, and every node announced that it handed the key over to that
-// round, which takes the round's entry off the queue. It does so
-// only if key is subscribed and nodes, a bit per node, has all of w's
-// nodes; it reports whether it did.
-func (w *Waker) Cleared(key string, nodes uint64) bool {
+// ForgetSole is [Waker.Forget] for the round with token whose lock is
+// being released, when that round was its waiter's only one: if every
+// node announced a handoff to it, each took the round's entry off the
+// key's queue, and the client has none left there; the next waiter's
+// first round learns so from Joining (while the key stays subscribed).
+// It reports whether it noted that.
+func (w *Waker) ForgetSole(token string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	h, ok := w.hands[token]
+	delete(w.hands, token)
 	n := len(w.nodes)
-	if n == 0 || n > 64 || nodes != 1<<n-1 {
+	if !ok || n == 0 || n > 64 || h.nodes != 1<<n-1 {
 		return false
 	}
-	if _, ok := w.keys[key]; !ok {
+	if _, ok := w.keys[h.key]; !ok {
 		return false
 	}
 	if w.cleared == nil {
 		w.cleared = map[string]struct{}{}
 	}
-	w.cleared[key] = struct{}{}
+	w.cleared[h.key] = struct{}{}
 	return true
 }
 

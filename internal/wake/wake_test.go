@@ -490,9 +490,11 @@ func closeAtOnce(w *Waker) {
 	w.wg.Wait()
 }
 
-// TestCleared: Cleared takes only a subscribed key whose handoff came from
-// every node; Joining reports it once, and never for a key gone idle.
-func TestCleared(t *testing.T) {
+// TestForgetSole: ForgetSole notes a key cleared only when it is
+// subscribed and every node handed it over to the round; Joining reports
+// that once, and never for a key gone idle. The round is forgotten either
+// way.
+func TestForgetSole(t *testing.T) {
 	leakcheck.Check(t)
 	const idle = 50 * time.Millisecond
 	c := newCluster(t, 3)
@@ -503,19 +505,30 @@ func TestCleared(t *testing.T) {
 		assert.Equal(t, wantEntries, entries, "entries: %s", msg)
 		assert.Equal(t, wantCleared, cleared, "cleared: %s", msg)
 	}
+	// sole releases a round of key k that the nodes (a bit each) handed over to.
+	sole := func(nodes uint64) bool {
+		t.Helper()
+		w.Expect("tok", "k")
+		w.mu.Lock()
+		w.hands["tok"] = hand{key: "k", nodes: nodes}
+		w.mu.Unlock()
+		ok := w.ForgetSole("tok")
+		assert.Zero(t, w.HandedNodes("tok"), "the round is forgotten")
+		return ok
+	}
 
-	assert.False(t, w.Cleared("k", 0b111), "a key not subscribed")
+	assert.False(t, sole(0b111), "a key not subscribed")
 	joining(false, false, "a key not waited for lately")
 
 	k := w.On("k")
-	assert.False(t, w.Cleared("k", 0b011), "a node did not hand the key over")
+	assert.False(t, sole(0b011), "a node did not hand the key over")
 	joining(true, false, "waited for lately")
 
-	assert.True(t, w.Cleared("k", 0b111))
+	assert.True(t, sole(0b111))
 	joining(false, true, "every node handed the key over")
 	joining(true, false, "reported once: the round joins again")
 
-	assert.True(t, w.Cleared("k", 0b111))
+	assert.True(t, sole(0b111))
 	w.Done("k", k)
 	require.Eventually(t, func() bool { return w.Subscribed() == 0 }, bound, time.Millisecond)
 	k = w.On("k")
