@@ -7,7 +7,7 @@
 -- g = the node time in ms until which the node is in its restart guard (0: established),
 -- id = the token of the round that created the state, f = the fence counter
 -- (absent: unknown, after the node lost its data), r = the replication ID
--- of the server that last checked the state ('?': unknown; see check.lua).
+-- of the server whose data holds the state (see check.lua).
 -- The state key is the client's key prefix, then "@STATE@" (then, on a
 -- Cluster node, the slot's tag).
 -- ARGV[3] is the restart guard in ms (0: off). Every later argument is
@@ -115,10 +115,15 @@ local function guarded()
     -- No state: the node is new or lost its data (restart without
     -- persistence, flush, eviction). It may have granted locks it forgot.
     redis.call('HSET', state, 'g', string.format('%.0f', now + guard), 'id', ARGV[1])
-    -- The replication ID is unknown when the data went while connections
-    -- stayed open (FLUSHALL): the next connection check restarts the guard
-    -- (see check.lua). One recorded by a check that found no state stays.
-    redis.call('HSETNX', state, 'r', '?')
+    -- The state is this server's from now on: record its replication ID
+    -- (see check.lua), so that a connection opened later to this same
+    -- server finds its own ID and a promoted replica finds another. Read
+    -- only here, when the state is made, never on the usual acquire. A
+    -- server whose INFO cannot be read records none, and no check of it
+    -- compares IDs.
+    local info = redis.pcall('INFO', 'replication')
+    local id = type(info) == 'string' and string.match(info, 'master_replid:(%x+)')
+    if id then redis.call('HSET', state, 'r', id) end
     return {-2, guard, ARGV[1]}
   end
   local id = redis.call('HGET', state, 'id')

@@ -4,9 +4,10 @@
 -- promoted by a failover, a master restarted from a persisted file) starts
 -- its restart guard even though it still has the state key.
 -- KEYS[1] is the node's state (see acquire.lua); its field r is the
--- replication ID (master_replid) of the server that last checked it, or '?'
--- when a state made by acquire.lua after a loss of data had none: that
--- counts as another ID.
+-- replication ID (master_replid) of the server whose data holds it,
+-- recorded by the first check or by the acquire that made the state. Only
+-- a server whose ID differs from it is guarded: a server that lost nothing
+-- keeps its ID, however its connections come and go.
 -- ARGV[1] is the restart guard in ms (0: off).
 -- Returns
 --   {0, id} when the server is a master whose replication ID id is the one
@@ -33,10 +34,11 @@ local state = KEYS[1]
 local r = redis.call('HGET', state, 'r')
 if r == id then return {0, id} end
 local guard = tonumber(ARGV[1])
-if r == false or guard == 0 then
+if r == false or r == '?' or guard == 0 then
   -- No ID yet: a new state (the next acquire starts its guard as usual), or
   -- one written before IDs were recorded (a deployment upgraded from a
-  -- version without this check: its first failover is not detected).
+  -- version without this check, or whose acquire marked the ID unknown
+  -- with '?': its first failover is not detected).
   redis.call('HSET', state, 'r', id)
   return {0, id}
 end

@@ -62,18 +62,25 @@ func TestCheck(t *testing.T) {
 	assert.Equal(t, "41", master.HGet(ctx, StateKey, "f").Val())
 
 	// Data lost under open connections (FLUSHALL): the acquire that finds
-	// no state starts the guard and marks the ID unknown, and the next
-	// connection check restarts the guard instead of adopting its ID.
+	// no state starts the guard and records the server's own ID, so that
+	// a connection opened later to the same server is not guarded again.
 	require.NoError(t, master.FlushAll(ctx).Err())
 	v, err := p.Run(ctx, master, p.AcquireCmd(Acquire{Keys: []string{"k", StateKey}, Token: "tok", TTL: time.Second}))
 	require.NoError(t, err)
 	a, err := DecodeAcquire(v)
 	require.NoError(t, err)
 	assert.Equal(t, Guarded, a.Outcome)
-	assert.Equal(t, "?", master.HGet(ctx, StateKey, "r").Val())
-	again := check(master, p)
-	assert.Equal(t, CheckReply{Outcome: Changed, ID: first.ID, Guard: again.Guard}, again)
 	assert.Equal(t, first.ID, master.HGet(ctx, StateKey, "r").Val())
+	guardUntil := master.HGet(ctx, StateKey, "g").Val()
+	assert.Equal(t, CheckReply{Outcome: Same, ID: first.ID}, check(master, p))
+	assert.Equal(t, guardUntil, master.HGet(ctx, StateKey, "g").Val(), "the guard the acquire began, neither ended nor restarted")
+
+	// A state that an earlier version marked '?' (ID unknown) takes the
+	// server's ID as a new state does.
+	require.NoError(t, master.HSet(ctx, StateKey, "r", "?").Err())
+	assert.Equal(t, CheckReply{Outcome: Same, ID: first.ID}, check(master, p))
+	assert.Equal(t, first.ID, master.HGet(ctx, StateKey, "r").Val())
+	assert.Equal(t, guardUntil, master.HGet(ctx, StateKey, "g").Val())
 }
 
 // TestCheckUnreadable: a user whose ACL denies INFO gets Unchecked, and
