@@ -172,13 +172,9 @@ type tunables struct {
 	// guards may have begun for a round to take them for a brand-new
 	// deployment (see [ErrGuarded]). Nodes that came up further apart, as
 	// in a rolling restart, serve locks only once their guards have run
-	// out.
+	// out. It also bounds the node calls of a round while the Client has
+	// never seen a node in service (see Client.callTimeout).
 	newDeploymentWindow time.Duration
-	// newDeploymentWait is how long the node calls of a round wait for
-	// their answers while the Client has never seen a node in service:
-	// the nodes may be a brand-new deployment that this very round
-	// guarded, and a slow node's late answer then still counts.
-	newDeploymentWait time.Duration
 	// handoffGrace is how long a waiter lets the waiter that a release
 	// named as next in line take the key before it tries itself (see
 	// waiter.sleep).
@@ -206,7 +202,6 @@ func defaultTunables() tunables {
 		redeliverFirst:      50 * time.Millisecond,
 		redeliverMax:        2 * time.Second,
 		newDeploymentWindow: 5 * time.Second,
-		newDeploymentWait:   time.Second,
 		yieldWindow:         10 * time.Millisecond,
 		graceFloor:          time.Millisecond,
 	}

@@ -144,12 +144,17 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 
 // callTimeout bounds the node calls of an acquire round: the node timeout,
 // or, while this Client has never seen a node out of its restart guard,
-// long enough for a slow node of a brand-new deployment to answer (see
-// newDeployment). Once the Client is in service, the first round of
-// which ended that wait, it is the node timeout.
+// the new-deployment window. A brand-new deployment is recognised only
+// from every node's answer (see newDeployment), and a slow node's first
+// answer includes its connection's set-up and check: any shorter fixed
+// wait leaves a slow enough node out, and the deployment waits out its
+// whole guard. A longer one gains nothing, since guards begun further
+// apart than the window are not taken for a new deployment. The caller of
+// the round waits that long only when every node that answered was
+// guarded. Once the Client is in service it is the node timeout.
 func (c *Client) callTimeout() time.Duration {
 	if c.cfg.guard > 0 && !c.inService.Load() {
-		return max(c.cfg.nodeTimeout, c.cfg.newDeploymentWait)
+		return max(c.cfg.nodeTimeout, c.cfg.newDeploymentWindow)
 	}
 	return c.cfg.nodeTimeout
 }

@@ -322,18 +322,24 @@ func TestOpenOwnsNodeClients(t *testing.T) {
 }
 
 // TestNewDeploymentSlowNode: a brand-new deployment whose fifth node
-// answers later than the node timeout (150 ms each way behind a proxy,
-// NodeTimeout 50 ms) locks at once: the slow node's late answer, guarded by
-// the same round, counts towards recognising the new deployment. Before, it
-// never answered within a round, and every lock was refused for the whole
-// restart guard.
+// answers later than the node timeout (NodeTimeout 50 ms) locks at once:
+// the slow node's late answer, guarded by the same round, counts towards
+// recognising the new deployment. At 300 ms each way the slow node needs
+// 1.2 s for its first answer (the connection check, then the acquire),
+// longer than any fixed wait shorter than the new-deployment window.
 func TestNewDeploymentSlowNode(t *testing.T) {
+	for _, delay := range []time.Duration{150 * time.Millisecond, 300 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) { newDeploymentSlowNode(t, delay) })
+	}
+}
+
+func newDeploymentSlowNode(t *testing.T, delay time.Duration) {
 	leakcheck.Check(t)
 	addrs, direct := five(t)
 	p, err := faultproxy.NewProxy(addrs[4])
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
-	p.SetLatency(150*time.Millisecond, 150*time.Millisecond)
+	p.SetLatency(delay, delay)
 	nodes := redlock.NewNodes(append(addrs[:4:4], p.Addr())...)
 	t.Cleanup(func() {
 		for _, n := range nodes {
@@ -343,12 +349,12 @@ func TestNewDeploymentSlowNode(t *testing.T) {
 	c, err := redlock.New(nodes, nil) // NodeTimeout 50 ms, RestartGuard 1 min
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
 	defer cancel()
 	start := time.Now()
 	l, err := c.Lock(ctx, "job", 5*time.Second)
 	require.NoError(t, err, "a new deployment with a slow node locks before its guard has run out")
-	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.Less(t, time.Since(start), 10*time.Second)
 	require.NoError(t, l.Unlock(ctx))
 	for i, d := range direct {
 		assert.Eventually(t, func() bool { return d.HGet(ctx, "redquorum:node", "g").Val() == "0" }, 5*time.Second, 10*time.Millisecond, "node %d established", i)
