@@ -245,9 +245,9 @@ func (c *Client) TryLockMany(ctx context.Context, keys []string, ttl time.Durati
 // that the current holder's keys expire sooner.
 //
 // On failure it returns the [*Error] of the last round; errors.Is finds
-// [ErrNotObtained], and ctx.Err() when ctx ended the wait. Lock is safe for
-// concurrent use; concurrent callers of one Client compete like separate
-// clients.
+// [ErrNotObtained], the nodes' causes, and ctx.Err() when ctx ended the
+// wait. Lock is safe for concurrent use; concurrent callers of one Client
+// compete like separate clients.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	return c.lock(ctx, OpLock, []string{key}, ttl, true)
 }
@@ -308,6 +308,9 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 		var e *Error // declared here: its address escapes, which costs an allocation
 		if !errors.As(err, &e) {
 			return nil, err // closed
+		}
+		if e.earlier = last; last != nil {
+			last.earlier = nil // one round back is enough
 		}
 		last, hint = e, freeIn
 	}

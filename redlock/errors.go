@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -99,7 +100,12 @@ type Error struct {
 	Reason string       // why, when no node is to blame (for example "validity ran out")
 
 	sentinel error
-	cause    error // context error, or the quorum package's error
+	cause    error // the quorum package's error, or another cause
+	ctx      error // the caller's context error, when it ended the operation
+	// earlier is Lock's round before this one: the message names its
+	// causes when this round's nodes tell none (the context ended the
+	// round before they answered).
+	earlier *Error
 }
 
 // NodeResult is one node's outcome in an operation.
@@ -108,13 +114,15 @@ type NodeResult struct {
 	Err  error  // nil when the node did what was asked
 }
 
-// Error returns one line: the operation, the key (shortened when long), the
-// nodes' votes and the main cause, which is, in this order, the caller's
-// context error, the nodes that hold the key for another owner, the nodes
-// in their restart guard and the time left, the nodes that failed or did
-// not answer, or the reason no node is to blame. Nodes that had not
-// answered when the outcome was decided are not counted against it. The
-// per-node outcomes are in Nodes, and "%+v" prints them.
+// Error returns one line: the operation, the key (shortened when long),
+// the nodes' votes and the main cause. The cause is, in this order: the
+// nodes that hold the key for another owner, the nodes in their restart
+// guard and the time left, or the nodes that failed; then the reason no
+// node is to blame, and last the caller's context error. When the context
+// ended a round before any node told a cause, the causes are those of the
+// round before. Nodes that had not answered when the outcome was decided
+// are not counted against it. The per-node outcomes are in Nodes, and
+// "%+v" prints them.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("redlock: ")
@@ -147,11 +155,20 @@ func (e *Error) Format(f fmt.State, verb rune) {
 
 // mainCause names what decided the outcome (see Error).
 func (e *Error) mainCause() string {
-	for _, ctxErr := range []error{context.Canceled, context.DeadlineExceeded} {
-		if errors.Is(e.cause, ctxErr) {
-			return ctxErr.Error()
-		}
+	cause := e.nodeCause()
+	if cause == "" && e.earlier != nil {
+		cause = e.earlier.nodeCause()
 	}
+	cause = joinReason(cause, e.Reason)
+	if e.ctx != nil {
+		cause = joinReason(cause, e.ctx.Error())
+	}
+	return cause
+}
+
+// nodeCause names what the nodes' outcomes tell against the operation, or
+// returns "" when they tell nothing.
+func (e *Error) nodeCause() string {
 	var taken, notOurs, guarded, failed int
 	var left time.Duration
 	var firstFailure error
@@ -159,6 +176,8 @@ func (e *Error) mainCause() string {
 		var g *guardError
 		switch {
 		case n.Err == nil, n.Err == errPending, n.Err == errSkipped, n.Err == errGone, n.Err == node.ErrNotSent:
+		case e.ctx != nil && isContextErr(n.Err):
+			// Cut short by the caller's context, which the line names.
 		case errors.Is(n.Err, ErrTaken):
 			taken++
 		case errors.Is(n.Err, node.ErrNotOurs):
@@ -175,18 +194,23 @@ func (e *Error) mainCause() string {
 			failed++
 		}
 	}
-	var cause string
 	switch {
 	case taken > 0:
-		cause = fmt.Sprintf("held by another owner on %d %s", taken, nodes(taken))
+		return fmt.Sprintf("held by another owner on %d %s", taken, nodes(taken))
 	case notOurs > 0:
-		cause = fmt.Sprintf("gone or held by another owner on %d %s", notOurs, nodes(notOurs))
+		return fmt.Sprintf("gone or held by another owner on %d %s", notOurs, nodes(notOurs))
 	case guarded > 0:
-		cause = fmt.Sprintf("restart guard on %d %s, %v left", guarded, nodes(guarded), left)
+		return fmt.Sprintf("restart guard on %d %s, %v left", guarded, nodes(guarded), left)
 	case failed > 0:
-		cause = fmt.Sprintf("%d %s failed, such as: %s", failed, nodes(failed), shorten(firstFailure.Error(), 80))
+		return fmt.Sprintf("%d %s failed, such as: %s", failed, nodes(failed), shorten(firstFailure.Error(), 80))
 	}
-	return joinReason(cause, e.Reason)
+	return ""
+}
+
+// isContextErr reports whether err is a context's error, or a socket
+// deadline that go-redis set from one.
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 func nodes(n int) string {
@@ -221,11 +245,18 @@ type guardError struct{ left time.Duration }
 func (e *guardError) Error() string { return fmt.Sprintf("%v, %v left", ErrGuarded, e.left) }
 func (e *guardError) Unwrap() error { return ErrGuarded }
 
-// Unwrap exposes the sentinel, the context error and the per-node errors.
+// Unwrap exposes the sentinel, the per-node errors, the caller's context
+// error, and the round before when the message names its causes.
 func (e *Error) Unwrap() []error {
 	errs := []error{e.sentinel}
 	if e.cause != nil {
 		errs = append(errs, e.cause)
+	}
+	if e.ctx != nil {
+		errs = append(errs, e.ctx)
+	}
+	if e.earlier != nil && e.nodeCause() == "" {
+		errs = append(errs, e.earlier)
 	}
 	return errs
 }
