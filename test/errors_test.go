@@ -2,9 +2,12 @@ package test
 
 import (
 	"context"
+	"errors"
+	"net"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -12,6 +15,24 @@ import (
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/redlock"
 )
+
+// withOptions returns a Client on addrs whose node i's client options are
+// changed by set, closed with its node clients at the end of the test.
+func withOptions(t *testing.T, addrs []string, opts *redlock.Options, set func(i int, o *redis.Options)) *redlock.Client {
+	t.Helper()
+	var nodes []redis.UniversalClient
+	for i, a := range addrs {
+		o := redlock.NodeOptions(a)
+		set(i, o)
+		n := redis.NewClient(o)
+		t.Cleanup(func() { _ = n.Close() })
+		nodes = append(nodes, n)
+	}
+	c, err := redlock.New(nodes, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
 
 // TestDeadlineKeepsCause: when the caller's context ends Lock's wait, the
 // line names the cause of the last rounds before the context's error, and
@@ -91,4 +112,88 @@ func TestDeadlineDuringRound(t *testing.T) {
 	assert.Regexp(t, `^redlock: lock "busy": not obtained \(0 of 5 nodes, 3 needed\): held by another owner on [1-5] nodes?; context deadline exceeded$`, err.Error())
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.ErrorIs(t, err, redlock.ErrTaken)
+}
+
+// TestUnfixableEndsLock: a wrong password, a missing permission, a lock key
+// of another type and a host name that does not exist end Lock at once
+// when they leave fewer than a quorum of nodes, naming the cause; on fewer
+// nodes they are failures like others, and the lock is obtained.
+func TestUnfixableEndsLock(t *testing.T) {
+	leakcheck.Check(t)
+	addrs, direct := five(t)
+	ctx := t.Context()
+	for _, d := range direct {
+		require.NoError(t, d.ConfigSet(ctx, "requirepass", "secret").Err())
+		d.Options().Password = "secret"
+		require.NoError(t, d.Do(ctx, "ACL", "SETUSER", "reader", "on", ">pw", "~*", "+get").Err())
+	}
+	opts := &redlock.Options{MaxWait: 5 * time.Second}
+	oneLine := func(key, cause string) string {
+		return `^redlock: lock "` + key + `": not obtained \(\d of 5 nodes, 3 needed\): 3 nodes failed with an error no retry fixes, such as: ` + cause
+	}
+
+	wrong := func(n int, set func(o *redis.Options)) *redlock.Client {
+		return withOptions(t, addrs, opts, func(i int, o *redis.Options) {
+			o.Password = "secret"
+			if i < n {
+				set(o)
+			}
+		})
+	}
+	c := wrong(0, nil)
+	warm, err := c.Lock(ctx, "warm", time.Second) // a new deployment: established at once
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(ctx))
+
+	password := func(o *redis.Options) { o.Password = "wrong" }
+	_, err = wrong(3, password).Lock(ctx, "k", time.Second)
+	require.Error(t, err)
+	assert.Regexp(t, oneLine("k", "WRONGPASS "), err.Error())
+	assert.NotContains(t, err.Error(), "gave up", "Lock ends at once, not after MaxWait")
+	assert.True(t, redis.IsAuthError(err), "errors.As finds the redis error")
+	assert.ErrorIs(t, err, redlock.ErrNotObtained)
+
+	l, err := wrong(1, password).Lock(ctx, "k", time.Second)
+	require.NoError(t, err, "a wrong password on one node of five is a node failure")
+	require.NoError(t, l.Unlock(ctx))
+
+	_, err = wrong(3, func(o *redis.Options) { o.Password = "" }).Lock(ctx, "k", time.Second)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "3 nodes failed with an error no retry fixes, such as: NOAUTH")
+
+	_, err = wrong(3, func(o *redis.Options) { o.Username, o.Password = "reader", "pw" }).Lock(ctx, "k", time.Second)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "3 nodes failed with an error no retry fixes, such as: NOPERM")
+	assert.True(t, redis.IsPermissionError(err))
+
+	for _, d := range direct[:3] {
+		require.NoError(t, d.HSet(ctx, "typed", "a", "b").Err())
+	}
+	_, err = c.Lock(ctx, "typed", time.Second)
+	require.Error(t, err)
+	assert.Regexp(t, oneLine("typed", "WRONGTYPE "), err.Error())
+	assert.NotContains(t, err.Error(), "gave up")
+	require.NoError(t, direct[2].Del(ctx, "typed").Err())
+	l, err = c.Lock(ctx, "typed", time.Second)
+	require.NoError(t, err, "a lock key of another type on two nodes of five is a node failure")
+	require.NoError(t, l.Unlock(ctx))
+}
+
+// TestUnknownHostEndsLock: a majority of host names that do not exist (a
+// mistyped address) end Lock at once, naming the DNS error.
+func TestUnknownHostEndsLock(t *testing.T) {
+	leakcheck.Check(t)
+	var dns *net.DNSError
+	if _, err := net.DefaultResolver.LookupHost(t.Context(), "redis-a.invalid"); !errors.As(err, &dns) || !dns.IsNotFound {
+		t.Skipf("this machine's resolver does not answer that a name does not exist: %v", err)
+	}
+	addrs, _ := five(t)
+	hosts := append([]string{"redis-a.invalid:6379", "redis-b.invalid:6379", "redis-c.invalid:6379"}, addrs[:2]...)
+	c := open(t, hosts, &redlock.Options{MaxWait: 5 * time.Second})
+	_, err := c.Lock(t.Context(), "k", time.Second)
+	require.Error(t, err)
+	assert.Regexp(t, `^redlock: lock "k": not obtained \(0 of 5 nodes, 3 needed\): 3 nodes failed with an error no retry fixes, such as: dial tcp: lookup redis-[abc]\.invalid.*no such host`, err.Error())
+	assert.NotContains(t, err.Error(), "gave up", "Lock ends at once, not after MaxWait")
+	require.ErrorAs(t, err, &dns)
+	assert.True(t, dns.IsNotFound)
 }
