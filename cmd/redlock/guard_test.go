@@ -110,7 +110,7 @@ func TestGuardEnd(t *testing.T) {
 			for _, a := range addrs {
 				assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(a)+`\s+guarded for (59|60)s\s+would set serving$`, out)
 			}
-			assert.Contains(t, out, "note: 3 of 3 nodes have no fence counter, a quorum: fenced locks (Options.Fencing) fail until you set f on every node")
+			assert.Contains(t, out, "note: 3 of 3 nodes have no fence counter, a quorum: fenced locks (Options.Fencing) fail until you run redlock guard fence")
 			assert.Equal(t, before, states(t, nodes), "the dry run changes nothing")
 			_, err = c.TryLock(t.Context(), "job", time.Minute)
 			require.ErrorIs(t, err, redlock.ErrGuarded)
