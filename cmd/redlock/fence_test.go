@@ -12,7 +12,6 @@ import (
 
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
-	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 	"github.com/redquorum/redquorum/redlock"
 )
 
@@ -128,15 +127,11 @@ func TestGuardFenceRefuses(t *testing.T) {
 // TestGuardFenceCluster: guard fence raises the plain masters' counters and
 // leaves a Redis Cluster node, whose counters are per hash slot, alone.
 func TestGuardFenceCluster(t *testing.T) {
-	redisproc.Require(t)
 	leakcheck.Check(t)
-	cl, err := redisproc.StartCluster(t.Context(), 1)
-	require.NoError(t, err)
-	t.Cleanup(cl.Stop)
-	plain := startNodes(t, 2)
-	code, out, errOut := runCLI(t, "guard", "fence", "--nodes", strings.Join(append(plain, cl.Addrs[0]), ","), "--yes")
+	cl, plain := mixedNodes(t)
+	code, out, errOut := runCLI(t, "guard", "fence", "--nodes", strings.Join(append(plain, cl), ","), "--yes")
 	require.Equal(t, 0, code, "%s%s", out, errOut)
-	assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(cl.Addrs[0])+`\s+Redis Cluster node \(one state per hash slot\)\s+left alone: the next fenced locks set its counters, one per hash slot$`, out)
+	assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(cl)+`\s+Redis Cluster node \(one state per hash slot\)\s+left alone: the next fenced locks set its counters, one per hash slot$`, out)
 	for _, a := range plain {
 		assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(a)+`\s+unknown\s+raised to \d+$`, out)
 	}
