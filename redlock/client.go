@@ -244,10 +244,15 @@ func (c *Client) TryLockMany(ctx context.Context, keys []string, ttl time.Durati
 // that doubles up to Options.MaxRetryDelay, or less when the nodes report
 // that the current holder's keys expire sooner.
 //
+// It gives up at once, naming the cause, when a round fails on errors that
+// no retry fixes (see docs/OPERATING.md) or on unknown fence counters
+// ([ErrFenceUnknown]), on so many nodes that the others are fewer than a
+// quorum.
+//
 // On failure it returns the [*Error] of the last round; errors.Is finds
-// [ErrNotObtained], and ctx.Err() when ctx ended the wait. Lock is safe for
-// concurrent use; concurrent callers of one Client compete like separate
-// clients.
+// [ErrNotObtained], the nodes' causes, and ctx.Err() when ctx ended the
+// wait. Lock is safe for concurrent use; concurrent callers of one Client
+// compete like separate clients.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	return c.lock(ctx, OpLock, []string{key}, ttl, true)
 }
@@ -280,6 +285,9 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 	}
 	if !wait {
 		l, _, _, err := c.attempt(ctx, keys, ttl, queue.Handover{}, join{}, rec)
+		if e := (*Error)(nil); errors.As(err, &e) {
+			e.final() // waits for the other nodes when one hints at a lasting cause
+		}
 		return l, err
 	}
 	w := c.newWaiter(ctx, keys)
@@ -308,6 +316,12 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 		var e *Error // declared here: its address escapes, which costs an allocation
 		if !errors.As(err, &e) {
 			return nil, err // closed
+		}
+		if e.earlier = last; last != nil {
+			last.earlier = nil // one round back is enough
+		}
+		if e.final() {
+			return nil, e
 		}
 		last, hint = e, freeIn
 	}

@@ -5,11 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redquorum/redquorum/internal/node"
+	"github.com/redquorum/redquorum/quorum"
 )
 
 var (
@@ -64,11 +70,13 @@ var (
 	// ErrFenceUnknown is the per-node outcome of a node that granted a
 	// fenced lock while its fence counter was unknown, because the node lost
 	// its data: it does not count toward the quorum of the fence, and the
-	// write-back of the next fenced lock it grants in time repairs it. When a
-	// quorum of nodes have lost their counters (for example all of them, one
-	// after another, with no fenced lock in between), fenced locks fail until
-	// an operator sets the field "f" of the state key (see [ErrGuarded]) on
-	// every node to at least the highest fence any resource has accepted.
+	// write-back of the next fenced lock it grants in time repairs it. When
+	// so many nodes have lost their counters that the others are fewer than
+	// a quorum (for example all of them, one after another, with no fenced
+	// lock in between), no fenced lock can repair them: Lock and TryLock
+	// then fail at once with this cause, until an operator runs
+	// "redlock guard fence" (see docs/OPERATING.md), which sets the counter
+	// of every node above every fence issued before.
 	ErrFenceUnknown = errors.New("redlock: node's fence counter unknown since it lost its data")
 	// ErrClosed is returned by every operation of a Client after Close.
 	ErrClosed = errors.New("redlock: client closed")
@@ -99,7 +107,13 @@ type Error struct {
 	Reason string       // why, when no node is to blame (for example "validity ran out")
 
 	sentinel error
-	cause    error // context error, or the quorum package's error
+	cause    error         // the quorum package's error, or another cause
+	ctx      error         // the caller's context error, when it ended the operation
+	round    *quorum.Round // the calls whose outcomes Nodes holds; nil for none
+	// earlier is Lock's round before this one: the message names its
+	// causes when this round's nodes tell none (the context ended the
+	// round before they answered).
+	earlier *Error
 }
 
 // NodeResult is one node's outcome in an operation.
@@ -108,13 +122,16 @@ type NodeResult struct {
 	Err  error  // nil when the node did what was asked
 }
 
-// Error returns one line: the operation, the key (shortened when long), the
-// nodes' votes and the main cause, which is, in this order, the caller's
-// context error, the nodes that hold the key for another owner, the nodes
-// in their restart guard and the time left, the nodes that failed or did
-// not answer, or the reason no node is to blame. Nodes that had not
-// answered when the outcome was decided are not counted against it. The
-// per-node outcomes are in Nodes, and "%+v" prints them.
+// Error returns one line: the operation, the key (shortened when long),
+// the nodes' votes and the main cause. The cause is, in this order: errors
+// that no retry fixes on so many nodes that a quorum cannot be reached
+// without them, fence counters unknown on as many, the nodes that hold the
+// key for another owner, the nodes in their restart guard and the time
+// left, or the nodes that failed; then the reason no node is to blame, and
+// last the caller's context error. When the context ended a round before
+// any node told a cause, the causes are those of the round before. Nodes
+// that had not answered when the outcome was decided are not counted
+// against it. The per-node outcomes are in Nodes, and "%+v" prints them.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("redlock: ")
@@ -147,18 +164,29 @@ func (e *Error) Format(f fmt.State, verb rune) {
 
 // mainCause names what decided the outcome (see Error).
 func (e *Error) mainCause() string {
-	for _, ctxErr := range []error{context.Canceled, context.DeadlineExceeded} {
-		if errors.Is(e.cause, ctxErr) {
-			return ctxErr.Error()
-		}
+	cause := e.nodeCause()
+	if cause == "" && e.earlier != nil {
+		cause = e.earlier.nodeCause()
 	}
-	var taken, notOurs, guarded, failed int
+	cause = joinReason(cause, e.Reason)
+	if e.ctx != nil {
+		cause = joinReason(cause, e.ctx.Error())
+	}
+	return cause
+}
+
+// nodeCause names what the nodes' outcomes tell against the operation, or
+// returns "" when they tell nothing.
+func (e *Error) nodeCause() string {
+	var taken, notOurs, guarded, failed, fixed, fence int
 	var left time.Duration
-	var firstFailure error
+	var firstFailure, firstFixed error
 	for _, n := range e.Nodes {
 		var g *guardError
 		switch {
 		case n.Err == nil, n.Err == errPending, n.Err == errSkipped, n.Err == errGone, n.Err == node.ErrNotSent:
+		case e.ctx != nil && isContextErr(n.Err):
+			// Cut short by the caller's context, which the line names.
 		case errors.Is(n.Err, ErrTaken):
 			taken++
 		case errors.Is(n.Err, node.ErrNotOurs):
@@ -168,25 +196,87 @@ func (e *Error) mainCause() string {
 				left = g.left
 			}
 			guarded++
-		case !errors.Is(n.Err, ErrFenceUnknown):
+		case errors.Is(n.Err, ErrFenceUnknown):
+			fence++
+		default:
+			if unfixable(n.Err) {
+				if fixed == 0 {
+					firstFixed = n.Err
+				}
+				fixed++
+			}
 			if failed == 0 {
 				firstFailure = n.Err
 			}
 			failed++
 		}
 	}
-	var cause string
+	hopeless := len(e.Nodes) - e.Quorum // more nodes out make a quorum impossible
 	switch {
+	case fixed > 0 && fixed > hopeless:
+		return fmt.Sprintf("%d %s failed with an error no retry fixes, such as: %s", fixed, nodes(fixed), shorten(firstFixed.Error(), 80))
+	case fence > 0 && fence > hopeless:
+		return fmt.Sprintf(`fence counter unknown on %d %s (they lost their data); run "redlock guard fence" to repair`, fence, nodes(fence))
 	case taken > 0:
-		cause = fmt.Sprintf("held by another owner on %d %s", taken, nodes(taken))
+		return fmt.Sprintf("held by another owner on %d %s", taken, nodes(taken))
 	case notOurs > 0:
-		cause = fmt.Sprintf("gone or held by another owner on %d %s", notOurs, nodes(notOurs))
+		return fmt.Sprintf("gone or held by another owner on %d %s", notOurs, nodes(notOurs))
 	case guarded > 0:
-		cause = fmt.Sprintf("restart guard on %d %s, %v left", guarded, nodes(guarded), left)
+		return fmt.Sprintf("restart guard on %d %s, %v left", guarded, nodes(guarded), left)
 	case failed > 0:
-		cause = fmt.Sprintf("%d %s failed, such as: %s", failed, nodes(failed), shorten(firstFailure.Error(), 80))
+		return fmt.Sprintf("%d %s failed, such as: %s", failed, nodes(failed), shorten(firstFailure.Error(), 80))
 	}
-	return joinReason(cause, e.Reason)
+	return ""
+}
+
+// unfixable reports whether err, a node's outcome, is one that no retry
+// fixes: the node refused the client's credentials (NOAUTH, WRONGPASS) or
+// permissions (NOPERM), a key of the lock holds another type (WRONGTYPE),
+// or the node's host name does not exist (the DNS answer "no such host").
+// errors.As finds the go-redis [redis.Error] or the [*net.DNSError].
+func unfixable(err error) bool {
+	var dns *net.DNSError
+	return redis.IsAuthError(err) || redis.IsPermissionError(err) || redis.HasErrorPrefix(err, "WRONGTYPE") ||
+		errors.As(err, &dns) && dns.IsNotFound
+}
+
+// final reports whether e, the error of a lock round, is one that no later
+// round can overcome: errors that no retry fixes, or unknown fence
+// counters, on so many nodes that the others are fewer than a quorum. When
+// a node's outcome hints at it, final first waits for the outcomes of the
+// nodes that had not answered at the decision (within the round's node
+// timeout), and records them in e, where errors.Is and errors.As find them.
+func (e *Error) final() bool {
+	if e.round == nil || !slices.ContainsFunc(e.Nodes, func(n NodeResult) bool {
+		return unfixable(n.Err) || errors.Is(n.Err, ErrFenceUnknown)
+	}) {
+		return false
+	}
+	for i := range e.Nodes {
+		if e.Nodes[i].Err == errPending {
+			e.Nodes[i].Err = e.round.Outcome(i)
+			if e.Nodes[i].Err != nil {
+				e.cause = errors.Join(e.cause, e.Nodes[i].Err)
+			}
+		}
+	}
+	hopeless := len(e.Nodes) - e.Quorum
+	fixed, fence := 0, 0
+	for _, n := range e.Nodes {
+		switch {
+		case unfixable(n.Err):
+			fixed++
+		case errors.Is(n.Err, ErrFenceUnknown):
+			fence++
+		}
+	}
+	return fixed > hopeless || fence > hopeless
+}
+
+// isContextErr reports whether err is a context's error, or a socket
+// deadline that go-redis set from one.
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 func nodes(n int) string {
@@ -221,11 +311,18 @@ type guardError struct{ left time.Duration }
 func (e *guardError) Error() string { return fmt.Sprintf("%v, %v left", ErrGuarded, e.left) }
 func (e *guardError) Unwrap() error { return ErrGuarded }
 
-// Unwrap exposes the sentinel, the context error and the per-node errors.
+// Unwrap exposes the sentinel, the per-node errors, the caller's context
+// error, and the round before when the message names its causes.
 func (e *Error) Unwrap() []error {
 	errs := []error{e.sentinel}
 	if e.cause != nil {
 		errs = append(errs, e.cause)
+	}
+	if e.ctx != nil {
+		errs = append(errs, e.ctx)
+	}
+	if e.earlier != nil && e.nodeCause() == "" {
+		errs = append(errs, e.earlier)
 	}
 	return errs
 }

@@ -335,7 +335,10 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 
 // newError builds the Error of an operation from its round.
 func (c *Client) newError(op, key string, ok int, r *quorum.Round, sentinel, cause error) *Error {
-	e := &Error{Op: op, Key: key, Quorum: c.cfg.quorum, OK: ok, Nodes: make([]NodeResult, len(c.nodes)), sentinel: sentinel, cause: cause}
+	e := &Error{Op: op, Key: key, Quorum: c.cfg.quorum, OK: ok, Nodes: make([]NodeResult, len(c.nodes)), sentinel: sentinel, cause: cause, round: r}
+	if qe := (*quorum.Error)(nil); errors.As(cause, &qe) {
+		e.ctx = qe.Ctx
+	}
 	c.fillNodes(e, r, cause)
 	return e
 }

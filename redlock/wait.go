@@ -88,9 +88,7 @@ func (w *waiter) next(last *Error, hint time.Duration) (queue.Handover, error) {
 	}
 	if err := w.ctx.Err(); err != nil {
 		// The context ended during the round, perhaps after its decision.
-		if !errors.Is(last, err) {
-			last.cause = errors.Join(last.cause, err)
-		}
+		last.ctx = err
 		return queue.Handover{}, last
 	}
 	cfg := w.c.cfg
@@ -248,7 +246,7 @@ func (w *waiter) sleep(timer <-chan time.Time, last *Error) error {
 			next = w.c.wake.Next(wake)
 		case <-w.ctx.Done():
 			w.c.wake.Done(key, wake)
-			last.cause = errors.Join(last.cause, w.ctx.Err())
+			last.ctx = w.ctx.Err()
 			return last
 		case <-w.giveUpChan():
 			w.c.wake.Done(key, wake)
@@ -339,7 +337,7 @@ func (w *waiter) queued() (queue.Handover, error) {
 	if errors.Is(err, queue.ErrGaveUp) {
 		e.Reason = joinReason(e.Reason, fmt.Sprintf("gave up after Options.MaxWait %v", w.c.cfg.maxWait))
 	} else {
-		e.cause = err
+		e.ctx = err
 	}
 	return prev, e
 }

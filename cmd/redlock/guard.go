@@ -18,9 +18,11 @@ import (
 const guardUsage = `usage:
   redlock guard status --nodes host:port,... [--prefix P]
   redlock guard end    --nodes host:port,... [--prefix P] [--yes]
+  redlock guard fence  --nodes host:port,... [--prefix P] [--at-least N] [--yes]
 
 status shows each node's restart guard; end ends it at once on nodes you
-vouch for. Run "redlock guard end -h" before using end.
+vouch for; fence repairs the fence counters after a quorum of nodes lost
+them. Run "redlock guard end -h" or "redlock guard fence -h" first.
 `
 
 const guardStatusAbout = `Shows each node's state: "serving", "guarded for Ns" (the node refuses
@@ -52,8 +54,7 @@ that lost its data keeps an unknown counter ("fence unknown"), does not
 count toward a fenced lock's quorum, and gets its counter back from the
 next fenced lock it grants, as long as a quorum of the nodes kept theirs.
 When a quorum lost them (FLUSHALL on every node), fenced locks fail until
-you set f on every node to at least the highest fence any protected
-resource has accepted (HSET <state key> f N).
+you run "redlock guard fence".
 
 Without --yes it only shows what it would do, and exits with status 1.
 
@@ -62,40 +63,49 @@ Without --yes it only shows what it would do, and exits with status 1.
 // guard runs "redlock guard SUBCOMMAND".
 func guard(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) == 0 {
-		return usagef("want a subcommand: status or end")
+		return usagef("want a subcommand: status, end or fence")
 	}
 	switch args[0] {
 	case "status":
 		return guardStatus(ctx, args[1:], out)
 	case "end":
 		return guardEnd(ctx, args[1:], out)
+	case "fence":
+		return guardFence(ctx, args[1:], out)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(out, guardUsage)
 		return flag.ErrHelp
 	}
-	return usagef("unknown subcommand %q (want status or end)", args[0])
+	return usagef("unknown subcommand %q (want status, end or fence)", args[0])
 }
 
 // guardArgs are the flags of a guard subcommand.
 type guardArgs struct {
-	addrs  []string
-	prefix string
-	yes    bool
+	addrs   []string
+	prefix  string
+	yes     bool
+	atLeast uint64 // fence: the lowest counter to set, less one
 }
 
 // parseGuard parses the flags of the guard subcommand sub.
 func parseGuard(sub, about string, args []string, out io.Writer) (guardArgs, error) {
 	synopsis := "--nodes host:port,... [--prefix P]"
-	if sub == "end" {
+	switch sub {
+	case "fence":
+		synopsis += " [--at-least N] [--yes]"
+	case "end":
 		synopsis += " [--yes]"
 	}
 	fs := newFlags("guard "+sub, synopsis, out)
 	fs.about = about
 	nodesFlag := fs.String("nodes", "", "comma-separated Redis masters (required): every node of the deployment")
 	prefix := fs.String("prefix", "", "the Options.KeyPrefix of the locking clients")
-	yes := new(bool)
-	if sub == "end" {
+	yes, atLeast := new(bool), new(uint64)
+	if sub != "status" {
 		yes = fs.Bool("yes", false, "change the nodes; without it, only show what would change")
+	}
+	if sub == "fence" {
+		atLeast = fs.Uint64("at-least", 0, "the highest fence any protected resource has accepted, if known")
 	}
 	pos, err := parse(fs, args)
 	switch {
@@ -107,7 +117,7 @@ func parseGuard(sub, about string, args []string, out io.Writer) (guardArgs, err
 		return guardArgs{}, usagef("--nodes is required")
 	}
 	addrs, err := parseNodes(*nodesFlag)
-	return guardArgs{addrs: addrs, prefix: *prefix, yes: *yes}, err
+	return guardArgs{addrs: addrs, prefix: *prefix, yes: *yes, atLeast: *atLeast}, err
 }
 
 // guardStatus shows each node's state.
@@ -267,16 +277,22 @@ func fenceNote(checks []nodeCheck) string {
 	if unknown < len(checks)/2+1 {
 		return ""
 	}
-	return fmt.Sprintf("note: %d of %d nodes have no fence counter, a quorum: fenced locks (Options.Fencing) fail until you set f on every node (see redlock guard end -h)\n", unknown, len(checks))
+	return fmt.Sprintf("note: %d of %d nodes have no fence counter, a quorum: fenced locks (Options.Fencing) fail until you run redlock guard fence (see redlock guard fence -h)\n", unknown, len(checks))
 }
 
 // printGuardRows prints one line per node: its state and what guard end
 // did or would do there.
 func printGuardRows(out io.Writer, addrs, states, actions []string) error {
+	return printRows(out, "state", addrs, states, actions)
+}
+
+// printRows prints a table of one line per node: its address, its value
+// in the column named column, and an action.
+func printRows(out io.Writer, column string, addrs, values, actions []string) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "node\tstate\taction\n")
+	fmt.Fprintf(tw, "node\t%s\taction\n", column)
 	for i := range addrs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", addrs[i], states[i], actions[i])
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", addrs[i], values[i], actions[i])
 	}
 	return tw.Flush()
 }

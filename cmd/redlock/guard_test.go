@@ -110,7 +110,7 @@ func TestGuardEnd(t *testing.T) {
 			for _, a := range addrs {
 				assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(a)+`\s+guarded for (59|60)s\s+would set serving$`, out)
 			}
-			assert.Contains(t, out, "note: 3 of 3 nodes have no fence counter, a quorum: fenced locks (Options.Fencing) fail until you set f on every node")
+			assert.Contains(t, out, "note: 3 of 3 nodes have no fence counter, a quorum: fenced locks (Options.Fencing) fail until you run redlock guard fence")
 			assert.Equal(t, before, states(t, nodes), "the dry run changes nothing")
 			_, err = c.TryLock(t.Context(), "job", time.Minute)
 			require.ErrorIs(t, err, redlock.ErrGuarded)
@@ -183,19 +183,27 @@ func TestGuardEndRefuses(t *testing.T) {
 // TestGuardEndCluster: guard end refuses a Redis Cluster node, whose guard
 // is one state per hash slot.
 func TestGuardEndCluster(t *testing.T) {
-	redisproc.Require(t)
 	leakcheck.Check(t)
-	cl, err := redisproc.StartCluster(t.Context(), 1)
-	require.NoError(t, err)
-	t.Cleanup(cl.Stop)
-	plain := startNodes(t, 2)
-	code, out, errOut := runCLI(t, "guard", "end", "--nodes", strings.Join(append(plain, cl.Addrs[0]), ","), "--yes")
+	cl, plain := mixedNodes(t)
+	code, out, errOut := runCLI(t, "guard", "end", "--nodes", strings.Join(append(plain, cl), ","), "--yes")
 	assert.Equal(t, 1, code)
-	assert.Contains(t, errOut, "node "+cl.Addrs[0]+" is a Redis Cluster node, whose restart guard is one state per hash slot and cannot be ended from here")
-	assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(cl.Addrs[0])+`\s+Redis Cluster node \(one state per hash slot\)\s+refused: is a Redis Cluster node`, out)
+	assert.Contains(t, errOut, "node "+cl+" is a Redis Cluster node, whose restart guard is one state per hash slot and cannot be ended from here")
+	assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(cl)+`\s+Redis Cluster node \(one state per hash slot\)\s+refused: is a Redis Cluster node`, out)
 	for _, a := range plain {
 		assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(a)+`\s+no state \(new or lost its data\)\s+unchanged$`, out)
 	}
+}
+
+// mixedNodes starts a one-node Redis Cluster and two in-process plain
+// nodes, and returns their addresses. Without redis-server it skips, or
+// fails under CI=true.
+func mixedNodes(t *testing.T) (cluster string, plain []string) {
+	t.Helper()
+	redisproc.Require(t)
+	cl, err := redisproc.StartCluster(t.Context(), 1)
+	require.NoError(t, err)
+	t.Cleanup(cl.Stop)
+	return cl.Addrs[0], startNodes(t, 2)
 }
 
 // TestGlobEscape: a prefix matches itself in SCAN's MATCH pattern.

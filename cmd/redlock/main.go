@@ -5,6 +5,7 @@
 //	redlock inspect KEY --nodes host:port,... [--prefix P]
 //	redlock guard status --nodes host:port,... [--prefix P]
 //	redlock guard end    --nodes host:port,... [--prefix P] [--yes]
+//	redlock guard fence  --nodes host:port,... [--prefix P] [--at-least N] [--yes]
 //
 // Without --nodes, demo and bench start five in-process Redis-protocol nodes
 // (miniredis). Errors are one line on stderr and a non-zero exit status: 2
@@ -34,11 +35,13 @@ usage:
   redlock inspect KEY --nodes host:port,... [--prefix P]
   redlock guard status --nodes host:port,... [--prefix P]
   redlock guard end    --nodes host:port,... [--prefix P] [--yes]
+  redlock guard fence  --nodes host:port,... [--prefix P] [--at-least N] [--yes]
 
 Without --nodes, demo and bench run on five in-process nodes. inspect shows
 who holds a key and each node's restart guard; guard end ends the restart
 guard on nodes you vouch for (a development reset, a deployment that came up
-with a node missing): read "redlock guard end -h" first.
+with a node missing): read "redlock guard end -h" first; guard fence
+repairs the fence counters after a quorum of nodes lost their data.
 Run "redlock COMMAND -h" for the flags of one command.
 `
 
