@@ -48,10 +48,13 @@ func newLock(r *round) *Lock {
 	return l
 }
 
-// nilLockError is the error of op on a nil *Lock.
-func nilLockError(op string) error {
-	return fmt.Errorf("redlock: %s on a nil Lock, from a lock call that failed: %w", op, ErrNotHeld)
+// nilLockError is the error of op on a nil *Lock: it wraps ErrNotHeld.
+type nilLockError string
+
+func (op nilLockError) Error() string {
+	return "redlock: " + string(op) + " on a nil Lock: not held (the lock call that returned it failed)"
 }
+func (nilLockError) Unwrap() error { return ErrNotHeld }
 
 // Key returns the key as passed to Lock, without Options.KeyPrefix; for a
 // lock from LockMany, the first key. It returns "" for a nil Lock.

@@ -39,7 +39,7 @@ func TestNilLock(t *testing.T) {
 	require.Nil(t, l)
 	err = l.Unlock(ctx)
 	require.ErrorIs(t, err, redlock.ErrNotHeld)
-	assert.Equal(t, "redlock: unlock on a nil Lock, from a lock call that failed: redlock: lock not held", err.Error())
+	assert.Equal(t, "redlock: unlock on a nil Lock: not held (the lock call that returned it failed)", err.Error())
 	assert.ErrorIs(t, l.Extend(ctx, time.Second), redlock.ErrNotHeld)
 	_, err = l.TTL(ctx)
 	assert.ErrorIs(t, err, redlock.ErrNotHeld)
