@@ -44,6 +44,7 @@ type Client struct {
 	owned []redis.UniversalClient // node clients made by New or Open, closed by Close
 
 	life  lifetime     // closed state and the calls in flight (lifetime.go)
+	locks heldLocks    // locks obtained and not unlocked, which Close releases
 	queue *queue.Queue // local queue per key (internal/queue)
 	wake  *wake.Waker  // release announcements that end retry waits (internal/wake)
 }
@@ -176,19 +177,28 @@ func (c *Client) checkKinds() error {
 	return nil
 }
 
-// Close waits for the Client's outstanding background requests (late node
-// answers and the releases that follow them), sends once more, at once, the
-// releases that nodes have not answered yet and that the Client retries in
-// the background (see [Client.TryLock]), and makes every later operation
-// return [ErrClosed]. It also stops the goroutines that the Client keeps
-// between lock rounds to call the nodes (at most one per call that ran at
-// once): close every Client you no longer use. Last, it closes the node
-// clients that the Client made ([New]) or that came with it ([Open]).
-// Unlock the locks you hold before Close, and close the node clients you
-// gave to New yourself: after Close when the Client used them as given
-// (Sentinel clients, Options.NodeClientsAsGiven). It is safe to call more
-// than once.
+// Close releases the locks of this Client that are still held, as Unlock
+// would but without handing any over to a waiter: the callers waiting in
+// [Client.Lock] return ErrClosed, and a [Client.Do] still running sees its
+// lock lost. The releases are sent in parallel, each bounded by
+// Options.NodeTimeout, and their errors are dropped: a lock whose release
+// fails expires with its TTL. Unlock your locks yourself to see the errors.
+//
+// Close then waits for the Client's outstanding background requests (late
+// node answers and the releases that follow them), sends once more, at
+// once, the releases that nodes have not answered yet and that the Client
+// retries in the background (see [Client.TryLock]), and makes every later
+// operation return [ErrClosed]. It also stops the goroutines that the
+// Client keeps between lock rounds to call the nodes (at most one per call
+// that ran at once): close every Client you no longer use. Last, it closes
+// the node clients that the Client made ([New]) or that came with it
+// ([Open]). Close the node clients you gave to New yourself: after Close
+// when the Client used them as given (Sentinel clients,
+// Options.NodeClientsAsGiven). It is safe to call more than once.
 func (c *Client) Close() error {
+	c.life.begin()  // waits for a lock end with ErrClosed: no new lock to release
+	c.queue.Close() // and so do the waits for a turn in the local queue
+	c.locks.releaseAll()
 	c.life.close(func() {
 		c.queue.Close() // waiters in the local queue return ErrClosed
 		c.wake.Close()  // stops and waits for the pub/sub listeners
@@ -212,7 +222,8 @@ func (c *Client) Close() error {
 // A SET delivered later than that, or a node that stays unreachable for the
 // TTL, leaves a key that nobody holds until its TTL passes: that costs
 // availability, never safety. The error is an [*Error] that wraps
-// [ErrNotObtained] (and ctx.Err() when ctx ended the attempt); bad arguments
+// [ErrNotObtained] (and ctx.Err() when ctx ended the attempt; with a ctx
+// already done, TryLock sends nothing); bad arguments
 // (empty key, ttl that is not positive, too small to survive the drift
 // allowance, or above Options.RestartGuard) give a plain error naming the
 // value.
@@ -251,8 +262,9 @@ func (c *Client) TryLockMany(ctx context.Context, keys []string, ttl time.Durati
 //
 // On failure it returns the [*Error] of the last round; errors.Is finds
 // [ErrNotObtained], the nodes' causes, and ctx.Err() when ctx ended the
-// wait. Lock is safe for concurrent use; concurrent callers of one Client
-// compete like separate clients.
+// wait (with a ctx already done, Lock sends nothing). Lock is safe for
+// concurrent use; concurrent callers of one Client compete like separate
+// clients.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	return c.lock(ctx, OpLock, []string{key}, ttl, true)
 }
@@ -282,6 +294,10 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 	ttl, err := c.checkArgs(keys, ttl)
 	if err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		// Nothing is sent: a round would only leave tombstones behind.
+		return nil, &Error{Op: "lock", Key: strings.Join(keys, ", "), Quorum: c.cfg.quorum, sentinel: ErrNotObtained, cause: err}
 	}
 	if !wait {
 		l, _, _, err := c.attempt(ctx, keys, ttl, queue.Handover{}, join{}, rec)

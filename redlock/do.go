@@ -5,49 +5,130 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/internal/retry"
 )
 
 // ErrLockLost means that a lock held by [Client.Do] could no longer be shown
-// to be held while fn ran: an extension failed, or the lock's validity ran out
-// before an extension succeeded.
+// to be held while fn ran: an extension found its token gone from too many
+// nodes, the Client was closed, or the lock's validity ran out before an
+// extension succeeded.
 var ErrLockLost = errors.New("redlock: lock lost")
 
+// DoOptions are the options of one call of [Client.Do]. The zero value is
+// Do's default: wait for the lock as [Client.Lock] does.
+type DoOptions struct {
+	// Try makes one attempt to lock, as [Client.TryLock] does: when the key
+	// is busy, Do returns at once an error wrapping ErrNotObtained, and fn
+	// does not run. A job scheduled on several machines that must run once
+	// per schedule wants Try: without it, each machine waits for the lock
+	// and runs the job in turn.
+	Try bool
+	// MaxWait, when positive, bounds the wait for the lock, and only the
+	// wait: fn then runs under ctx, without this bound. Zero leaves the
+	// wait to Lock's rules: ctx's deadline, or Options.MaxWait when ctx has
+	// none. A deadline on ctx bounds both the wait and fn. MaxWait goes
+	// with Try only as zero.
+	MaxWait time.Duration
+}
+
+// checkDoOptions validates opts, the options given to Do, and returns the one in
+// effect.
+func checkDoOptions(opts []DoOptions) (DoOptions, error) {
+	switch {
+	case len(opts) == 0:
+		return DoOptions{}, nil
+	case len(opts) > 1:
+		return DoOptions{}, fmt.Errorf("redlock: Do takes at most one DoOptions, got %d", len(opts))
+	}
+	o := opts[0]
+	switch {
+	case o.MaxWait < 0:
+		return o, fmt.Errorf("redlock: DoOptions.MaxWait %v is negative", o.MaxWait)
+	case o.Try && o.MaxWait > 0:
+		return o, fmt.Errorf("redlock: DoOptions.MaxWait %v with Try, which does not wait", o.MaxWait)
+	}
+	return o, nil
+}
+
+// lockKey is the context key under which Do passes the lock to fn.
+type lockKey struct{}
+
+// LockFrom returns the lock that [Client.Do] holds while it runs fn, from
+// fn's context or a context derived from it: read its fence
+// ([Lock.Fence]) or its validity ([Lock.Until]) there. Do extends and
+// releases the lock itself. Outside Do, LockFrom returns nil, whose
+// methods return [ErrNotHeld] or zero values (see [Lock]).
+func LockFrom(ctx context.Context) *Lock {
+	l, _ := ctx.Value(lockKey{}).(*Lock)
+	return l
+}
+
 // Do acquires key with [Client.Lock]'s retry rules, runs fn, and releases the
-// lock afterwards, also when fn panics.
+// lock afterwards, also when fn panics. opts, at most one, may make it try
+// once or bound only its wait (see [DoOptions]). fn finds the lock with
+// [LockFrom].
 //
-// While fn runs, the lock is extended to ttl about every ttl/3. The context
-// given to fn is cancelled, with cause [ErrLockLost] (see context.Cause), as
-// soon as the lock can no longer be shown to be held: an extension fails, or
-// the lock's validity runs out before an extension succeeds. fn must stop
+// While fn runs, the lock is extended to ttl about every ttl/3. An
+// extension that fails is retried, with a growing delay between
+// Options.MinRetryDelay and Options.MaxRetryDelay, while the lock is still
+// valid by more than its drift allowance. The context given to fn is
+// cancelled, with cause [ErrLockLost] (see context.Cause), as soon as the
+// lock can no longer be shown to be held: so many nodes no longer hold its
+// token that a quorum cannot (at once), the Client was closed, or the
+// lock's validity runs out before an extension succeeds. fn must stop
 // touching the protected resource when its context is done.
 //
-// Do returns Lock's error if the lock was not obtained (fn did not run).
-// Otherwise it returns fn's error, joined with ErrLockLost and the cause when
-// the lock was lost, including when the final Unlock finds that fewer than a
-// quorum of nodes still held it. No goroutine outlives Do.
-func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error) error {
+// Do returns Lock's error if the lock was not obtained (fn did not run),
+// or an error naming the bad value for bad options. Otherwise it returns
+// fn's error, joined with ErrLockLost and the cause when the lock was
+// lost, including when the final Unlock finds that fewer than a quorum of
+// nodes still held it. No goroutine outlives Do.
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...DoOptions) error {
+	o, err := checkDoOptions(opts)
+	if err != nil {
+		return err
+	}
 	if c.obs == nil {
-		return c.do(ctx, key, ttl, fn, nil)
+		return c.do(ctx, key, ttl, fn, o, nil)
 	}
 	ctx, rec := c.begin(ctx, OpDo, []string{key})
-	err := c.do(ctx, key, ttl, fn, rec)
+	err = c.do(ctx, key, ttl, fn, o, rec)
 	rec.end(err, Released)
 	return err
 }
 
+// obtain is Do's lock call, as o says.
+func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, o DoOptions) (*Lock, error) {
+	if o.Try {
+		return c.TryLock(ctx, key, ttl)
+	}
+	if o.MaxWait == 0 {
+		return c.Lock(ctx, key, ttl)
+	}
+	wctx, cancel := context.WithTimeout(ctx, o.MaxWait)
+	defer cancel()
+	l, err := c.Lock(wctx, key, ttl)
+	if e := (*Error)(nil); err != nil && ctx.Err() == nil && errors.As(err, &e) {
+		e.Reason = joinReason(e.Reason, fmt.Sprintf("gave up after DoOptions.MaxWait %v", o.MaxWait))
+	}
+	return l, err
+}
+
 // do is Do, recorded in rec when not nil.
-func (c *Client) do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, rec *record) (err error) {
+func (c *Client) do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, o DoOptions, rec *record) (err error) {
 	if fn == nil {
 		return errors.New("redlock: Do with a nil fn")
 	}
-	l, err := c.Lock(ctx, key, ttl)
+	l, err := c.obtain(ctx, key, ttl, o)
 	if err != nil {
 		return err
 	}
 	if rec != nil {
 		rec.lock, rec.ended = l, true
 	}
-	fctx, cancel := context.WithCancelCause(ctx)
+	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey{}, l))
 	stop := make(chan struct{})
 	lost := make(chan error, 1) // the watchdog's verdict, at most one
 	watched := make(chan struct{})
@@ -102,33 +183,61 @@ func joinErrs(err, more, replaced error) error {
 	return fmt.Errorf("%w; %w", err, more)
 }
 
-// watch extends l to ttl every ttl/3 until stop is closed. It returns nil when
-// stopped, or why the lock can no longer be shown to be held.
+// watch extends l to ttl every ttl/3 until stop is closed, retrying a
+// failed extension while the lock is valid by more than its drift
+// allowance. It returns nil when stopped, or why the lock can no longer be
+// shown to be held.
 func (c *Client) watch(ctx context.Context, l *Lock, ttl time.Duration, stop <-chan struct{}) error {
 	ctx = context.WithoutCancel(ctx) // the caller's cancellation stops fn, not the extensions
 	clk := c.cfg.clock
-	for n := 1; ; n++ {
+	margin := clock.Drift(ttl, c.cfg.drift)
+	var failed error // the last extension's error, while retrying it
+	for n, retries := 1, 0; ; {
 		left := l.Until().Sub(clk.Now())
+		wait := min(ttl/3, left)
+		if failed != nil {
+			wait = min(retry.Delay(retries, c.cfg.minRetry, c.cfg.maxRetry), left-margin)
+			retries++
+		}
 		select {
 		case <-stop:
 			return nil
-		case <-clk.After(min(ttl/3, left)):
+		case <-clk.After(wait):
 		}
 		left = l.Until().Sub(clk.Now())
-		if left <= 0 {
+		switch {
+		case failed != nil && left <= margin:
+			return fmt.Errorf("validity ran out while an extension was retried: %w", failed)
+		case left <= 0:
 			return errors.New("validity ran out before an extension succeeded")
 		}
 		res := make(chan error, 1)
 		go func() { res <- l.Extend(ctx, ttl) }()
 		select {
 		case err := <-res:
-			if err != nil {
+			if err != nil && c.extensionFinal(err) {
 				return err
 			}
-			c.doEvent(ctx, l, n, nil)
+			if failed = err; err == nil {
+				retries = 0
+				c.doEvent(ctx, l, n, nil)
+				n++
+			}
 		case <-clk.After(left):
 			<-res // Extend is bounded by the node timeout
 			return errors.New("validity ran out during an extension")
 		}
 	}
+}
+
+// extensionFinal reports whether err, the failure of an extension, shows
+// the lock lost for good, so that a retry is pointless: the token is gone
+// from so many nodes that a quorum cannot hold it, the lock was unlocked
+// or its validity ran out, or the Client was closed.
+func (c *Client) extensionFinal(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) || len(e.Nodes) == 0 {
+		return true // no node was asked: decided locally
+	}
+	return c.tokenGone(e)
 }

@@ -107,3 +107,30 @@ func ExampleLock_Extend() {
 	// Output:
 	// extended: true
 }
+
+// A job scheduled on several machines, which must run once per schedule:
+// with Try, the machines that find the lock taken skip the job instead of
+// running it after the first. fn finds the lock with LockFrom.
+func ExampleClient_Do_try() {
+	addrs, stop := startNodes(3)
+	defer stop()
+	client, _ := redlock.New(redlock.NewNodes(addrs...), &redlock.Options{NodeTimeout: time.Second})
+	defer client.Close()
+	ctx := context.Background()
+	batch := func(ctx context.Context) error {
+		fmt.Println("running", redlock.LockFrom(ctx).Key())
+		return nil
+	}
+
+	other, _ := client.TryLock(ctx, "batch:2026-11-25", time.Minute) // another machine runs it
+	err := client.Do(ctx, "batch:2026-11-25", time.Minute, batch, redlock.DoOptions{Try: true})
+	fmt.Println("skipped:", errors.Is(err, redlock.ErrNotObtained))
+	_ = other.Unlock(ctx)
+
+	err = client.Do(ctx, "batch:2026-11-26", time.Minute, batch, redlock.DoOptions{Try: true})
+	fmt.Println("error:", err)
+	// Output:
+	// skipped: true
+	// running batch:2026-11-26
+	// error: <nil>
+}

@@ -20,9 +20,11 @@ type Holder struct {
 }
 
 // Holder returns the holder of key that a quorum of nodes agree on. It
-// reads every node once, in parallel, and changes nothing. It returns an
-// [*Error] wrapping [ErrNotHeld] when no holder has a quorum: the key is
-// free, its holders split the nodes, or too few nodes answered.
+// reads every node once, in parallel, and changes nothing. When a quorum
+// of nodes agree that the key is free, it returns the zero Holder and nil.
+// It returns an [*Error] wrapping [ErrNotHeld] when neither a holder nor
+// "free" has a quorum: its holders split the nodes, or too few nodes
+// answered.
 //
 // What it reports may have changed by the time it returns: use it to see
 // who holds a lock, never to decide whether to take one.
@@ -35,10 +37,18 @@ func (c *Client) Holder(ctx context.Context, key string) (Holder, error) {
 		return Holder{}, err
 	}
 	byToken := map[string][]time.Duration{}
+	free := 0
 	for _, v := range vals {
-		if v != nil && v[0].TTL > 0 && !strings.HasPrefix(v[0].Data, protocol.TombstonePrefix) {
+		switch {
+		case v == nil: // no answer
+		case v[0].Data == "" || strings.HasPrefix(v[0].Data, protocol.TombstonePrefix):
+			free++ // missing, or a tombstone that grants nothing
+		case v[0].TTL > 0:
 			byToken[v[0].Data] = append(byToken[v[0].Data], v[0].TTL)
 		}
+	}
+	if free >= c.cfg.quorum {
+		return Holder{}, nil
 	}
 	best, most := "", 0
 	for token, ttls := range byToken {
@@ -49,9 +59,6 @@ func (c *Client) Holder(ctx context.Context, key string) (Holder, error) {
 	if most < c.cfg.quorum {
 		e := c.newError("holder", key, most, r, ErrNotHeld, nil)
 		e.Reason = "no holder on a quorum of nodes"
-		if most == 0 {
-			e.Reason = "free on every node that answered"
-		}
 		return Holder{}, e
 	}
 	return Holder{Owner: protocol.Owner(best), TTL: quorumTTL(byToken[best], c.cfg.quorum), Nodes: most}, nil
@@ -61,8 +68,12 @@ func (c *Client) Holder(ctx context.Context, key string) (Holder, error) {
 // most the time left until [Lock.Until]. It reads every node once, in
 // parallel, and changes nothing. It returns an [*Error] wrapping
 // [ErrNotHeld] when fewer than a quorum hold the token, or when the lock
-// was unlocked or its validity has run out.
+// was unlocked or its validity has run out; for a nil Lock, an error
+// wrapping ErrNotHeld.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	if l == nil {
+		return 0, nilLockError("ttl")
+	}
 	c := l.c
 	l.mu.Lock()
 	until, released := l.until, l.released

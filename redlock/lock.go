@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/internal/node"
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/queue"
 )
@@ -18,6 +20,12 @@ import (
 //
 // A Lock is only as good as its validity: trust it until [Lock.Until], not
 // after, and keep the work under it shorter than that (or [Lock.Extend] it).
+//
+// The methods of a nil *Lock, such as the one that a failed Lock returns
+// beside its error, do not panic: Unlock, Extend and TTL return an error
+// wrapping [ErrNotHeld], Until returns the zero time, Fence 0, and Key,
+// Keys and Token return empty values. A deferred Unlock written before the
+// error check is thus harmless.
 type Lock struct {
 	c     *Client
 	keys  []string // as given by the caller
@@ -36,15 +44,35 @@ type Lock struct {
 func newLock(r *round) *Lock {
 	l := &r.lock
 	l.c, l.keys, l.token, l.ttl, l.fence, l.held, l.until = r.c, r.keys, r.acq.Token, r.acq.TTL, r.fence, r, r.until
+	r.c.locks.add(l)
 	return l
 }
 
-// Key returns the key as passed to Lock, without Options.KeyPrefix; for a
-// lock from LockMany, the first key.
-func (l *Lock) Key() string { return l.keys[0] }
+// nilLockError is the error of op on a nil *Lock: it wraps ErrNotHeld.
+type nilLockError string
 
-// Keys returns the keys of the lock, as passed to Lock or LockMany.
-func (l *Lock) Keys() []string { return slices.Clone(l.keys) }
+func (op nilLockError) Error() string {
+	return "redlock: " + string(op) + " on a nil Lock: not held (the lock call that returned it failed)"
+}
+func (nilLockError) Unwrap() error { return ErrNotHeld }
+
+// Key returns the key as passed to Lock, without Options.KeyPrefix; for a
+// lock from LockMany, the first key. It returns "" for a nil Lock.
+func (l *Lock) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.keys[0]
+}
+
+// Keys returns the keys of the lock, as passed to Lock or LockMany. It
+// returns nil for a nil Lock.
+func (l *Lock) Keys() []string {
+	if l == nil {
+		return nil
+	}
+	return slices.Clone(l.keys)
+}
 
 // name is how errors and logs name the lock: its key, or its keys joined
 // by ", ".
@@ -85,17 +113,34 @@ func (l *Lock) name() string { return strings.Join(l.keys, ", ") }
 // Options.UnsafeNoRestartGuard a lost counter reads as 0, and fences can go
 // backwards.
 //
-// Fences count in the nodes' Lua numbers: exact up to 2^53.
-func (l *Lock) Fence() uint64 { return l.fence }
+// Fences count in the nodes' Lua numbers: exact up to 2^53. A nil Lock's
+// fence is 0.
+func (l *Lock) Fence() uint64 {
+	if l == nil {
+		return 0
+	}
+	return l.fence
+}
 
 // Token returns the value that identifies this holder on the nodes: 128
-// random bits, then "." and the Client's Options.Owner.
-func (l *Lock) Token() string { return l.token }
+// random bits, then "." and the Client's Options.Owner. It returns "" for
+// a nil Lock.
+func (l *Lock) Token() string {
+	if l == nil {
+		return ""
+	}
+	return l.token
+}
 
 // Until returns the end of the lock's validity: the moment until which no
 // other client can hold it, under the algorithm's assumptions. It reads the
 // Client's clock, so compare it with that clock (time.Now for the default).
+// Once Unlock has begun, and for a nil Lock, it returns the zero time,
+// which is in the past.
 func (l *Lock) Until() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.until
@@ -108,7 +153,8 @@ func (l *Lock) Until() time.Time {
 // quorum still held the token. It releases even when ctx is already done,
 // as in a deferred Unlock after a cancelled request: the release is bounded
 // by Options.NodeTimeout, not by ctx. After Unlock, the Lock cannot be
-// extended, and a second Unlock returns an error wrapping ErrNotHeld.
+// extended, [Lock.Until] returns the zero time, and a second Unlock returns
+// an error wrapping ErrNotHeld.
 //
 // When another caller of this Client waits in [Client.Lock] for the same
 // keys and the lock is still valid, Unlock hands it over instead and returns
@@ -119,19 +165,23 @@ func (l *Lock) Until() time.Time {
 // turn. A handed-over Unlock cannot tell whether a quorum still held the
 // token; call [Lock.Extend] first if you need to know.
 func (l *Lock) Unlock(ctx context.Context) error {
+	if l == nil {
+		return nilLockError("unlock")
+	}
 	c := l.c
 	if c.obs == nil {
-		return l.unlock(ctx, nil)
+		return l.unlock(ctx, nil, true)
 	}
 	ctx, rec := c.begin(ctx, OpUnlock, l.keys)
 	rec.lock = l
-	err := l.unlock(ctx, rec)
+	err := l.unlock(ctx, rec, true)
 	rec.end(err, Released)
 	return err
 }
 
-// unlock is Unlock, recorded in rec when not nil.
-func (l *Lock) unlock(ctx context.Context, rec *record) error {
+// unlock is Unlock, recorded in rec when not nil. handOff allows handing
+// the lock over to a waiter of this Client instead of releasing it.
+func (l *Lock) unlock(ctx context.Context, rec *record, handOff bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := l.c
@@ -143,6 +193,9 @@ func (l *Lock) unlock(ctx context.Context, rec *record) error {
 	}
 	defer c.life.exit()
 	l.released = true
+	until := l.until
+	l.until = time.Time{} // in the past: the lock is no longer to be trusted
+	c.locks.remove(l)
 	if rec != nil {
 		rec.ended = true
 	}
@@ -161,7 +214,7 @@ func (l *Lock) unlock(ctx context.Context, rec *record) error {
 			c.wake.Forget(hand)
 		}
 	}
-	if c.cfg.clock.Now().Before(l.until) && c.queue.HandOff(l.turn, l.held.handover()) {
+	if handOff && c.cfg.clock.Now().Before(until) && c.queue.HandOff(l.turn, l.held.handover()) {
 		return nil // the next local caller's round takes the keys over
 	}
 	// The release does not depend on ctx: a caller's context that has
@@ -181,14 +234,39 @@ func (l *Lock) unlock(ctx context.Context, rec *record) error {
 	return nil
 }
 
+// ctxError is the error of op on the lock named key when ctx ended it
+// before the nodes decided anything: it wraps err, the context's error.
+func ctxError(op, key string, err error) error {
+	return fmt.Errorf("redlock: %s %q: %w", op, shortKey(key), err)
+}
+
+// tokenGone reports whether e, the failure of an extend, shows the lock
+// lost for good: so many nodes no longer hold its token that a quorum
+// cannot, whatever the others answer.
+func (c *Client) tokenGone(e *Error) bool {
+	gone := 0
+	for _, n := range e.Nodes {
+		if errors.Is(n.Err, node.ErrNotOurs) {
+			gone++
+		}
+	}
+	return gone > len(c.nodes)-c.cfg.quorum
+}
+
 // Extend sets the lock's TTL to ttl on every node that still holds its
 // token and, if a quorum did so in time, moves [Lock.Until] to the start of
 // the round plus the new validity. It first checks the lock's validity
 // locally and does not contact the nodes when it has run out.
 //
 // On failure Until is unchanged, nothing is deleted on any node, and the
-// error wraps [ErrNotHeld]: treat the lock as lost.
+// error wraps [ErrNotHeld]: treat the lock as lost. The exception is a ctx
+// that ended before the nodes decided: then the error wraps ctx.Err() and
+// not ErrNotHeld, and the lock is as held as before, until Until. With a
+// ctx already done, Extend sends nothing.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return nilLockError("extend")
+	}
 	c := l.c
 	if c.obs == nil {
 		return l.extend(ctx, ttl, nil)
@@ -220,6 +298,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, rec *record) error
 		}
 		return &Error{Op: "extend", Key: l.name(), Quorum: c.cfg.quorum, Reason: reason, sentinel: ErrNotHeld}
 	}
+	if err := ctx.Err(); err != nil {
+		return ctxError("extend", l.name(), err)
+	}
 	held, lat := l.held, rec.latencies()
 	r := c.life.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, timed(lat, func(ctx context.Context, i int) error {
 		if held.calls != nil { // nil: handed over on the node (see handedRound)
@@ -236,6 +317,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, rec *record) error
 	validity := clock.Validity(ttl, c.cfg.clock.Now().Sub(start), c.cfg.drift)
 	if qerr != nil || validity <= 0 {
 		e := c.newError("extend", l.name(), ok, r, ErrNotHeld, qerr)
+		if cerr := ctx.Err(); qerr != nil && cerr != nil && !c.tokenGone(e) {
+			return ctxError("extend", l.name(), cerr) // undecided: the lock is as held as before
+		}
 		if qerr == nil {
 			e.Reason = fmt.Sprintf("the round took too long: validity %v", validity)
 		}

@@ -149,7 +149,9 @@ func TestRestartGuardRig(t *testing.T) {
 			require.NoError(t, warm.Unlock(ctx))
 
 			la := a.lockOn(t, "k", ttl, 0, 1, 2)
-			require.NoError(t, a.Close()) // A's requests have all landed
+			// A stays open: its Close would release la, whose holder this
+			// test plays (paused, and still valid). Its acquires to nodes
+			// 3 and 4 were cut before they were sent.
 			for i, n := range inspect(t, c) {
 				v, err := n.Get(ctx, "k").Result()
 				if i < 3 {
