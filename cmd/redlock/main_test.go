@@ -263,7 +263,7 @@ func TestErrors(t *testing.T) {
 		{[]string{"demo", "--nodes", "a:1,a:1"}, 2, "a:1 is listed twice"},
 		{[]string{"inspect", "--nodes", "a:1"}, 2, "want exactly one KEY, got 0"},
 		{[]string{"inspect", "k"}, 2, "--nodes is required"},
-		{[]string{"guard"}, 2, "want a subcommand: status or end"},
+		{[]string{"guard"}, 2, "want a subcommand: status, end or fence"},
 		{[]string{"guard", "lift"}, 2, `unknown subcommand "lift"`},
 		{[]string{"guard", "end"}, 2, "--nodes is required"},
 		{[]string{"guard", "end", "--nodes", "a:1", "now"}, 2, `unexpected argument "now"`},
@@ -294,7 +294,7 @@ func TestHelp(t *testing.T) {
 	_, out, _ := runCLI(t, "-h")
 	assert.Contains(t, out, "redlock guard end    --nodes host:port,... [--prefix P] [--yes]")
 	_, out, _ = runCLI(t, "guard", "end", "-h")
-	for _, s := range []string{"-yes", "vouch", "live lock key", "Redis Cluster", "does not set the fence counter f", "HSET <state key> f N"} {
+	for _, s := range []string{"-yes", "vouch", "live lock key", "Redis Cluster", "does not set the fence counter f", `run "redlock guard fence"`} {
 		assert.Contains(t, out, s)
 	}
 }
