@@ -295,7 +295,7 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 	}
 	if err := ctx.Err(); err != nil {
 		// Nothing is sent: a round would only leave tombstones behind.
-		return nil, &Error{Op: "lock", Key: strings.Join(keys, ", "), Quorum: c.cfg.quorum, sentinel: ErrNotObtained, cause: err}
+		return nil, &Error{Op: "lock", Key: strings.Join(keys, ", "), Quorum: c.cfg.quorum, sentinel: ErrNotObtained, ctx: err}
 	}
 	if !wait {
 		l, _, _, err := c.attempt(ctx, keys, ttl, queue.Handover{}, join{}, rec)
