@@ -91,29 +91,6 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 	return newClient(nodes, cfg)
 }
 
-// Open returns a Client on the Redis masters at addrs, with a node client
-// per address made by [NewNodes], which it uses as given. Unlike with
-// [New], the Client owns these node clients: [Client.Close] closes them
-// once its own work is done. opts is as for New, and may be nil.
-func Open(addrs []string, opts *Options) (*Client, error) {
-	if len(addrs) == 0 {
-		return nil, errors.New("redlock: no addresses")
-	}
-	cfg, err := opts.config(len(addrs))
-	if err != nil {
-		return nil, err
-	}
-	cfg.asGiven = true // made for the purpose
-	nodes := NewNodes(addrs...)
-	c, err := newClient(nodes, cfg)
-	if err != nil {
-		_ = closeClients(nodes)
-		return nil, err
-	}
-	c.owned = nodes
-	return c, nil
-}
-
 // newClient is New with the configuration made.
 func newClient(given []redis.UniversalClient, cfg config) (*Client, error) {
 	names, err := checkNodes(given, cfg)
