@@ -41,6 +41,8 @@ type Client struct {
 
 	obs *observing // nil without an Options.Observer (record.go)
 
+	servers node.Servers // tells the nodes' servers apart (servers.go)
+
 	owned []redis.UniversalClient // node clients made by New or Open, closed by Close
 
 	life  lifetime     // closed state and the calls in flight (lifetime.go)
@@ -77,9 +79,11 @@ type Client struct {
 //
 // New checks nodes and opts and returns an error naming the offending value:
 // no nodes, a nil node, the same client or address twice, or an option out
-// of range. It logs a warning for each node client used as given whose
-// settings break the per-node timeout or retry requests (see
-// [NodeOptions]). The caller keeps ownership of the node clients it gave.
+// of range. One server given under two names is found once both nodes
+// have connected to it, during the first lock at the latest, and fails
+// every lock from then on (see [ErrSameServer]). It logs a warning for
+// each node client used as given whose settings break the per-node
+// timeout or retry requests (see [NodeOptions]). The caller keeps ownership of the node clients it gave.
 func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 	if len(nodes) == 0 {
 		return nil, errors.New("redlock: no nodes")
@@ -100,6 +104,7 @@ func newClient(given []redis.UniversalClient, cfg config) (*Client, error) {
 	c := &Client{cfg: cfg, life: newLifetime(), obs: newObserving(cfg.observer, len(given))}
 	c.stateKey = c.stored(protocol.StateKey)
 	ncfg := cfg.nodeConfig(c.life.closing)
+	ncfg.Servers = &c.servers
 	c.proto = ncfg.Protocol
 	clients := make([]redis.UniversalClient, len(given)) // the clients the Client sends through
 	c.nodes = make([]*node.Node, len(given))
@@ -255,8 +260,14 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 	if err != nil {
 		return nil, err
 	}
+	if err := c.sameServer(keys); err != nil {
+		return nil, err
+	}
 	if !wait {
 		l, _, _, err := c.attempt(ctx, keys, ttl, queue.Handover{}, join{}, rec)
+		if err != nil && c.servers.Err() != nil {
+			return nil, c.sameServer(keys) // found by the round's connections
+		}
 		return l, err
 	}
 	w := c.newWaiter(ctx, keys)
@@ -282,6 +293,9 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 			return l, nil
 		}
 		w.joined(j, ttl, calls)
+		if err := c.sameServer(keys); err != nil {
+			return nil, err // found by the round's connections
+		}
 		var e *Error // declared here: its address escapes, which costs an allocation
 		if !errors.As(err, &e) {
 			return nil, err // closed
