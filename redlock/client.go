@@ -39,6 +39,8 @@ type Client struct {
 
 	obs *observing // nil without an Options.Observer (record.go)
 
+	servers node.Servers // tells the nodes' servers apart (servers.go)
+
 	owned []redis.UniversalClient // node clients made by New or Open, closed by Close
 
 	life  lifetime     // closed state and the calls in flight (lifetime.go)
@@ -76,9 +78,11 @@ type Client struct {
 //
 // New checks nodes and opts and returns an error naming the offending value:
 // no nodes, a nil node, the same client or address twice, or an option out
-// of range. It logs a warning for each node client used as given whose
-// settings break the per-node timeout or retry requests (see
-// [NodeOptions]). The caller keeps ownership of the node clients it gave.
+// of range. One server given under two names is found once both nodes
+// have connected to it, during the first lock at the latest, and fails
+// every lock from then on (see [ErrSameServer]). It logs a warning for
+// each node client used as given whose settings break the per-node
+// timeout or retry requests (see [NodeOptions]). The caller keeps ownership of the node clients it gave.
 func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 	if len(nodes) == 0 {
 		return nil, errors.New("redlock: no nodes")
@@ -90,29 +94,6 @@ func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 	return newClient(nodes, cfg)
 }
 
-// Open returns a Client on the Redis masters at addrs, with a node client
-// per address made by [NewNodes], which it uses as given. Unlike with
-// [New], the Client owns these node clients: [Client.Close] closes them
-// once its own work is done. opts is as for New, and may be nil.
-func Open(addrs []string, opts *Options) (*Client, error) {
-	if len(addrs) == 0 {
-		return nil, errors.New("redlock: no addresses")
-	}
-	cfg, err := opts.config(len(addrs))
-	if err != nil {
-		return nil, err
-	}
-	cfg.asGiven = true // made for the purpose
-	nodes := NewNodes(addrs...)
-	c, err := newClient(nodes, cfg)
-	if err != nil {
-		_ = closeClients(nodes)
-		return nil, err
-	}
-	c.owned = nodes
-	return c, nil
-}
-
 // newClient is New with the configuration made.
 func newClient(given []redis.UniversalClient, cfg config) (*Client, error) {
 	names, err := checkNodes(given, cfg)
@@ -122,6 +103,7 @@ func newClient(given []redis.UniversalClient, cfg config) (*Client, error) {
 	c := &Client{cfg: cfg, life: newLifetime(), obs: newObserving(cfg.observer, len(given))}
 	c.stateKey = c.stored(protocol.StateKey)
 	ncfg := cfg.nodeConfig(c.life.closing)
+	ncfg.Servers = &c.servers
 	c.proto = ncfg.Protocol
 	clients := make([]redis.UniversalClient, len(given)) // the clients the Client sends through
 	c.nodes = make([]*node.Node, len(given))
@@ -284,6 +266,30 @@ func (c *Client) lock(ctx context.Context, op Op, keys []string, ttl time.Durati
 	return l, err
 }
 
+// ready returns the error of a lock call that must send nothing: ctx is
+// done (a round would only leave tombstones behind), or two nodes were
+// found to be one server.
+func (c *Client) ready(ctx context.Context, keys []string) error {
+	if err := ctx.Err(); err != nil {
+		return &Error{Op: "lock", Key: strings.Join(keys, ", "), Quorum: c.cfg.quorum, sentinel: ErrNotObtained, ctx: err}
+	}
+	return c.sameServer(keys)
+}
+
+// tryOnce is TryLock's one round, whose error names a lasting cause in
+// full (see Error.final) or the same server found twice by its
+// connections.
+func (c *Client) tryOnce(ctx context.Context, keys []string, ttl time.Duration, rec *record) (*Lock, error) {
+	l, _, _, err := c.attempt(ctx, keys, ttl, queue.Handover{}, join{}, rec)
+	if err != nil && c.servers.Err() != nil {
+		return nil, c.sameServer(keys)
+	}
+	if e := (*Error)(nil); errors.As(err, &e) {
+		e.final() // waits for the other nodes when one hints at a lasting cause
+	}
+	return l, err
+}
+
 // lockRounds locks keys, which the Lock may keep: one round when wait is
 // false (TryLock), else rounds with the waits of a waiter (wait.go) between
 // them, until one obtains the lock or the waiter gives up (Lock). rec, when
@@ -293,16 +299,11 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		// Nothing is sent: a round would only leave tombstones behind.
-		return nil, &Error{Op: "lock", Key: strings.Join(keys, ", "), Quorum: c.cfg.quorum, sentinel: ErrNotObtained, ctx: err}
+	if err := c.ready(ctx, keys); err != nil {
+		return nil, err
 	}
 	if !wait {
-		l, _, _, err := c.attempt(ctx, keys, ttl, queue.Handover{}, join{}, rec)
-		if e := (*Error)(nil); errors.As(err, &e) {
-			e.final() // waits for the other nodes when one hints at a lasting cause
-		}
-		return l, err
+		return c.tryOnce(ctx, keys, ttl, rec)
 	}
 	w := c.newWaiter(ctx, keys)
 	defer w.leave()
@@ -327,6 +328,9 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 			return l, nil
 		}
 		w.joined(j, ttl, calls)
+		if err := c.sameServer(keys); err != nil {
+			return nil, err // found by the round's connections
+		}
 		var e *Error // declared here: its address escapes, which costs an allocation
 		if !errors.As(err, &e) {
 			return nil, err // closed

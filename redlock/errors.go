@@ -78,6 +78,16 @@ var (
 	// "redlock guard fence" (see docs/OPERATING.md), which sets the counter
 	// of every node above every fence issued before.
 	ErrFenceUnknown = errors.New("redlock: node's fence counter unknown since it lost its data")
+	// ErrSameServer means that two nodes of a Client reach one Redis
+	// server, for example under two names (localhost:6379 and
+	// 127.0.0.1:6379): that server would vote twice toward the quorum. The
+	// check of each new connection reads its server's replication ID, and
+	// refuses a connection to a server that another node reaches. From
+	// then on every lock fails at once with an error that wraps
+	// ErrSameServer (not [ErrNotObtained]) and names both nodes: give each
+	// server once. Every node connects during the first lock, which may
+	// still obtain the lock, from one vote per server.
+	ErrSameServer = errors.New("redlock: two nodes are one server")
 	// ErrClosed is returned by every operation of a Client after Close.
 	ErrClosed = errors.New("redlock: client closed")
 )

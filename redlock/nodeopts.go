@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -100,9 +101,16 @@ func undoDefault(t time.Duration) time.Duration {
 }
 
 // NewNodes returns one client per address, each built from [NodeOptions].
-// The caller owns the clients and closes them. [Open] locks through such
-// clients; given to [New], they serve as the model of the clients it makes
-// (unless Options.NodeClientsAsGiven is set), as any plain client does.
+// An address is host:port or a redis:// or rediss:// URL, as [Open] takes
+// it; with rediss:// the client speaks TLS and checks the server's
+// certificate against the system's roots. The caller owns the clients and
+// closes them. [Open] locks through such clients; given to [New], they
+// serve as the model of the clients it makes (unless
+// Options.NodeClientsAsGiven is set), as any plain client does.
+//
+// NewNodes returns no error, so that its callers keep compiling: the client
+// of a malformed address fails every command with the error that Open
+// returns for it. Open refuses such an address at once.
 //
 // Unlike a client you build yourself, these check a connection for a close
 // by the server (go-redis's check before each command: a deadline reset, a
@@ -115,11 +123,21 @@ func undoDefault(t time.Duration) time.Duration {
 func NewNodes(addrs ...string) []redis.UniversalClient {
 	nodes := make([]redis.UniversalClient, len(addrs))
 	for i, a := range addrs {
-		o := NodeOptions(a)
-		o.Dialer = nodesDialer{o.DialTimeout}.dial
-		nodes[i] = newNodeClient(o)
+		o, err := addrOptions(a)
+		if err != nil {
+			o = NodeOptions(a)
+			err = addrError(i, a, err)
+		}
+		nodes[i] = newNodesClient(o, err)
 	}
 	return nodes
+}
+
+// newNodesClient returns a client of NewNodes with o, whose dials fail with
+// err when it is not nil.
+func newNodesClient(o *redis.Options, err error) *redis.Client {
+	o.Dialer = nodesDialer{timeout: o.DialTimeout, tls: o.TLSConfig, err: err}.dial
+	return newNodeClient(o)
 }
 
 // newNodeClient returns a client with o and the idle connection check.
@@ -129,15 +147,26 @@ func newNodeClient(o *redis.Options) *redis.Client {
 	return c
 }
 
-// nodesDialer is the dialer of NewNodes' clients: go-redis's own (TCP,
-// its keep-alive, no TLS), which also marks them, so that New sends
+// nodesDialer is the dialer of NewNodes' clients: go-redis's own (TCP, its
+// keep-alive, TLS when the options have a TLSConfig, which go-redis applies
+// only in its own dialer), which also marks them, so that New sends
 // through them as they are (see derivable) rather than making a second
 // pool from the same settings.
-type nodesDialer struct{ timeout time.Duration }
+type nodesDialer struct {
+	timeout time.Duration
+	tls     *tls.Config // nil: plain TCP
+	err     error       // the address is malformed: every dial fails with err
+}
 
 func (d nodesDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if d.err != nil {
+		return nil, d.err
+	}
 	nd := &net.Dialer{Timeout: d.timeout, KeepAlive: 5 * time.Minute}
-	return nd.DialContext(ctx, network, addr)
+	if d.tls == nil {
+		return nd.DialContext(ctx, network, addr)
+	}
+	return (&tls.Dialer{NetDialer: nd, Config: d.tls}).DialContext(ctx, network, addr)
 }
 
 // madeByNewNodes reports whether NewNodes made c.

@@ -128,7 +128,8 @@ func (cc *connCheck) closing() bool {
 }
 
 // run checks the server of cn. It returns an error, which closes cn, when the
-// server is a replica or does not answer; the command that opened cn fails
+// server is a replica, does not answer, or is one that another node of the
+// client reaches too (a *SameServerError); the command that opened cn fails
 // with it.
 func (cc *connCheck) run(ctx context.Context, cn *redis.Conn) error {
 	v, err := cc.n.cfg.Protocol.Run(ctx, cn, cc.n.cfg.Protocol.Check(cc.stateKey))
@@ -159,6 +160,12 @@ func (cc *connCheck) run(ctx context.Context, cn *redis.Conn) error {
 			log.Warn("redlock: cannot read the node's replication ID: a failover of this node that keeps its data but lacks recent locks goes undetected; allow INFO for the lock user",
 				"node", cc.n.name, "err", r.Detail)
 		}
+	}
+	// A server that another node of the client reaches too is refused,
+	// so that it cannot vote twice toward a quorum. go-redis unwraps an
+	// OnConnect error once: the command fails with the SameServerError.
+	if err := cc.n.cfg.Servers.Seen(cc.n, r.ID); err != nil {
+		return fmt.Errorf("connection check: %w", err)
 	}
 	return nil
 }

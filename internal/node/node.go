@@ -55,6 +55,9 @@ type Config struct {
 	Clock    clock.Clock
 	Log      *slog.Logger
 	Tags     *hashslot.Tags // hash tags for the state keys of Cluster nodes
+	// Servers tells the nodes' servers apart (see Servers.Seen); nil
+	// checks nothing.
+	Servers *Servers
 	// Closing is closed when the client begins to close: redelivery makes
 	// its last attempt and takes no new releases.
 	Closing <-chan struct{}
