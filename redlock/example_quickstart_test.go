@@ -19,7 +19,7 @@ func Example_quickStart() {
 	if err != nil {
 		log.Fatal(err) // a bad address or option; nothing is open yet
 	}
-	defer client.Close() // also closes the node clients that Open made
+	defer client.Close() // releases locks still held, closes the node clients
 
 	ctx := context.Background()
 	lock, err := client.Lock(ctx, "stock:42", 10*time.Second)
