@@ -48,6 +48,21 @@ func Open(addrs []string, opts *Options) (*Client, error) {
 	return c, nil
 }
 
+// ParseNode returns the go-redis options with which [Open] and [NewNodes]
+// make the node client for addr: host:port, or a redis:// or rediss:// URL
+// as Open describes it, with the settings of [NodeOptions] on top. The
+// options' Addr is the node's host:port, a name for it that holds no
+// password. ParseNode connects to nothing. On failure it returns nil and
+// an error that names addr, its password hidden, and says what is wrong,
+// as Open does: redlock: address "localhost": missing port: ....
+func ParseNode(addr string) (*redis.Options, error) {
+	o, err := addrOptions(addr)
+	if err != nil {
+		return nil, fmt.Errorf("redlock: address %q: %w", redact(addr), err)
+	}
+	return o, nil
+}
+
 // addrOptions returns the go-redis options of a node client for addr, with
 // the settings of [NodeOptions] on top of what addr says, or an error that
 // says what is wrong with addr. addr is either host:port or a URL as

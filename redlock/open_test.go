@@ -133,3 +133,31 @@ func TestOpenPassword(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotObtained)
 	assert.Contains(t, fmt.Sprintf("%+v", err), "WRONGPASS")
 }
+
+// TestParseNode: ParseNode gives the options Open would use, named by
+// host:port, and refuses what Open refuses with the address named and its
+// password hidden.
+func TestParseNode(t *testing.T) {
+	o, err := ParseNode("rediss://locker:secret@lock-a:6380/3")
+	require.NoError(t, err)
+	assert.Equal(t, "lock-a:6380", o.Addr)
+	assert.Equal(t, "secret", o.Password)
+	assert.Equal(t, 3, o.DB)
+	assert.Equal(t, "lock-a", o.TLSConfig.ServerName)
+	assert.True(t, o.ContextTimeoutEnabled)
+	o, err = ParseNode("lock-b:6379")
+	require.NoError(t, err)
+	assert.Equal(t, "lock-b:6379", o.Addr)
+
+	for _, tc := range []struct{ addr, want string }{
+		{"localhost", `redlock: address "localhost": missing port`},
+		{"redis://:secret@h:99999", `redlock: address "redis://:xxxxx@h:99999": port "99999" is not a number`},
+		{"a:1,b:2", `redlock: address "a:1,b:2": contains a comma`},
+	} {
+		o, err := ParseNode(tc.addr)
+		assert.Nil(t, o, tc.addr)
+		require.Error(t, err, tc.addr)
+		assert.True(t, strings.HasPrefix(err.Error(), tc.want), err.Error())
+		assert.NotContains(t, err.Error(), "secret")
+	}
+}

@@ -14,8 +14,8 @@ import (
 
 // bench measures lock+unlock latency, throughput and hot-key contention.
 func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench", "[--nodes host:port,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE] [--metrics ADDR]", stdout)
-	nodesFlag := fs.String("nodes", "", "comma-separated Redis masters to use instead of five in-process nodes")
+	fs := newFlags("bench", "[--nodes NODE,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE] [--metrics ADDR]", stdout)
+	nodesFlag := fs.String("nodes", "", nodesUsage+" to use instead of five in-process nodes")
 	duration := fs.Duration("duration", 5*time.Second, "measured time per scenario")
 	callers := fs.Int("callers", 8, "concurrent callers in the multi-caller and hot-key scenarios")
 	slow := fs.Duration("slow-node", 0, "also measure with this much latency added each way in front of the first node")
@@ -42,7 +42,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if !*quiet {
 		runner.Progress = stderr
 	}
-	var addrs []string
+	var addrs, names []string
 	where := ""
 	opts := &redlock.Options{}
 	if *nodesFlag == "" {
@@ -56,16 +56,16 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		opts.NodeTimeout = time.Second // Lua in an interpreter on the same cores as the callers
 		runner.Settings = map[string]string{"node-timeout": opts.NodeTimeout.String()}
 	} else {
-		if addrs, err = parseNodes(*nodesFlag); err != nil {
+		if addrs, names, err = parseNodes(*nodesFlag); err != nil {
 			return err
 		}
-		nodes, err := dialNodes(ctx, addrs) // fail early, with one line, on an unreachable node
+		nodes, err := dialNodes(ctx, addrs, names) // fail early, with one line, on an unreachable node
 		if err != nil {
 			return err
 		}
 		closeNodes(nodes)
 		runner.MeasureAllocs = true
-		where = fmt.Sprintf("%d nodes: %v", len(addrs), addrs)
+		where = fmt.Sprintf("%d nodes: %v", len(names), names)
 	}
 	if *metricsAddr != "" {
 		m := newMetrics()

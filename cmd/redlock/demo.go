@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redquorum/redquorum/internal/retry"
-	"github.com/redquorum/redquorum/internal/testkit/faultproxy"
 	"github.com/redquorum/redquorum/internal/testkit/loadtest"
 	"github.com/redquorum/redquorum/redlock"
 )
@@ -21,8 +20,8 @@ import (
 // demo plays the oversell scenario: buyers check the stock, pay, and write
 // the stock back; without a lock concurrent buyers sell the same item.
 func demo(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("demo", "[--nodes host:port,...] [--stock N] [--buyers N] [--servers N]", out)
-	nodesFlag := fs.String("nodes", "", "comma-separated Redis masters to use instead of five in-process nodes")
+	fs := newFlags("demo", "[--nodes NODE,...] [--stock N] [--buyers N] [--servers N]", out)
+	nodesFlag := fs.String("nodes", "", nodesUsage+" to use instead of five in-process nodes")
 	stock := fs.Int("stock", 10, "items in stock")
 	buyers := fs.Int("buyers", 40, "buyers arriving at the same moment")
 	servers := fs.Int("servers", 4, "app servers (one redlock Client each) the buyers are spread over")
@@ -47,7 +46,7 @@ func demo(ctx context.Context, args []string, out io.Writer) error {
 	}
 
 	// The nodes, and a way to take one down half-way.
-	var addrs []string
+	var addrs, names []string
 	var kill func()
 	nodeTimeout := time.Duration(0) // the default, for real masters
 	killed := 2                     // the node that goes down
@@ -57,39 +56,39 @@ func demo(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 		defer stopAll(srvs)
-		addrs, kill = a, srvs[killed].Close
+		addrs, names, kill = a, a, srvs[killed].Close
 		// In-process nodes run Lua in an interpreter that shares this
 		// process's two cores with forty buyers: give them time.
 		nodeTimeout = time.Second
 		fmt.Fprintf(out, "Started %d in-process Redis nodes: %s\n", len(addrs), strings.Join(addrs, " "))
 	} else {
-		if addrs, err = parseNodes(*nodesFlag); err != nil {
+		if addrs, names, err = parseNodes(*nodesFlag); err != nil {
 			return err
 		}
 		killed = len(addrs) / 2
-		nodes, err := dialNodes(ctx, addrs) // fail early, with one line, on an unreachable node
+		nodes, err := dialNodes(ctx, addrs, names) // fail early, with one line, on an unreachable node
 		if err != nil {
 			return err
 		}
 		closeNodes(nodes)
 		// A real master is not ours to crash: the demo reaches this one
 		// through a proxy and cuts the proxy instead.
-		p, err := faultproxy.NewProxy(addrs[killed])
+		p, via, err := loadtest.ProxyNode(addrs[killed])
 		if err != nil {
 			return err
 		}
 		defer p.Close()
-		addrs = slices.Clone(addrs)
-		shown := addrs[killed]
-		addrs[killed] = p.Addr()
+		addrs, names = slices.Clone(addrs), slices.Clone(names)
+		shown := names[killed]
+		addrs[killed], names[killed] = via, p.Addr()
 		kill = func() { p.SetTarget(""); p.Cut() }
-		fmt.Fprintf(out, "Using %d Redis masters: %s (node %s through a local proxy, so the demo can cut it off)\n", len(addrs), strings.Join(addrs, " "), shown)
+		fmt.Fprintf(out, "Using %d Redis masters: %s (node %s through a local proxy, so the demo can cut it off)\n", len(addrs), strings.Join(names, " "), shown)
 	}
 	prefix := "redquorum-demo:" + retry.Token() + ":" // this run's keys
 	clients := make([]*redlock.Client, *servers)
 	var nodeSets [][]redis.UniversalClient
 	for i := range clients {
-		nodes, err := dialNodes(ctx, addrs)
+		nodes, err := dialNodes(ctx, addrs, names)
 		if err != nil {
 			return err
 		}

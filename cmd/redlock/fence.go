@@ -80,20 +80,20 @@ func guardFence(ctx context.Context, args []string, out io.Writer) error {
 		for i := range actions {
 			actions[i] = "unchanged"
 		}
-		if err := printFenceRows(out, a.addrs, states, actions); err != nil {
+		if err := printFenceRows(out, a.names, states, actions); err != nil {
 			return err
 		}
 		return fmt.Errorf("refused, nothing changed on any node: %s", strings.Join(problems, "; "))
 	case target >= maxFence:
 		return fmt.Errorf("refused, nothing changed on any node: the fence %d is not below 2^53, the largest the nodes count exactly", target)
 	case !a.yes:
-		if err := printFenceRows(out, a.addrs, states, actions); err != nil {
+		if err := printFenceRows(out, a.names, states, actions); err != nil {
 			return err
 		}
 		return fmt.Errorf("nothing changed: add --yes to raise the fence counter on these %d nodes to %d", len(nodes), target)
 	}
-	failed := raiseAll(ctx, a.addrs, nodes, checks, key, target, actions)
-	if err := printFenceRows(out, a.addrs, states, actions); err != nil {
+	failed := raiseAll(ctx, a.names, nodes, checks, key, target, actions)
+	if err := printFenceRows(out, a.names, states, actions); err != nil {
 		return err
 	}
 	if failed != nil {
@@ -107,7 +107,7 @@ func guardFence(ctx context.Context, args []string, out io.Writer) error {
 // node alone: its counters are one per hash slot, and once the plain
 // masters (a quorum of the nodes, which Options.Fencing requires) have
 // theirs, the next fenced lock on a slot sets that slot's counter.
-func raiseAll(ctx context.Context, addrs []string, nodes []redis.UniversalClient, checks []nodeCheck, key string, target uint64, actions []string) error {
+func raiseAll(ctx context.Context, names []string, nodes []redis.UniversalClient, checks []nodeCheck, key string, target uint64, actions []string) error {
 	var failed error
 	for i, n := range nodes {
 		if checks[i].cluster {
@@ -116,7 +116,7 @@ func raiseAll(ctx context.Context, addrs []string, nodes []redis.UniversalClient
 		}
 		var err error
 		if actions[i], err = raiseOn(ctx, n, key, target); err != nil {
-			failed = errors.Join(failed, fmt.Errorf("node %s: %w", addrs[i], err))
+			failed = errors.Join(failed, fmt.Errorf("node %s: %w", names[i], err))
 		}
 	}
 	return failed
@@ -132,14 +132,14 @@ func fenceTarget(ctx context.Context, a guardArgs, nodes []redis.UniversalClient
 	for i, c := range checks {
 		switch {
 		case c.err != nil:
-			problems = append(problems, "node "+a.addrs[i]+" "+c.problem())
+			problems = append(problems, "node "+a.names[i]+" "+c.problem())
 			continue
 		case c.cluster:
 			continue // its counters are per hash slot (see raiseAll)
 		}
 		now, err := nodeTime(ctx, nodes[i])
 		if err != nil {
-			problems = append(problems, "node "+a.addrs[i]+" is unreachable: "+oneLine(err.Error()))
+			problems = append(problems, "node "+a.names[i]+" is unreachable: "+oneLine(err.Error()))
 			continue
 		}
 		hi = max(hi, uint64(now.UnixMicro()))
@@ -178,8 +178,8 @@ func fenceText(c nodeCheck) string {
 
 // printFenceRows prints one line per node: its fence counter and what
 // guard fence did or would do there.
-func printFenceRows(out io.Writer, addrs, fences, actions []string) error {
-	return printRows(out, "fence", addrs, fences, actions)
+func printFenceRows(out io.Writer, names, fences, actions []string) error {
+	return printRows(out, "fence", names, fences, actions)
 }
 
 // nodeTime reads node n's clock.

@@ -16,14 +16,14 @@ import (
 )
 
 const guardUsage = `usage:
-  redlock guard status --nodes host:port,... [--prefix P]
-  redlock guard end    --nodes host:port,... [--prefix P] [--yes]
-  redlock guard fence  --nodes host:port,... [--prefix P] [--at-least N] [--yes]
+  redlock guard status --nodes NODE,... [--prefix P]
+  redlock guard end    --nodes NODE,... [--prefix P] [--yes]
+  redlock guard fence  --nodes NODE,... [--prefix P] [--at-least N] [--yes]
 
 status shows each node's restart guard; end ends it at once on nodes you
 vouch for; fence repairs the fence counters after a quorum of nodes lost
 them. Run "redlock guard end -h" or "redlock guard fence -h" first.
-`
+` + nodeHelp
 
 const guardStatusAbout = `Shows each node's state: "serving", "guarded for Ns" (the node refuses
 locks for that long, by its own clock), "no state (new or lost its data)"
@@ -81,7 +81,8 @@ func guard(ctx context.Context, args []string, out io.Writer) error {
 
 // guardArgs are the flags of a guard subcommand.
 type guardArgs struct {
-	addrs   []string
+	addrs   []string // as given, for redlock.NewNodes
+	names   []string // the nodes' host:port, for the output
 	prefix  string
 	yes     bool
 	atLeast uint64 // fence: the lowest counter to set, less one
@@ -89,7 +90,7 @@ type guardArgs struct {
 
 // parseGuard parses the flags of the guard subcommand sub.
 func parseGuard(sub, about string, args []string, out io.Writer) (guardArgs, error) {
-	synopsis := "--nodes host:port,... [--prefix P]"
+	synopsis := "--nodes NODE,... [--prefix P]"
 	switch sub {
 	case "fence":
 		synopsis += " [--at-least N] [--yes]"
@@ -98,7 +99,7 @@ func parseGuard(sub, about string, args []string, out io.Writer) (guardArgs, err
 	}
 	fs := newFlags("guard "+sub, synopsis, out)
 	fs.about = about
-	nodesFlag := fs.String("nodes", "", "comma-separated Redis masters (required): every node of the deployment")
+	nodesFlag := fs.String("nodes", "", nodesUsage+" (required): every node of the deployment")
 	prefix := fs.String("prefix", "", "the Options.KeyPrefix of the locking clients")
 	yes, atLeast := new(bool), new(uint64)
 	if sub != "status" {
@@ -116,8 +117,8 @@ func parseGuard(sub, about string, args []string, out io.Writer) (guardArgs, err
 	case *nodesFlag == "":
 		return guardArgs{}, usagef("--nodes is required")
 	}
-	addrs, err := parseNodes(*nodesFlag)
-	return guardArgs{addrs: addrs, prefix: *prefix, yes: *yes, atLeast: *atLeast}, err
+	addrs, names, err := parseNodes(*nodesFlag)
+	return guardArgs{addrs: addrs, names: names, prefix: *prefix, yes: *yes, atLeast: *atLeast}, err
 }
 
 // guardStatus shows each node's state.
@@ -133,9 +134,9 @@ func guardStatus(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(tw, "node\tstate\n")
 	var failed error
 	for i, c := range checks {
-		fmt.Fprintf(tw, "%s\t%s\n", a.addrs[i], c.stateText())
+		fmt.Fprintf(tw, "%s\t%s\n", a.names[i], c.stateText())
 		if c.err != nil {
-			failed = errors.Join(failed, fmt.Errorf("node %s: %w", a.addrs[i], c.err))
+			failed = errors.Join(failed, fmt.Errorf("node %s: %w", a.names[i], c.err))
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -157,7 +158,7 @@ func guardEnd(ctx context.Context, args []string, out io.Writer) error {
 	defer closeNodes(nodes)
 	checks := checkNodes(ctx, nodes, a.prefix, true)
 	states, actions := make([]string, len(checks)), make([]string, len(checks))
-	if err := refusal(a.addrs, checks); err != nil {
+	if err := refusal(a.names, checks); err != nil {
 		for i, c := range checks {
 			states[i], actions[i] = c.stateText(), "unchanged"
 			switch p := c.problem(); {
@@ -167,7 +168,7 @@ func guardEnd(ctx context.Context, args []string, out io.Writer) error {
 				actions[i] = "refused: " + p
 			}
 		}
-		if perr := printGuardRows(out, a.addrs, states, actions); perr != nil {
+		if perr := printGuardRows(out, a.names, states, actions); perr != nil {
 			return perr
 		}
 		return err
@@ -176,7 +177,7 @@ func guardEnd(ctx context.Context, args []string, out io.Writer) error {
 		states[i], actions[i] = c.stateText(), "would set serving"
 	}
 	if !a.yes {
-		if err := printGuardRows(out, a.addrs, states, actions); err != nil {
+		if err := printGuardRows(out, a.names, states, actions); err != nil {
 			return err
 		}
 		fmt.Fprint(out, fenceNote(checks))
@@ -187,12 +188,12 @@ func guardEnd(ctx context.Context, args []string, out io.Writer) error {
 
 // refusal returns why guard end must change nothing, naming each node
 // against it, or nil when every node passed its checks.
-func refusal(addrs []string, checks []nodeCheck) error {
+func refusal(names []string, checks []nodeCheck) error {
 	var problems []string
 	live := false
 	for i, c := range checks {
 		if p := c.problem(); p != "" {
-			problems = append(problems, "node "+addrs[i]+" "+p)
+			problems = append(problems, "node "+names[i]+" "+p)
 			live = live || c.live != ""
 		}
 	}
@@ -226,10 +227,10 @@ func endGuards(ctx context.Context, out io.Writer, a guardArgs, nodes []redis.Un
 		states[i] = s.String()
 		if err != nil {
 			states[i] = "error: " + oneLine(err.Error())
-			failed = errors.Join(failed, fmt.Errorf("node %s: %w", a.addrs[i], err))
+			failed = errors.Join(failed, fmt.Errorf("node %s: %w", a.names[i], err))
 		}
 	}
-	if err := printGuardRows(out, a.addrs, states, actions); err != nil {
+	if err := printGuardRows(out, a.names, states, actions); err != nil {
 		return err
 	}
 	fmt.Fprint(out, fenceNote(checks))
@@ -282,17 +283,17 @@ func fenceNote(checks []nodeCheck) string {
 
 // printGuardRows prints one line per node: its state and what guard end
 // did or would do there.
-func printGuardRows(out io.Writer, addrs, states, actions []string) error {
-	return printRows(out, "state", addrs, states, actions)
+func printGuardRows(out io.Writer, names, states, actions []string) error {
+	return printRows(out, "state", names, states, actions)
 }
 
 // printRows prints a table of one line per node: its address, its value
 // in the column named column, and an action.
-func printRows(out io.Writer, column string, addrs, values, actions []string) error {
+func printRows(out io.Writer, column string, names, values, actions []string) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "node\t%s\taction\n", column)
-	for i := range addrs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", addrs[i], values[i], actions[i])
+	for i := range names {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", names[i], values[i], actions[i])
 	}
 	return tw.Flush()
 }

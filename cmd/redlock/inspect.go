@@ -20,8 +20,8 @@ import (
 // row; the verdict then says what the nodes it reached allow, and inspect
 // returns an error naming the nodes it could not read.
 func inspect(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("inspect", "KEY --nodes host:port,... [--prefix P]", out)
-	nodesFlag := fs.String("nodes", "", "comma-separated Redis masters (required)")
+	fs := newFlags("inspect", "KEY --nodes NODE,... [--prefix P]", out)
+	nodesFlag := fs.String("nodes", "", nodesUsage+" (required)")
 	prefix := fs.String("prefix", "", "the Options.KeyPrefix of the locking clients")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -35,7 +35,7 @@ func inspect(ctx context.Context, args []string, out io.Writer) error {
 	case *nodesFlag == "":
 		return usagef("--nodes is required")
 	}
-	addrs, err := parseNodes(*nodesFlag)
+	addrs, names, err := parseNodes(*nodesFlag)
 	if err != nil {
 		return err
 	}
@@ -46,14 +46,14 @@ func inspect(ctx context.Context, args []string, out io.Writer) error {
 	for i, n := range nodes {
 		rows[i] = readKey(ctx, n, key, *prefix+protocol.StateKey)
 	}
-	if err := printKeyRows(out, addrs, rows); err != nil {
+	if err := printKeyRows(out, names, rows); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, verdict(key, rows))
 	var failed error
 	for i, r := range rows {
 		if r.err != nil {
-			failed = errors.Join(failed, fmt.Errorf("node %s: %w", addrs[i], r.err))
+			failed = errors.Join(failed, fmt.Errorf("node %s: %w", names[i], r.err))
 		}
 	}
 	if failed != nil {
@@ -103,15 +103,15 @@ func readKey(ctx context.Context, n redis.UniversalClient, key, stateKey string)
 }
 
 // printKeyRows prints one line per node.
-func printKeyRows(out io.Writer, addrs []string, rows []keyRow) error {
+func printKeyRows(out io.Writer, names []string, rows []keyRow) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "node\tholder\towner\tttl\tfence\tstate\n")
 	for i, r := range rows {
 		switch {
 		case r.err != nil:
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\terror: %s\n", addrs[i], oneLine(r.err.Error()))
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\terror: %s\n", names[i], oneLine(r.err.Error()))
 		case r.holder == "":
-			fmt.Fprintf(tw, "%s\t(free)\t-\t-\t%s\t%s\n", addrs[i], r.state.fenceColumn(), r.state)
+			fmt.Fprintf(tw, "%s\t(free)\t-\t-\t%s\t%s\n", names[i], r.state.fenceColumn(), r.state)
 		default:
 			ttl := r.ttl.String()
 			if r.ttl < 0 {
@@ -121,7 +121,7 @@ func printKeyRows(out io.Writer, addrs []string, rows []keyRow) error {
 			if owner == "" {
 				owner = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", addrs[i], short(r.holder), owner, ttl, r.state.fenceColumn(), r.state)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", names[i], short(r.holder), owner, ttl, r.state.fenceColumn(), r.state)
 		}
 	}
 	return tw.Flush()

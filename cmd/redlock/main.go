@@ -1,14 +1,15 @@
 // Command redlock shows the redquorum lock at work and measures it.
 //
-//	redlock demo    [--nodes host:port,...] [--stock N] [--buyers N]
-//	redlock bench   [--nodes host:port,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE] [--metrics ADDR]
-//	redlock inspect KEY --nodes host:port,... [--prefix P]
-//	redlock guard status --nodes host:port,... [--prefix P]
-//	redlock guard end    --nodes host:port,... [--prefix P] [--yes]
-//	redlock guard fence  --nodes host:port,... [--prefix P] [--at-least N] [--yes]
+//	redlock demo    [--nodes NODE,...] [--stock N] [--buyers N]
+//	redlock bench   [--nodes NODE,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE] [--metrics ADDR]
+//	redlock inspect KEY --nodes NODE,... [--prefix P]
+//	redlock guard status --nodes NODE,... [--prefix P]
+//	redlock guard end    --nodes NODE,... [--prefix P] [--yes]
+//	redlock guard fence  --nodes NODE,... [--prefix P] [--at-least N] [--yes]
 //
-// Without --nodes, demo and bench start five in-process Redis-protocol nodes
-// (miniredis). Errors are one line on stderr and a non-zero exit status: 2
+// NODE is host:port, or redis://[user:password@]host[:port][/db], or
+// rediss://... for TLS. Without --nodes, demo and bench start five
+// in-process Redis-protocol nodes (miniredis). Errors are one line on stderr and a non-zero exit status: 2
 // for bad usage, 1 for everything else.
 package main
 
@@ -30,12 +31,12 @@ import (
 const usage = `redlock: a distributed lock over independent Redis masters.
 
 usage:
-  redlock demo    [--nodes host:port,...] [--stock N] [--buyers N]
-  redlock bench   [--nodes host:port,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE] [--metrics ADDR]
-  redlock inspect KEY --nodes host:port,... [--prefix P]
-  redlock guard status --nodes host:port,... [--prefix P]
-  redlock guard end    --nodes host:port,... [--prefix P] [--yes]
-  redlock guard fence  --nodes host:port,... [--prefix P] [--at-least N] [--yes]
+  redlock demo    [--nodes NODE,...] [--stock N] [--buyers N]
+  redlock bench   [--nodes NODE,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE] [--metrics ADDR]
+  redlock inspect KEY --nodes NODE,... [--prefix P]
+  redlock guard status --nodes NODE,... [--prefix P]
+  redlock guard end    --nodes NODE,... [--prefix P] [--yes]
+  redlock guard fence  --nodes NODE,... [--prefix P] [--at-least N] [--yes]
 
 Without --nodes, demo and bench run on five in-process nodes. inspect shows
 who holds a key and each node's restart guard; guard end ends the restart
@@ -43,7 +44,7 @@ guard on nodes you vouch for (a development reset, a deployment that came up
 with a node missing): read "redlock guard end -h" first; guard fence
 repairs the fence counters after a quorum of nodes lost their data.
 Run "redlock COMMAND -h" for the flags of one command.
-`
+` + nodeHelp
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

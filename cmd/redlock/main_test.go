@@ -259,7 +259,7 @@ func TestErrors(t *testing.T) {
 		{[]string{"bench", "--callers", "0"}, 2, "--callers 0: must be at least 1"},
 		{[]string{"bench", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"demo", "--stock", "0"}, 2, "--stock 0: must be at least 1"},
-		{[]string{"demo", "--nodes", "localhost"}, 2, `--nodes: "localhost" is not host:port`},
+		{[]string{"demo", "--nodes", "localhost"}, 2, `--nodes: address "localhost": missing port`},
 		{[]string{"demo", "--nodes", "a:1,a:1"}, 2, "a:1 is listed twice"},
 		{[]string{"inspect", "--nodes", "a:1"}, 2, "want exactly one KEY, got 0"},
 		{[]string{"inspect", "k"}, 2, "--nodes is required"},
@@ -292,7 +292,7 @@ func TestHelp(t *testing.T) {
 		assert.Empty(t, errOut, args)
 	}
 	_, out, _ := runCLI(t, "-h")
-	assert.Contains(t, out, "redlock guard end    --nodes host:port,... [--prefix P] [--yes]")
+	assert.Contains(t, out, "redlock guard end    --nodes NODE,... [--prefix P] [--yes]")
 	_, out, _ = runCLI(t, "guard", "end", "-h")
 	for _, s := range []string{"-yes", "vouch", "live lock key", "Redis Cluster", "does not set the fence counter f", `run "redlock guard fence"`} {
 		assert.Contains(t, out, s)

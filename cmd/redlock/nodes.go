@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"time"
 
@@ -16,22 +15,35 @@ import (
 // embeddedNodes is the default number of in-process nodes.
 const embeddedNodes = 5
 
-// parseNodes splits a --nodes value into addresses and checks each.
-func parseNodes(s string) ([]string, error) {
-	var addrs []string
+// nodesUsage describes the flag --nodes.
+const nodesUsage = "comma-separated Redis masters, each host:port or a redis:// or rediss:// URL"
+
+// nodeHelp says what a NODE of --nodes NODE,... may be.
+const nodeHelp = `
+NODE is host:port, or redis://[user:password@]host[:port][/db], or
+rediss://... for TLS. The output names each node by its host:port.
+`
+
+// parseNodes splits a --nodes value into addresses, each host:port or a
+// redis:// or rediss:// URL, and checks each as redlock.Open does. It
+// returns the addresses, for redlock.NewNodes, with their names: each
+// node's host:port, which the output shows instead of a URL and its
+// password. Two addresses of one host:port are refused.
+func parseNodes(s string) (addrs, names []string, err error) {
 	seen := map[string]bool{}
 	for _, a := range strings.Split(s, ",") {
 		a = strings.TrimSpace(a)
-		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			return nil, usagef("--nodes: %q is not host:port", a)
+		o, err := redlock.ParseNode(a)
+		if err != nil {
+			return nil, nil, usagef("--nodes: %s", strings.TrimPrefix(err.Error(), "redlock: "))
 		}
-		if seen[a] {
-			return nil, usagef("--nodes: %s is listed twice; the nodes must be independent masters", a)
+		if seen[o.Addr] {
+			return nil, nil, usagef("--nodes: %s is listed twice; the nodes must be independent masters", o.Addr)
 		}
-		seen[a] = true
-		addrs = append(addrs, a)
+		seen[o.Addr] = true
+		addrs, names = append(addrs, a), append(names, o.Addr)
 	}
-	return addrs, nil
+	return addrs, names, nil
 }
 
 // embedded starts n in-process Redis-protocol nodes whose TTLs run down in
@@ -59,8 +71,8 @@ func stopAll(srvs []*miniredis.Miniredis) {
 }
 
 // dialNodes returns a node client per address after checking that every node
-// answers PING.
-func dialNodes(ctx context.Context, addrs []string) ([]redis.UniversalClient, error) {
+// answers PING. An error names the node by its name in names.
+func dialNodes(ctx context.Context, addrs, names []string) ([]redis.UniversalClient, error) {
 	nodes := redlock.NewNodes(addrs...)
 	for i, n := range nodes {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -68,7 +80,7 @@ func dialNodes(ctx context.Context, addrs []string) ([]redis.UniversalClient, er
 		cancel()
 		if err != nil {
 			closeNodes(nodes)
-			return nil, fmt.Errorf("node %s unreachable: %v", addrs[i], err)
+			return nil, fmt.Errorf("node %s unreachable: %v", names[i], err)
 		}
 	}
 	return nodes, nil

@@ -21,8 +21,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/redquorum/redquorum/internal/testkit/faultproxy"
 )
 
 // Locker is a lock implementation under test. Lock blocks until it holds
@@ -170,13 +168,13 @@ type Runner struct {
 func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string) (Result, error) {
 	addrs = slices.Clone(addrs)
 	if sc.Slow > 0 {
-		p, err := faultproxy.NewProxy(addrs[0])
+		p, via, err := ProxyNode(addrs[0])
 		if err != nil {
 			return Result{}, err
 		}
 		defer p.Close()
 		p.SetLatency(sc.Slow, sc.Slow)
-		addrs[0] = p.Addr()
+		addrs[0] = via
 	}
 	prefix := "bench:" + impl.Name + ":" + sc.ID + ":" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 	if sc.Procs {
