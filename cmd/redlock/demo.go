@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/retry"
 	"github.com/redquorum/redquorum/internal/testkit/loadtest"
 	"github.com/redquorum/redquorum/redlock"
@@ -156,9 +158,14 @@ func demo(ctx context.Context, args []string, out io.Writer) error {
 	for _, n := range nodeSets[0] {
 		keys, _ := n.Keys(ctx, prefix+"*").Result()
 		for _, k := range keys {
-			if !reserved(prefix, k) { // not the node's own state, nor a queue of waiters
-				left++
+			if reserved(prefix, k) { // the node's own state, or a queue of waiters
+				continue
 			}
+			v, err := n.Get(ctx, k).Result()
+			if errors.Is(err, redis.Nil) || strings.HasPrefix(v, protocol.TombstonePrefix) {
+				continue // gone meanwhile, or a tombstone: it holds no lock and expires by itself
+			}
+			left++
 		}
 	}
 	fmt.Fprintf(out, "   Lock keys left on the nodes that are up: %d.\n", left)

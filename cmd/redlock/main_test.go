@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -20,12 +21,22 @@ import (
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/internal/testkit/loadtest"
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 	"github.com/redquorum/redquorum/redlock"
 )
 
+// cliEnv, when set, makes the test binary run the command line it holds
+// (arguments separated by newlines) as the redlock command does, with the
+// process's own stdout and stderr, and exit with its status.
+const cliEnv = "REDLOCK_TEST_CLI"
+
 // TestMain runs the test binary as a bench worker when redlock bench
-// (under TestBench) starts it as one.
+// (under TestBench) starts it as one, and as the redlock command under
+// cliEnv.
 func TestMain(m *testing.M) {
+	if args, ok := os.LookupEnv(cliEnv); ok {
+		os.Exit(run(context.Background(), strings.Split(args, "\n"), os.Stdout, os.Stderr))
+	}
 	if spec, ok, err := loadtest.WorkerFromEnv(); ok {
 		if err == nil {
 			err = benchWorker(context.Background(), spec)
@@ -68,6 +79,29 @@ func TestDemoOnGivenNodes(t *testing.T) {
 	assert.Contains(t, out, "node 2 of 3 goes down. 2 nodes remain, 2 are needed")
 	assert.Contains(t, out, "exactly right")
 	assert.Contains(t, out, "node "+addrs[1]+" through a local proxy")
+}
+
+// TestDemoOnFreshServers: redlock demo --nodes with its default settings
+// (stock 10, 40 buyers, 4 app servers) on five brand-new redis-server
+// processes sells exactly the stock and leaves no lock key, and nothing is
+// logged: the node clients that the demo pings before making its Clients
+// put no node of the new deployment in its restart guard. It runs the
+// command in a process of its own, so that stderr is the one a user sees,
+// the library's log included.
+func TestDemoOnFreshServers(t *testing.T) {
+	s := redisproc.StartT(t, 5)
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), cliEnv+"="+strings.Join([]string{"demo", "--nodes", strings.Join(s.Addrs, ",")}, "\n"))
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	assert.Contains(t, out.String(), "Using 5 Redis masters")
+	assert.Contains(t, out.String(), "A shop has 10 items in stock. 40 buyers arrive at once, served by 4 app servers.")
+	assert.Contains(t, out.String(), "node 3 of 5 goes down. 4 nodes remain, 3 are needed")
+	assert.Contains(t, out.String(), "10 items sold from a stock of 10: exactly right. 30 buyers were told it is sold out.")
+	assert.Contains(t, out.String(), "Lock keys left on the nodes that are up: 0.")
+	assert.Empty(t, errOut.String(), "nothing on stderr: no warning, no error")
 }
 
 func TestBench(t *testing.T) {

@@ -31,8 +31,9 @@ type Servers struct {
 
 // proc is one server process; done is closed once it has exited.
 type proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
+	cmd   *exec.Cmd
+	extra []string // the arguments it was started with beyond the defaults
+	done  chan struct{}
 }
 
 // kill kills the process at once (SIGKILL) and waits for it.
@@ -136,7 +137,11 @@ func (s *Servers) launch(ctx context.Context, extra ...string) (int, error) {
 	for range 5 {
 		var p *proc
 		var addr string
-		if p, addr, err = s.spawn(dir, extra); err != nil {
+		var port int
+		if port, err = pickPort(); err != nil {
+			return 0, err
+		}
+		if p, addr, err = s.spawn(dir, port, extra); err != nil {
 			return 0, err
 		}
 		if err = waitOwn(ctx, addr, p); err == nil {
@@ -152,13 +157,9 @@ func (s *Servers) launch(ctx context.Context, extra ...string) (int, error) {
 	return 0, err
 }
 
-// spawn starts one server on a free port, in an empty dir, and returns it
-// with its address. It does not wait for the server to accept connections.
-func (s *Servers) spawn(dir string, extra []string) (*proc, string, error) {
-	port, err := pickPort()
-	if err != nil {
-		return nil, "", err
-	}
+// spawn starts one server on port, in an empty dir, and returns it with
+// its address. It does not wait for the server to accept connections.
+func (s *Servers) spawn(dir string, port int, extra []string) (*proc, string, error) {
 	_ = os.RemoveAll(dir)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, "", err
@@ -177,7 +178,7 @@ func (s *Servers) spawn(dir string, extra []string) (*proc, string, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, "", fmt.Errorf("redisproc: starting redis-server: %w", err)
 	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
+	p := &proc{cmd: cmd, extra: extra, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		close(p.done)
@@ -203,6 +204,31 @@ func (s *Servers) Kill(i int) {
 		p.kill()
 		s.procs[i] = nil
 	}
+}
+
+// Restart kills server i (SIGKILL), as a crash would, and starts a new
+// one on its address with its arguments, in an empty directory: the new
+// server has none of the old one's data and a new replication ID, as after
+// a restart without persistence. It waits until the new server accepts
+// connections. On failure server i is left down.
+func (s *Servers) Restart(ctx context.Context, i int) error {
+	extra := s.procs[i].extra
+	s.Kill(i)
+	_, port, _ := net.SplitHostPort(s.Addrs[i])
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		return err
+	}
+	p, addr, err := s.spawn(fmt.Sprintf("%s/%d", s.dir, i), n, extra)
+	if err != nil {
+		return err
+	}
+	if err := waitOwn(ctx, addr, p); err != nil {
+		p.kill()
+		return err
+	}
+	s.procs[i] = p
+	return nil
 }
 
 // Stop terminates the servers, waits for them and removes their directory.

@@ -39,3 +39,33 @@ func TestPortTaken(t *testing.T) {
 		}
 	}
 }
+
+// TestRestart: a restarted server answers on the same address as a new
+// process, without the old one's data and with a new replication ID.
+func TestRestart(t *testing.T) {
+	s := StartT(t, 2)
+	if err := command(s.Addrs[1], "SET", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	replid := func() string {
+		info, err := reply(s.Addrs[1], "INFO", "replication")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, id, _ := strings.Cut(info, "master_replid:")
+		return id[:40]
+	}
+	pid, before := s.PIDs()[1], replid()
+	if err := s.Restart(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if s.PIDs()[1] == pid {
+		t.Errorf("server 1 has the same process %d after Restart", pid)
+	}
+	if v, err := reply(s.Addrs[1], "EXISTS", "k"); err != nil || v != "0" {
+		t.Errorf("EXISTS k after Restart = %q, %v; want 0", v, err)
+	}
+	if after := replid(); after == before {
+		t.Errorf("replication ID %s kept across Restart", after)
+	}
+}
