@@ -1,7 +1,7 @@
 -- (@GONE@, @QUEUE@, @HAND@, @WAITED@ and @STATE@ stand for
 -- protocol.TombstonePrefix, protocol.QueuePrefix, protocol.HandPrefix,
 -- protocol.WaitedPrefix and protocol.StateKey, replaced when the scripts
--- are loaded.)
+-- are loaded; newState comes from newstate.lua the same way.)
 -- acquire: take every key of KEYS[1..n-1] for token ARGV[1] for ARGV[2] ms,
 -- all or none. KEYS[n], the last, is the node's state, a hash without expiry:
 -- g = the node time in ms until which the node is in its restart guard (0: established),
@@ -76,6 +76,7 @@
 --   -3 when a key holds the tombstone of this very token: the round gave up
 --     on this node and released it before this request arrived;
 --   {-2, ms left in the guard, id} when the node is in its restart guard.
+@NEWSTATE@
 local state = KEYS[#KEYS]
 local guard = tonumber(ARGV[3])
 local waited = '@WAITED@'
@@ -114,16 +115,7 @@ local function guarded()
   if not g then
     -- No state: the node is new or lost its data (restart without
     -- persistence, flush, eviction). It may have granted locks it forgot.
-    redis.call('HSET', state, 'g', string.format('%.0f', now + guard), 'id', ARGV[1])
-    -- The state is this server's from now on: record its replication ID
-    -- (see check.lua), so that a connection opened later to this same
-    -- server finds its own ID and a promoted replica finds another. Read
-    -- only here, when the state is made, never on the usual acquire. A
-    -- server whose INFO cannot be read records none, and no check of it
-    -- compares IDs.
-    local info = redis.pcall('INFO', 'replication')
-    local id = type(info) == 'string' and string.match(info, 'master_replid:(%x+)')
-    if id then redis.call('HSET', state, 'r', id) end
+    newState(state, now, guard, ARGV[1])
     return {-2, guard, ARGV[1]}
   end
   local id = redis.call('HGET', state, 'id')

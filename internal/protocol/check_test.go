@@ -75,6 +75,15 @@ func TestCheck(t *testing.T) {
 	assert.Equal(t, CheckReply{Outcome: Same, ID: first.ID}, check(master, p))
 	assert.Equal(t, guardUntil, master.HGet(ctx, StateKey, "g").Val(), "the guard the acquire began, neither ended nor restarted")
 
+	// The same after a FLUSHALL found by an extend.
+	require.NoError(t, master.FlushAll(ctx).Err())
+	ext, err := p.Run(ctx, master, p.Extend([]string{"k", StateKey}, "tok", time.Second))
+	require.NoError(t, err)
+	assert.EqualValues(t, 0, ext, "nothing to extend")
+	assert.Equal(t, first.ID, master.HGet(ctx, StateKey, "r").Val(), "the extend that made the state recorded the server's ID")
+	guardUntil = master.HGet(ctx, StateKey, "g").Val()
+	assert.NotEqual(t, "0", guardUntil, "and began the guard")
+
 	// A state that an earlier version marked '?' (ID unknown) takes the
 	// server's ID as a new state does.
 	require.NoError(t, master.HSet(ctx, StateKey, "r", "?").Err())

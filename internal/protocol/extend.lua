@@ -1,4 +1,5 @@
--- (@WAITED@ stands for protocol.WaitedPrefix.)
+-- (@WAITED@ stands for protocol.WaitedPrefix; newState comes from
+-- newstate.lua.)
 -- extend: set the TTL of every key of KEYS[1..n-1] to ARGV[2] ms if all of
 -- them hold token ARGV[1] (with or without the mark of a key waited for,
 -- which stays; see acquire.lua). Returns 1 if extended, 0 if a key is gone
@@ -7,6 +8,7 @@
 -- acquire.lua): when the restart guard is on (ARGV[3] > 0 ms) and the state
 -- is missing, the node has lost its data, and its guard begins now, as on
 -- an acquire.
+@NEWSTATE@
 local waited = '@WAITED@'
 for i = 1, #KEYS - 1 do
   local v = redis.call('GET', KEYS[i])
@@ -16,7 +18,7 @@ for i = 1, #KEYS - 1 do
     if guard > 0 and redis.call('EXISTS', KEYS[#KEYS]) == 0 then
       local t = redis.call('TIME')
       local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-      redis.call('HSET', KEYS[#KEYS], 'g', string.format('%.0f', now + guard), 'id', ARGV[1])
+      newState(KEYS[#KEYS], now, guard, ARGV[1])
     end
     return 0
   end

@@ -96,6 +96,8 @@ var (
 	fenceLua string
 	//go:embed check.lua
 	checkLua string
+	//go:embed newstate.lua
+	newStateLua string
 )
 
 // script is one Lua script with its reserved names filled in.
@@ -105,7 +107,7 @@ type script struct {
 }
 
 func newScript(lua string) script {
-	src := strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@QUEUE@", QueuePrefix, "@HAND@", HandPrefix, "@WAITED@", WaitedPrefix, "@STATE@", StateKey).Replace(lua)
+	src := strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@QUEUE@", QueuePrefix, "@HAND@", HandPrefix, "@WAITED@", WaitedPrefix, "@STATE@", StateKey, "@NEWSTATE@", newStateLua).Replace(lua)
 	sum := sha1.Sum([]byte(src))
 	return script{src: src, sha: hex.EncodeToString(sum[:])}
 }
