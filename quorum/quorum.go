@@ -275,18 +275,23 @@ func (r *Round) Outcome(i int) error {
 	if o.returned.Load() {
 		return o.err
 	}
+	<-r.Done(i)
+	return o.err
+}
+
+// Done returns a channel that is closed once node i's call has returned;
+// [Round.Result] then reports what it returned.
+func (r *Round) Done(i int) <-chan struct{} {
+	o := &r.nodes[i]
 	r.mu.Lock()
-	if o.returned.Load() {
-		r.mu.Unlock()
-		return o.err
-	}
+	defer r.mu.Unlock()
 	if o.done == nil {
 		o.done = make(chan struct{})
+		if o.returned.Load() {
+			close(o.done)
+		}
 	}
-	done := o.done
-	r.mu.Unlock()
-	<-done
-	return o.err
+	return o.done
 }
 
 // Result returns what node i's call returned and true, or nil and false if

@@ -131,7 +131,15 @@ func TestDoneAndResult(t *testing.T) {
 	assert.Equal(t, 2, ok)
 	_, returned := r.Result(2)
 	assert.False(t, returned, "node 2 is still outstanding")
+	select {
+	case <-r.Done(2):
+		t.Fatal("Done(2) closed while node 2 is outstanding")
+	default:
+	}
+	<-r.Done(0) // returned before Done was asked for
+	done := r.Done(2)
 	close(release)
+	<-done
 	assert.Equal(t, errNo, r.Outcome(2), "Outcome waits for the call")
 	got, returned := r.Result(2)
 	assert.True(t, returned)

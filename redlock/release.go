@@ -33,10 +33,12 @@ func (c *Client) release(ctx context.Context, r *round, announce bool, lat []tim
 
 // releaseHandedOver releases prev, a lock that Unlock handed over to a
 // waiter of this Client, once next, the waiter's first round on the same
-// keys, has run: where next was granted, the keys hold next's token (or
-// next has released them itself) and nothing is left of prev; elsewhere
-// prev's keys may remain, and where prev's acquire joined the queue for a
-// handoff, a release may have handed the key over to it since (an
+// keys, has run. Where next was granted after prev's acquire had been
+// granted (see round.tookOver), next took prev's keys over and nothing is
+// left of prev. Elsewhere prev's keys may remain: where next was refused,
+// where prev's acquire landed after next's (which took the free key and
+// may have released it since), and where prev's acquire joined the queue
+// for a handoff, a release may have handed the key over to it since (an
 // announced release then takes that off, see ReleaseJoined). Callers are
 // within c.life.enter.
 func (c *Client) releaseHandedOver(next *round, prev queue.Handover) {
@@ -60,7 +62,7 @@ func (c *Client) releaseUnclaimed(keys []string, h queue.Handover) {
 // node in parallel, each only after h's acquire has answered there, so
 // that it never overtakes that acquire, and skipping the nodes where the
 // acquire did not set the keys, and those where after, a later round on
-// the same keys that took them over, was granted. The wait for an
+// the same keys, took them over (see round.tookOver). The wait for an
 // outstanding acquire is bounded by its own call timeout; a release sent
 // after such a wait still has a node timeout left. lat is as for release.
 func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string, h queue.Handover, after *round, lat []time.Duration) *quorum.Round {
@@ -82,13 +84,21 @@ func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string,
 			// acquire was answered).
 			cmd = c.proto.ReleaseJoined(cmd)
 		}
-		if after != nil {
-			if res := after.calls.Outcome(i); res == nil || errors.Is(res, ErrFenceUnknown) {
-				return errSkipped // the keys hold after's token
-			}
+		if after != nil && granted(after.calls.Outcome(i)) && after.tookOver(i) {
+			return errSkipped // the keys hold after's token, or after released them
 		}
 		return c.nodes[i].Release(ctx, cmd, h.TTL, name)
 	}))
+}
+
+// tookOver reports whether r's acquire on node i, where it was granted,
+// took over every key of the handed-over lock that r takes over: that
+// lock's acquire had been granted on the node before r's was sent, or it
+// made no calls (a lock handed over on the nodes). Otherwise the older
+// acquire may have landed after r's, on a key that r had taken while it
+// was free and perhaps released again since.
+func (r *round) tookOver(i int) bool {
+	return r.over == nil || i < 64 && r.overGranted.Load()&(1<<i) != 0
 }
 
 // leaveHandoff takes the round with token of a waiter for key off the
@@ -128,6 +138,10 @@ func detach(ctx context.Context) context.Context {
 	}
 	return ctx
 }
+
+// granted reports whether an acquire's outcome says that the node set the
+// keys.
+func granted(err error) bool { return err == nil || errors.Is(err, ErrFenceUnknown) }
 
 // handover returns the lock that r obtained as Unlock hands it over: its
 // token and TTL, its acquire round, for the release of what is left, and

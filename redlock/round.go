@@ -49,6 +49,14 @@ type round struct {
 	decidedMu sync.Mutex
 	decidedCh chan struct{} // made on demand by Decided, closed by decide
 
+	// over is the acquire round of the handed-over lock whose keys this
+	// round takes over (see attempt), or nil. overGranted has bit i set
+	// when over had been granted on node i before this round's acquire
+	// was sent there: only then does this round's grant there mean that
+	// nothing is left of that lock on the node (see tookOver).
+	over        *quorum.Round
+	overGranted atomic.Uint64
+
 	// background is set for a round that nobody waits for (see topUp).
 	background bool
 	// sole is set for a lock handed over on the nodes to its waiter's only
@@ -112,11 +120,13 @@ func (r *round) storedKeys() []string { return r.acq.Keys[:len(r.keys)] }
 // ", ".
 func (r *round) name() string { return strings.Join(r.keys, ", ") }
 
-// round makes one lock round (see newRound for est, prev and j). On
+// round makes one lock round (see newRound for est and j), taking over the
+// keys of prev, a lock handed over by Unlock, when prev.Token is not "". On
 // failure it releases what the round took and returns it with the error,
 // for its replies. Callers are within c.life.enter.
-func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []string, prev string, j join) (*round, error) {
-	r := c.newRound(keys, ttl, est, prev, j)
+func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []string, prev queue.Handover, j join) (*round, error) {
+	r := c.newRound(keys, ttl, est, prev.Token, j)
+	r.over = prev.Acquire
 	r.start = c.cfg.clock.Now()
 	r.callTimeout = c.callTimeout()
 	r.calls = c.life.workers.Start(ctx, len(c.nodes), r.callTimeout, timed(r.lat, r.acquireOn))
@@ -171,6 +181,21 @@ func (r *round) acquireOn(ctx context.Context, i int) error {
 	var d node.Decider = r
 	if r.background {
 		d = nil // nobody waits for it: sent even to a busy node
+	}
+	if r.over != nil {
+		// Wait for the handed-over lock's acquire to answer here: sent
+		// before, this one could overtake it (see tookOver). Not sent when
+		// the round's time runs out first.
+		if _, done := r.over.Result(i); !done {
+			select {
+			case <-r.over.Done(i):
+			case <-ctx.Done():
+				return node.ErrNotSent
+			}
+		}
+		if res, _ := r.over.Result(i); granted(res) && i < 64 {
+			r.overGranted.Or(1 << i)
+		}
 	}
 	rep, err := r.c.nodes[i].Acquire(ctx, a, cmd, d)
 	if err != nil {
@@ -314,14 +339,14 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 		return nil, 0, nil, err
 	}
 	defer c.life.exit()
-	r, err := c.round(ctx, keys, ttl, nil, prev.Token, j)
+	r, err := c.round(ctx, keys, ttl, nil, prev, j)
 	ids := c.newDeployment(r, err)
 	rec.addAcquire(r)
 	if ids != nil && ctx.Err() == nil {
 		// Every node is guarded at once: a new deployment. End the guard on
 		// all of them, each only if it still has the state we saw.
 		j.first = false // the first round's token is spent
-		r, err = c.round(ctx, keys, ttl, ids, prev.Token, j)
+		r, err = c.round(ctx, keys, ttl, ids, prev, j)
 		rec.addAcquire(r)
 	}
 	if prev.Token != "" {

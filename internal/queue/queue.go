@@ -43,9 +43,10 @@ type Handover struct {
 	TTL   time.Duration // the lock's TTL, for the tombstones of its release
 	// Acquire is the round that obtained the lock, which tells, per node,
 	// whether its acquire set the keys; its answers may still be coming,
-	// for at most AcquireTimeout. The release of what is left of the lock
-	// waits for each node's answer and skips the nodes that refused, so
-	// that it never overtakes the lock's own acquire.
+	// for at most AcquireTimeout. The next caller's acquire on a node, and
+	// the release of what is left of the lock, wait for that node's
+	// answer, so that neither overtakes the lock's own acquire; the
+	// release skips the nodes that refused.
 	Acquire        *quorum.Round
 	AcquireTimeout time.Duration
 	// Joined is set when the acquire joined the key's queue for a handoff
