@@ -543,6 +543,25 @@ func handoffPair(t *testing.T, c *cluster) (a, b *Client) {
 	return a, b
 }
 
+// drain waits until cl has taken in every message that the nodes
+// published to it so far: the handoffs told on its channel (a stray one
+// starts its release) and the announcements of the keys it is subscribed
+// to. A node delivers its messages to a subscriber in order, so drain
+// tells cl, on its channel on every node, of a handoff to a round that cl
+// expects for this alone, and waits until cl counted every node's.
+func drain(t *testing.T, c *cluster, cl *Client) {
+	t.Helper()
+	token := protocol.NewToken("")
+	cl.wake.Expect(token, "drain")
+	defer cl.wake.Forget(token)
+	hand := protocol.HandPrefix + token
+	for _, m := range c.srv {
+		m.Publish(cl.live, fmt.Sprintf("%d:%sdrain", len(hand), hand))
+	}
+	require.Eventually(t, func() bool { return cl.wake.Handed(token) == len(c.srv) }, 5*time.Second, time.Millisecond,
+		"the nodes' messages reached the client")
+}
+
 // TestHandoffCleared: once every node has handed a key over to a waiter's
 // only round (each popping the round's entry), the Client knows that it
 // has no entry left in the key's queue, and its next waiter's first round
@@ -571,6 +590,10 @@ func TestHandoffCleared(t *testing.T) {
 			for cycle := range 2 {
 				la, err := a.Lock(t.Context(), "k", time.Minute)
 				require.NoError(t, err)
+				// Lock returns at a quorum: wait for a's acquire on the
+				// last node, or b's round may get there first and be
+				// granted there instead of joining the queue.
+				settle(a)
 				lc, ec := lockLater(b, "k", 10*time.Second)
 				require.Eventually(t, func() bool {
 					for i := range c.srv {
@@ -591,11 +614,19 @@ func TestHandoffCleared(t *testing.T) {
 				// 2's announcement: either way no node is cleared.)
 				if tok, handed := strings.CutPrefix(lb.Token(), protocol.HandPrefix); cycle == 1 && !lost {
 					require.True(t, handed, "b's lock was handed over on the nodes")
+					require.True(t, lb.held.sole, "b's waiter made one round")
 					require.Eventually(t, func() bool { return b.wake.Handed(tok) == len(c.srv) }, 5*time.Second, time.Millisecond)
 				}
 				require.NoError(t, lb.Unlock(t.Context()))
 				settle(a)
 				settle(b)
+				// a's release on a slow node may come after b's unlock and
+				// hand the key over to b's finished round: b releases that
+				// stray handoff when the node announces it.
+				require.Eventually(t, func() bool { return c.keys("k") == 0 }, 5*time.Second, time.Millisecond, "k is free on every node")
+				// An announcement of this cycle that reached b only while its
+				// next waiter's round was out would wake that waiter.
+				drain(t, c, b)
 			}
 
 			stale := protocol.NewToken("") + "|" + protocol.NewToken("") + "|10000|" + b.live
@@ -603,6 +634,7 @@ func TestHandoffCleared(t *testing.T) {
 			require.NoError(t, err)
 			la, err := a.Lock(t.Context(), "k", time.Minute)
 			require.NoError(t, err)
+			settle(a)
 			lc, ec := lockLater(b, "k", 10*time.Second)
 			require.Eventually(t, func() bool {
 				return slices.ContainsFunc(mine(0), func(e string) bool { return e != stale })
