@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/clock"
 )
 
 // recorder is an Observer that keeps every event.
@@ -273,17 +275,29 @@ func TestObserverDo(t *testing.T) {
 	assert.Equal(t, len(rec.dos), slices.Index(ops, OpUnlock)-1, "one Extend event per extension")
 }
 
+// TestObserverDoLost: when the lock is gone from the nodes, Do's next
+// extension finds it not held, and the Do event says so. The watchdog runs
+// on a fake clock: the extension, however slow, decides.
 func TestObserverDoLost(t *testing.T) {
 	c := newCluster(t, 3)
 	rec := &recorder{}
-	cl := c.client(t, &Options{Observer: rec.observer()})
-	err := cl.Do(t.Context(), "job", 100*time.Millisecond, func(ctx context.Context) error {
-		for _, m := range c.srv {
-			m.Del("job") // another client's mistake: the lock is gone
-		}
-		<-ctx.Done()
-		return context.Cause(ctx)
-	})
+	fc := clock.NewFake(time.Unix(1000, 0))
+	cl := c.client(t, &Options{Observer: rec.observer(), Clock: fc})
+	gone, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- cl.Do(t.Context(), "job", doTTL, func(ctx context.Context) error {
+			for _, m := range c.srv {
+				m.Del("job") // another client's mistake: the lock is gone
+			}
+			close(gone)
+			<-ctx.Done()
+			return context.Cause(ctx)
+		})
+	}()
+	<-gone
+	require.Eventually(t, func() bool { return fc.WaitingFor(doTTL / 3) }, 5*time.Second, time.Millisecond, "the watchdog sleeps until the first extension")
+	fc.Advance(doTTL / 3)
+	err := <-done
 	require.ErrorIs(t, err, ErrLockLost)
 	assert.Equal(t, Lost, rec.last(t, OpDo).Outcome)
 	rec.mu.Lock()
