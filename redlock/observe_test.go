@@ -374,25 +374,42 @@ func TestJoinObservers(t *testing.T) {
 }
 
 // TestSlowHookDelaysOnlyItsCaller shows that a hook runs after the round it
-// reports: a hook that takes 100 ms makes TryLock return later, but the
-// round was decided without waiting for it.
+// reports, on the caller's goroutine: while the hook holds on, TryLock has
+// not returned, and yet the event the hook got is complete and the key is
+// held on a quorum of the nodes.
 func TestSlowHookDelaysOnlyItsCaller(t *testing.T) {
 	c := newCluster(t, 3)
 	rec := &recorder{}
 	inner := rec.observer()
 	slow := *inner
+	entered, gate := make(chan Event, 1), make(chan struct{})
 	slow.End = func(ctx context.Context, e Event) {
-		time.Sleep(100 * time.Millisecond)
+		if e.Op == OpTryLock {
+			entered <- e
+			<-gate
+		}
 		inner.End(ctx, e)
 	}
 	cl := c.client(t, &Options{Observer: &slow})
-	start := time.Now()
-	l, err := cl.TryLock(t.Context(), "k", 10*time.Second)
-	require.NoError(t, err)
-	assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond, "the hook ran on the caller's goroutine")
-	e := rec.last(t, OpTryLock)
-	assert.Less(t, e.Rounds[0].Duration, 100*time.Millisecond, "the round did not wait for the hook")
-	assert.Less(t, e.Duration, 100*time.Millisecond, "the event was complete before the hook ran")
+	lc, ec := make(chan *Lock, 1), make(chan error, 1)
+	go func() {
+		l, err := cl.TryLock(t.Context(), "k", 10*time.Second)
+		lc <- l
+		ec <- err
+	}()
+	e := <-entered
+	require.Len(t, e.Rounds, 1)
+	assert.Positive(t, e.Rounds[0].Duration, "the round was over before the hook ran")
+	assert.Positive(t, e.Duration, "the event was complete before the hook ran")
+	assert.GreaterOrEqual(t, c.keys("k"), 2, "the round did not wait for the hook")
+	select {
+	case <-lc:
+		t.Error("TryLock returned while its hook ran: the hook is not on the caller's goroutine")
+	default:
+	}
+	close(gate)
+	l := <-lc
+	require.NoError(t, <-ec)
 	assert.Positive(t, time.Until(l.Until()))
 	require.NoError(t, l.Unlock(t.Context()))
 }
