@@ -40,7 +40,7 @@ func TestTLSNodes(t *testing.T) {
 		return u
 	}
 	t.Run("Open checks the certificate", func(t *testing.T) {
-		c, err := Open(urls(""), nil)
+		c, err := Open(urls(""), tlsOptions())
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 		_, err = c.TryLock(t.Context(), "k", time.Minute)
@@ -48,7 +48,7 @@ func TestTLSNodes(t *testing.T) {
 		assert.Contains(t, fmt.Sprintf("%+v", err), "certificate signed by unknown authority")
 	})
 	t.Run("Open", func(t *testing.T) {
-		c, err := Open(urls("?skip_verify=true"), nil)
+		c, err := Open(urls("?skip_verify=true"), tlsOptions())
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 		lockUnlockOn(t, c, c.owned)
@@ -62,12 +62,16 @@ func TestTLSNodes(t *testing.T) {
 			nodes[i] = redis.NewClient(o)
 			t.Cleanup(func() { _ = nodes[i].Close() })
 		}
-		c, err := New(nodes, nil)
+		c, err := New(nodes, tlsOptions())
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 		lockUnlockOn(t, c, nodes)
 	})
 }
+
+// tlsOptions gives the TLS handshakes, which are slow under the race
+// detector on a loaded machine, time to finish or fail within a call.
+func tlsOptions() *Options { return &Options{NodeTimeout: 2 * time.Second} }
 
 // lockUnlockOn locks and unlocks a key through c, and checks through nodes
 // that the key was on every node while held, and is gone after.
