@@ -15,6 +15,7 @@ import (
 
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
 // lockLater runs cl.Lock(key, ttl) in the background and sends its lock
@@ -268,6 +269,66 @@ func TestHandoffStray(t *testing.T) {
 	}, 5*time.Second, time.Millisecond, "the stray handoff was released")
 }
 
+// TestHandoffStrayLate, on real servers: a handoff that turns stray and
+// whose release comes only after the key is free again (a slow node handed
+// the key over to a round of the Client's last waiter after its Unlock
+// began, and the Unlock released it there first) takes only that hand
+// value off. The entry of the Client's next waiter for the key, already in
+// line on that node, stays, and the node hands the key over to it.
+func TestHandoffStrayLate(t *testing.T) {
+	leakcheck.Check(t)
+	s := redisproc.StartT(t, 3)
+	a, err := Open(s.Addrs, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	b, err := Open(s.Addrs, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	key := b.stored("k")
+	// b is subscribed to k from an earlier wait: its waiter's first round
+	// is its only one.
+	ch := b.wake.On(key)
+	require.Eventually(t, func() bool { return b.wake.Live() && !b.wake.Confirming(key) }, 5*time.Second, time.Millisecond)
+	b.wake.Done(key, ch)
+	raw := make([]*redis.Client, len(s.Addrs))
+	for i, addr := range s.Addrs {
+		raw[i] = redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _ = raw[i].Close() })
+	}
+	mine := func(i int) []string { // b's entries in k's queue on node i
+		all, err := raw[i].ZRange(t.Context(), queueKey("k"), 0, -1).Result()
+		require.NoError(t, err)
+		return slices.DeleteFunc(all, func(e string) bool { return !strings.HasSuffix(e, "|"+b.live) })
+	}
+
+	la, err := a.Lock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	settle(a) // a holds k on every node
+	lc, ec := lockLater(b, "k", 10*time.Second)
+	require.Eventually(t, func() bool { return len(mine(0)) == 1 && len(mine(1)) == 1 && len(mine(2)) == 1 },
+		5*time.Second, time.Millisecond, "b's waiter is in line on every node")
+	entry := mine(0)[0]
+	b.releaseStray(0, protocol.NewToken(""), key) // the late release of a stray handoff
+	assert.Equal(t, []string{entry}, mine(0), "b's waiter kept its place on node 0")
+
+	require.NoError(t, la.Unlock(t.Context()))
+	lb := <-lc
+	require.NoError(t, <-ec)
+	tok, handed := strings.CutPrefix(lb.Token(), protocol.HandPrefix)
+	require.True(t, handed, "b's lock was handed over on the nodes")
+	require.Eventually(t, func() bool { return b.wake.Handed(tok) == len(s.Addrs) }, 5*time.Second, time.Millisecond,
+		"every node handed k over to b's waiter")
+	require.NoError(t, lb.Unlock(t.Context()))
+	settle(a)
+	settle(b)
+	for i, r := range raw {
+		v, err := r.Get(t.Context(), "k").Result()
+		if err == nil {
+			assert.True(t, strings.HasPrefix(v, protocol.TombstonePrefix), "node %d: k left holding %q", i, v)
+		}
+	}
+}
+
 // TestHandoffLostRegistration: when some nodes lost the queue, the release
 // hands the key over on the others and deletes it on those; the waiter,
 // handed over fewer than a quorum, takes the handed keys as its own in a
@@ -482,6 +543,25 @@ func handoffPair(t *testing.T, c *cluster) (a, b *Client) {
 	return a, b
 }
 
+// drain waits until cl has taken in every message that the nodes
+// published to it so far: the handoffs told on its channel (a stray one
+// starts its release) and the announcements of the keys it is subscribed
+// to. A node delivers its messages to a subscriber in order, so drain
+// tells cl, on its channel on every node, of a handoff to a round that cl
+// expects for this alone, and waits until cl counted every node's.
+func drain(t *testing.T, c *cluster, cl *Client) {
+	t.Helper()
+	token := protocol.NewToken("")
+	cl.wake.Expect(token, "drain")
+	defer cl.wake.Forget(token)
+	hand := protocol.HandPrefix + token
+	for _, m := range c.srv {
+		m.Publish(cl.live, fmt.Sprintf("%d:%sdrain", len(hand), hand))
+	}
+	require.Eventually(t, func() bool { return cl.wake.Handed(token) == len(c.srv) }, 5*time.Second, time.Millisecond,
+		"the nodes' messages reached the client")
+}
+
 // TestHandoffCleared: once every node has handed a key over to a waiter's
 // only round (each popping the round's entry), the Client knows that it
 // has no entry left in the key's queue, and its next waiter's first round
@@ -510,6 +590,10 @@ func TestHandoffCleared(t *testing.T) {
 			for cycle := range 2 {
 				la, err := a.Lock(t.Context(), "k", time.Minute)
 				require.NoError(t, err)
+				// Lock returns at a quorum: wait for a's acquire on the
+				// last node, or b's round may get there first and be
+				// granted there instead of joining the queue.
+				settle(a)
 				lc, ec := lockLater(b, "k", 10*time.Second)
 				require.Eventually(t, func() bool {
 					for i := range c.srv {
@@ -530,11 +614,19 @@ func TestHandoffCleared(t *testing.T) {
 				// 2's announcement: either way no node is cleared.)
 				if tok, handed := strings.CutPrefix(lb.Token(), protocol.HandPrefix); cycle == 1 && !lost {
 					require.True(t, handed, "b's lock was handed over on the nodes")
+					require.True(t, lb.held.sole, "b's waiter made one round")
 					require.Eventually(t, func() bool { return b.wake.Handed(tok) == len(c.srv) }, 5*time.Second, time.Millisecond)
 				}
 				require.NoError(t, lb.Unlock(t.Context()))
 				settle(a)
 				settle(b)
+				// a's release on a slow node may come after b's unlock and
+				// hand the key over to b's finished round: b releases that
+				// stray handoff when the node announces it.
+				require.Eventually(t, func() bool { return c.keys("k") == 0 }, 5*time.Second, time.Millisecond, "k is free on every node")
+				// An announcement of this cycle that reached b only while its
+				// next waiter's round was out would wake that waiter.
+				drain(t, c, b)
 			}
 
 			stale := protocol.NewToken("") + "|" + protocol.NewToken("") + "|10000|" + b.live
@@ -542,6 +634,7 @@ func TestHandoffCleared(t *testing.T) {
 			require.NoError(t, err)
 			la, err := a.Lock(t.Context(), "k", time.Minute)
 			require.NoError(t, err)
+			settle(a)
 			lc, ec := lockLater(b, "k", 10*time.Second)
 			require.Eventually(t, func() bool {
 				return slices.ContainsFunc(mine(0), func(e string) bool { return e != stale })

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/clock"
 )
 
 // recorder is an Observer that keeps every event.
@@ -273,17 +275,29 @@ func TestObserverDo(t *testing.T) {
 	assert.Equal(t, len(rec.dos), slices.Index(ops, OpUnlock)-1, "one Extend event per extension")
 }
 
+// TestObserverDoLost: when the lock is gone from the nodes, Do's next
+// extension finds it not held, and the Do event says so. The watchdog runs
+// on a fake clock: the extension, however slow, decides.
 func TestObserverDoLost(t *testing.T) {
 	c := newCluster(t, 3)
 	rec := &recorder{}
-	cl := c.client(t, &Options{Observer: rec.observer()})
-	err := cl.Do(t.Context(), "job", 100*time.Millisecond, func(ctx context.Context) error {
-		for _, m := range c.srv {
-			m.Del("job") // another client's mistake: the lock is gone
-		}
-		<-ctx.Done()
-		return context.Cause(ctx)
-	})
+	fc := clock.NewFake(time.Unix(1000, 0))
+	cl := c.client(t, &Options{Observer: rec.observer(), Clock: fc})
+	gone, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- cl.Do(t.Context(), "job", doTTL, func(ctx context.Context) error {
+			for _, m := range c.srv {
+				m.Del("job") // another client's mistake: the lock is gone
+			}
+			close(gone)
+			<-ctx.Done()
+			return context.Cause(ctx)
+		})
+	}()
+	<-gone
+	require.Eventually(t, func() bool { return fc.WaitingFor(doTTL / 3) }, 5*time.Second, time.Millisecond, "the watchdog sleeps until the first extension")
+	fc.Advance(doTTL / 3)
+	err := <-done
 	require.ErrorIs(t, err, ErrLockLost)
 	assert.Equal(t, Lost, rec.last(t, OpDo).Outcome)
 	rec.mu.Lock()
@@ -360,25 +374,42 @@ func TestJoinObservers(t *testing.T) {
 }
 
 // TestSlowHookDelaysOnlyItsCaller shows that a hook runs after the round it
-// reports: a hook that takes 100 ms makes TryLock return later, but the
-// round was decided without waiting for it.
+// reports, on the caller's goroutine: while the hook holds on, TryLock has
+// not returned, and yet the event the hook got is complete and the key is
+// held on a quorum of the nodes.
 func TestSlowHookDelaysOnlyItsCaller(t *testing.T) {
 	c := newCluster(t, 3)
 	rec := &recorder{}
 	inner := rec.observer()
 	slow := *inner
+	entered, gate := make(chan Event, 1), make(chan struct{})
 	slow.End = func(ctx context.Context, e Event) {
-		time.Sleep(100 * time.Millisecond)
+		if e.Op == OpTryLock {
+			entered <- e
+			<-gate
+		}
 		inner.End(ctx, e)
 	}
 	cl := c.client(t, &Options{Observer: &slow})
-	start := time.Now()
-	l, err := cl.TryLock(t.Context(), "k", 10*time.Second)
-	require.NoError(t, err)
-	assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond, "the hook ran on the caller's goroutine")
-	e := rec.last(t, OpTryLock)
-	assert.Less(t, e.Rounds[0].Duration, 100*time.Millisecond, "the round did not wait for the hook")
-	assert.Less(t, e.Duration, 100*time.Millisecond, "the event was complete before the hook ran")
+	lc, ec := make(chan *Lock, 1), make(chan error, 1)
+	go func() {
+		l, err := cl.TryLock(t.Context(), "k", 10*time.Second)
+		lc <- l
+		ec <- err
+	}()
+	e := <-entered
+	require.Len(t, e.Rounds, 1)
+	assert.Positive(t, e.Rounds[0].Duration, "the round was over before the hook ran")
+	assert.Positive(t, e.Duration, "the event was complete before the hook ran")
+	assert.GreaterOrEqual(t, c.keys("k"), 2, "the round did not wait for the hook")
+	select {
+	case <-lc:
+		t.Error("TryLock returned while its hook ran: the hook is not on the caller's goroutine")
+	default:
+	}
+	close(gate)
+	l := <-lc
+	require.NoError(t, <-ec)
 	assert.Positive(t, time.Until(l.Until()))
 	require.NoError(t, l.Unlock(t.Context()))
 }

@@ -410,11 +410,13 @@ func TestExtendAfterValidityRanOut(t *testing.T) {
 func TestStaleUnlockLeavesNewHolder(t *testing.T) {
 	c := newCluster(t, 5)
 	a, b := c.client(t, nil), c.client(t, nil)
-	la, err := a.TryLock(t.Context(), "k", 50*time.Millisecond)
+	// A TTL that no round under load outlasts: the nodes' clocks move on
+	// instead, and a's Unlock finds its lock still valid and asks them.
+	la, err := a.TryLock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
 	c.waitHolders(t, "k", la.Token(), 5)
 	for _, m := range c.srv {
-		m.FastForward(time.Second) // a's keys expire
+		m.FastForward(2 * time.Minute) // a's keys expire
 	}
 	lb, err := b.TryLock(t.Context(), "k", 10*time.Second)
 	require.NoError(t, err)

@@ -119,12 +119,15 @@ func (c *Client) leaveHandoff(key, token string, ttl time.Duration) {
 // it over to the round with token, which no waiter of this Client expects
 // any more (see wake.Waker.SetStray): the round obtained the lock, or gave
 // up, while its entry was still in the node's queue. The release hands the
-// key on to the next in line. It runs also while the Client closes (the
+// key on to the next in line. It takes off only that hand value: the
+// handoff popped the round's entry, and an entry of the Client's that is
+// left belongs to its current waiter for the key, which this release may
+// reach after the key was freed. It runs also while the Client closes (the
 // Waker's Close waits for it, before the node clients close): the nodes
 // may announce such handoffs until Close has unsubscribed the Client's
 // channel (see wake.Waker.Close).
 func (c *Client) releaseStray(i int, token, key string) {
-	cmd := c.proto.ReleaseOwn(key, token)
+	cmd := c.proto.Release([]string{key}, protocol.HandPrefix+token, 0, true)
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
 	defer cancel()
 	_ = c.nodes[i].Release(ctx, cmd, c.cfg.nodeTimeout, key)

@@ -160,8 +160,7 @@ func (p *Protocol) Release(keys []string, token string, ttl time.Duration, annou
 // ReleaseOwn returns the announced release, on key (as stored), of what a
 // handoff may have given the round with token of this client's waiter,
 // taking the client's entries off the key's queue (see release.lua): for a
-// waiter that leaves, and for a handoff that no waiter expects. It leaves
-// no tombstone. Without handoffs it is nil.
+// waiter that leaves. It leaves no tombstone. Without handoffs it is nil.
 func (p *Protocol) ReleaseOwn(key, token string) Cmd {
 	if p.live == nil {
 		return nil

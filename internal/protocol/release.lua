@@ -40,15 +40,16 @@
 -- handed over only when this node may grant: with the restart guard on,
 -- the node's state must be established (otherwise the waiter is named).
 -- ARGV[3] (optional; on the nodes where the lock's acquire was refused
--- but joined the queue, for a waiter that leaves, and for a handoff that
--- no waiter expects) is the channel of the releasing client (see
--- acquire.lua): where KEYS[1] does not hold the lock, its entries leave
--- the queue first (it has one waiter per key at a time, and that one is
--- done), and a key handed over to it, "@HAND@" .. ARGV[1], is released
--- like one that holds it. So an unlock also releases what a release
--- handed over to the entry that its round left on the nodes that refused
--- it, and a waiter that gives up releases what may have been handed over
--- to its rounds.
+-- but joined the queue, and for a waiter that leaves) is the channel of
+-- the releasing client (see acquire.lua): where KEYS[1] does not hold
+-- the lock, its entries leave the queue first (it has one waiter per key
+-- at a time, and that one is done), and a key handed over to it,
+-- "@HAND@" .. ARGV[1], is released like one that holds it. So an unlock
+-- also releases what a release handed over to the entry that its round
+-- left on the nodes that refused it, and a waiter that gives up releases
+-- what may have been handed over to its rounds. A handoff that no waiter
+-- expects is released without ARGV[3], with the hand value as ARGV[1]:
+-- the client's entries then stay, for its current waiter.
 local waited = '@WAITED@'
 local first, firstMarked -- the value of KEYS[1] without its mark, once read
 if not ARGV[3] then
