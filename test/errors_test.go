@@ -2,7 +2,6 @@ package test
 
 import (
 	"context"
-	"errors"
 	"net"
 	"testing"
 	"time"
@@ -180,20 +179,62 @@ func TestUnfixableEndsLock(t *testing.T) {
 }
 
 // TestUnknownHostEndsLock: a majority of host names that do not exist (a
-// mistyped address) end Lock at once, naming the DNS error.
+// mistyped address) end Lock at once, naming the DNS error. The names are
+// looked up through a DNS server of the test's own that answers NXDOMAIN,
+// so that the test does not depend on the machine's resolver.
 func TestUnknownHostEndsLock(t *testing.T) {
 	leakcheck.Check(t)
-	var dns *net.DNSError
-	if _, err := net.DefaultResolver.LookupHost(t.Context(), "redis-a.invalid"); !errors.As(err, &dns) || !dns.IsNotFound {
-		t.Skipf("this machine's resolver does not answer that a name does not exist: %v", err)
-	}
 	addrs, _ := five(t)
-	hosts := append([]string{"redis-a.invalid:6379", "redis-b.invalid:6379", "redis-c.invalid:6379"}, addrs[:2]...)
-	c := open(t, hosts, &redlock.Options{MaxWait: 5 * time.Second})
-	_, err := c.Lock(t.Context(), "k", time.Second)
+	resolver := nxdomainResolver(t)
+	var nodes []redis.UniversalClient
+	for _, a := range append([]string{"redis-a.invalid:6379", "redis-b.invalid:6379", "redis-c.invalid:6379"}, addrs[:2]...) {
+		d := &net.Dialer{Timeout: time.Second, Resolver: resolver}
+		n := redis.NewClient(&redis.Options{Addr: a, Dialer: d.DialContext})
+		t.Cleanup(func() { _ = n.Close() })
+		nodes = append(nodes, n)
+	}
+	c, err := redlock.New(nodes, &redlock.Options{MaxWait: 5 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	_, err = c.Lock(t.Context(), "k", time.Second)
 	require.Error(t, err)
 	assert.Regexp(t, `^redlock: lock "k": not obtained \(0 of 5 nodes, 3 needed\): 3 nodes failed with an error no retry fixes, such as: dial tcp: lookup redis-[abc]\.invalid.*no such host`, err.Error())
 	assert.NotContains(t, err.Error(), "gave up", "Lock ends at once, not after MaxWait")
+	var dns *net.DNSError
 	require.ErrorAs(t, err, &dns)
 	assert.True(t, dns.IsNotFound)
+}
+
+// nxdomainResolver returns a resolver whose every query goes to a DNS
+// server on 127.0.0.1 that answers that the name does not exist.
+func nxdomainResolver(t *testing.T) *net.Resolver {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pc.Close() })
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if n < 12 {
+				continue
+			}
+			// The query's header and question, as a response: QR, the
+			// query's opcode and RD, RA, and RCODE 3 (NXDOMAIN); no
+			// answer, authority or additional records.
+			resp := append([]byte(nil), buf[:n]...)
+			resp[2] = 0x80 | resp[2]&0x79
+			resp[3] = 0x83
+			clear(resp[6:12])
+			_, _ = pc.WriteTo(resp, from)
+		}
+	}()
+	server := pc.LocalAddr().String()
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "udp", server)
+	}}
 }
