@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -188,9 +187,16 @@ func (e *Error) mainCause() string {
 // nodeCause names what the nodes' outcomes tell against the operation, or
 // returns "" when they tell nothing.
 func (e *Error) nodeCause() string {
-	var taken, notOurs, guarded, failed, fixed, fence int
+	hopeless := len(e.Nodes) - e.Quorum // more nodes out make a quorum impossible
+	switch fixed, fence, firstFixed := lasting(e.Nodes); {
+	case fixed > 0 && fixed > hopeless:
+		return fmt.Sprintf("%d %s failed with an error no retry fixes, such as: %s", fixed, nodes(fixed), shorten(firstFixed.Error(), 80))
+	case fence > 0 && fence > hopeless:
+		return fmt.Sprintf(`fence counter unknown on %d %s (they lost their data); run "redlock guard fence" to repair`, fence, nodes(fence))
+	}
+	var taken, notOurs, guarded, failed int
 	var left time.Duration
-	var firstFailure, firstFixed error
+	var firstFailure error
 	for _, n := range e.Nodes {
 		var g *guardError
 		switch {
@@ -207,26 +213,14 @@ func (e *Error) nodeCause() string {
 			}
 			guarded++
 		case errors.Is(n.Err, ErrFenceUnknown):
-			fence++
 		default:
-			if unfixable(n.Err) {
-				if fixed == 0 {
-					firstFixed = n.Err
-				}
-				fixed++
-			}
 			if failed == 0 {
 				firstFailure = n.Err
 			}
 			failed++
 		}
 	}
-	hopeless := len(e.Nodes) - e.Quorum // more nodes out make a quorum impossible
 	switch {
-	case fixed > 0 && fixed > hopeless:
-		return fmt.Sprintf("%d %s failed with an error no retry fixes, such as: %s", fixed, nodes(fixed), shorten(firstFixed.Error(), 80))
-	case fence > 0 && fence > hopeless:
-		return fmt.Sprintf(`fence counter unknown on %d %s (they lost their data); run "redlock guard fence" to repair`, fence, nodes(fence))
 	case taken > 0:
 		return fmt.Sprintf("held by another owner on %d %s", taken, nodes(taken))
 	case notOurs > 0:
@@ -237,6 +231,24 @@ func (e *Error) nodeCause() string {
 		return fmt.Sprintf("%d %s failed, such as: %s", failed, nodes(failed), shorten(firstFailure.Error(), 80))
 	}
 	return ""
+}
+
+// lasting counts the nodes whose outcome no later round changes: errors
+// that no retry fixes (the first of them is first), and unknown fence
+// counters.
+func lasting(ns []NodeResult) (fixed, fence int, first error) {
+	for _, n := range ns {
+		switch {
+		case unfixable(n.Err):
+			if fixed == 0 {
+				first = n.Err
+			}
+			fixed++
+		case errors.Is(n.Err, ErrFenceUnknown):
+			fence++
+		}
+	}
+	return fixed, fence, first
 }
 
 // unfixable reports whether err, a node's outcome, is one that no retry
@@ -257,9 +269,7 @@ func unfixable(err error) bool {
 // nodes that had not answered at the decision (within the round's node
 // timeout), and records them in e, where errors.Is and errors.As find them.
 func (e *Error) final() bool {
-	if e.round == nil || !slices.ContainsFunc(e.Nodes, func(n NodeResult) bool {
-		return unfixable(n.Err) || errors.Is(n.Err, ErrFenceUnknown)
-	}) {
+	if fixed, fence, _ := lasting(e.Nodes); e.round == nil || fixed+fence == 0 {
 		return false
 	}
 	for i := range e.Nodes {
@@ -271,16 +281,22 @@ func (e *Error) final() bool {
 		}
 	}
 	hopeless := len(e.Nodes) - e.Quorum
-	fixed, fence := 0, 0
-	for _, n := range e.Nodes {
-		switch {
-		case unfixable(n.Err):
-			fixed++
-		case errors.Is(n.Err, ErrFenceUnknown):
-			fence++
-		}
-	}
+	fixed, fence, _ := lasting(e.Nodes)
 	return fixed > hopeless || fence > hopeless
+}
+
+// ctxEnded returns ctx's error, or context.DeadlineExceeded once ctx's
+// deadline has passed although its timer has not fired yet: a node call
+// bounded by that deadline can time out at the socket first, and its
+// timeout is then the context's, not the node's.
+func ctxEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // isContextErr reports whether err is a context's error, or a socket

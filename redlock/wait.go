@@ -86,7 +86,7 @@ func (w *waiter) next(last *Error, hint time.Duration) (queue.Handover, error) {
 		}
 		return h, err
 	}
-	if err := w.ctx.Err(); err != nil {
+	if err := ctxEnded(w.ctx); err != nil {
 		// The context ended during the round, perhaps after its decision.
 		last.ctx = err
 		return queue.Handover{}, last
