@@ -120,7 +120,7 @@ func newClient(given []redis.UniversalClient, cfg config) (*Client, error) {
 		return nil, err
 	}
 	c.queue = queue.New(cfg.clock)
-	if !cfg.fencing && !c.sharded && !cfg.noHandoff {
+	if (cfg.waiting == WaitDefault || cfg.waiting == WaitHandoff) && !cfg.fencing && !c.sharded {
 		// A fenced lock needs its round's fence, and a Cluster or a Ring
 		// node no script that reaches the node's state: their waiters are
 		// only named (see waiter.join).
@@ -147,6 +147,9 @@ func (c *Client) checkKinds() error {
 	}
 	c.sharded = sharded > 0
 	n, cfg := len(c.nodes), c.cfg
+	if c.sharded && cfg.waiting == WaitHandoff {
+		return fmt.Errorf("redlock: Options.Waiting %v needs plain nodes, and %d of the %d nodes are a Redis Cluster or Ring (use WaitInLine)", cfg.waiting, sharded, n)
+	}
 	if cfg.guard > 0 && n-clusters < cfg.quorum {
 		cfg.log.Warn("redlock: a quorum of the nodes are Redis Clusters, whose restart guard is per hash slot: the first lock on a slot that this deployment has not used yet waits Options.RestartGuard (only a new Client's first slot is taken at once); give lock keys few hash tags, such as {locks}:order:42",
 			"clusters", clusters, "nodes", n, "restart_guard", cfg.guard)

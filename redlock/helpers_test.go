@@ -29,6 +29,9 @@ type cluster struct {
 	fresh bool // client does not establish the nodes' state: they start as a new deployment
 	// tune, when set, changes the tunables of the clients made by client.
 	tune func(*tunables)
+	// waiting, when set, is the Options.Waiting of the clients made by
+	// client.
+	waiting Waiting
 }
 
 // establish gives every running node that has no state yet the state of a
@@ -77,6 +80,9 @@ func (c *cluster) client(t *testing.T, opts *Options) *Client {
 		opts.NodeTimeout = 2 * time.Second
 	}
 	opts.NodeClientsAsGiven = true // through the fault hooks
+	if opts.Waiting == WaitDefault {
+		opts.Waiting = c.waiting
+	}
 	cl, err := newTuned(c.nodes, opts, c.tune)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cl.Close() })
@@ -96,6 +102,9 @@ func (c *cluster) hookedClient(t *testing.T, hook redis.Hook, opts *Options) *Cl
 		nodes = append(nodes, n)
 	}
 	opts.NodeClientsAsGiven = true
+	if opts.Waiting == WaitDefault {
+		opts.Waiting = c.waiting
+	}
 	cl, err := newTuned(nodes, opts, c.tune)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cl.Close() })

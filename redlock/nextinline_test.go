@@ -97,7 +97,7 @@ func lockAsync(cl *Client, key string, timeout time.Duration) <-chan error {
 func TestNextInLine(t *testing.T) {
 	leakcheck.Check(t)
 	c := newCluster(t, 3)
-	c.tune = func(tn *tunables) { tn.noHandoff = true }
+	c.waiting = WaitInLine
 	a := c.client(t, nil)
 	b := c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
 	la, err := a.Lock(t.Context(), "k", time.Minute)
@@ -201,7 +201,8 @@ func TestYieldToNamed(t *testing.T) {
 	// The grace that a yielding first round gives the named waiter once it
 	// is announced is one second here (1 ms in production), so that b's
 	// slow round always makes it.
-	c.tune = func(tn *tunables) { tn.yieldWindow, tn.graceFloor, tn.noHandoff = 2*time.Second, time.Second, true }
+	c.tune = func(tn *tunables) { tn.yieldWindow, tn.graceFloor = 2*time.Second, time.Second }
+	c.waiting = WaitInLine
 	slow := &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute}
 	holder, a := c.client(t, nil), c.client(t, slow)
 	// b's scripts take 30 ms longer, so that a, locking again at once,

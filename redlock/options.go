@@ -134,6 +134,10 @@ type Options struct {
 	// github.com/redquorum/redquorum/contrib/otel turn them into metrics
 	// and traces. Nil costs nothing.
 	Observer *Observer
+
+	// Waiting is how Lock waits while the keys are taken; the zero value is
+	// WaitDefault. See [Waiting].
+	Waiting Waiting
 }
 
 // config is Options validated and with defaults filled in.
@@ -151,6 +155,7 @@ type config struct {
 	owner              string
 	observer           *Observer
 	asGiven            bool // Options.NodeClientsAsGiven
+	waiting            Waiting
 	tunables
 }
 
@@ -185,9 +190,6 @@ type tunables struct {
 	// another client a Lock's first round lets that waiter go first (see
 	// waiter.yield).
 	yieldWindow time.Duration
-	// noHandoff keeps waiters from joining queues for a handoff on the
-	// node: they are only named, as a Client's with fencing are.
-	noHandoff bool
 	// noTopUp keeps a lock that a handoff gave from being acquired on the
 	// nodes that did not hand it over (see Client.topUp): for tests.
 	noTopUp bool
@@ -232,6 +234,9 @@ func (o *Options) config(n int) (config, error) {
 		return c, fmt.Errorf("redlock: Options.DriftFactor %v is outside [0, 0.5)", o.DriftFactor)
 	}
 	if err := c.durations(); err != nil {
+		return c, err
+	}
+	if err := c.checkWaiting(o.Waiting); err != nil {
 		return c, err
 	}
 	c.handoffGrace = c.nodeTimeout
@@ -315,7 +320,7 @@ func (c *config) setOwner(owner string) error {
 // nodeConfig returns what the nodes of a Client with c share.
 func (c *config) nodeConfig(closing <-chan struct{}) *node.Config {
 	return &node.Config{
-		Prefix: c.prefix, Protocol: protocol.New(c.guard, c.fencing).WithQueues(c.prefix), Clock: c.clock, Log: c.log,
+		Prefix: c.prefix, Protocol: c.protocol(), Clock: c.clock, Log: c.log,
 		Tags: new(hashslot.Tags), Closing: closing,
 		BatchWindow: c.batchWindow, RedeliveryLimit: c.redeliveryLimit,
 		RedeliverFirst: c.redeliverFirst, RedeliverMax: c.redeliverMax,
@@ -323,4 +328,14 @@ func (c *config) nodeConfig(closing <-chan struct{}) *node.Config {
 		// the node timeout should still get its releases.
 		RedeliverTimeout: max(4*c.nodeTimeout, 500*time.Millisecond),
 	}
+}
+
+// protocol returns the commands of a Client with c: with queues of waiters
+// on the nodes unless it waits with WaitBackoff.
+func (c *config) protocol() *protocol.Protocol {
+	p := protocol.New(c.guard, c.fencing)
+	if c.waiting != WaitBackoff {
+		p.WithQueues(c.prefix)
+	}
+	return p
 }

@@ -567,6 +567,8 @@ func TestNewValidation(t *testing.T) {
 		{"same address", []redis.UniversalClient{c.nodes[0], c.nodes[1], dup}, nil, "nodes[2] and nodes[0] both address " + c.srv[0].Addr()},
 		{"minority quorum", c.nodes, &Options{Quorum: 1}, "Options.Quorum 1 is not a majority of 3 nodes: want 2 to 3"},
 		{"quorum above N", c.nodes, &Options{Quorum: 4}, "Options.Quorum 4 is not a majority"},
+		{"unknown waiting", c.nodes, &Options{Waiting: 7}, "Options.Waiting Waiting(7) is not one of"},
+		{"handoff with fencing", c.nodes, &Options{Waiting: WaitHandoff, Fencing: true}, "Options.Waiting WaitHandoff needs the lock that a release hands over to carry no fence"},
 		{"negative quorum", c.nodes, &Options{Quorum: -1}, "Options.Quorum -1"},
 		{"negative drift", c.nodes, &Options{DriftFactor: -0.1}, "Options.DriftFactor -0.1 is outside [0, 0.5)"},
 		{"drift too large", c.nodes, &Options{DriftFactor: 0.5}, "Options.DriftFactor 0.5"},
