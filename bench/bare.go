@@ -68,7 +68,7 @@ func bareImplTimeout(name string, kind bareKind, timeout time.Duration) loadtest
 				return nil, nil, err
 			}
 		}
-		b := &bare{nodes: nodes, workers: quorum.NewWorkers(), kind: kind, proto: protocol.New(redlock.DefaultRestartGuard, false), timeout: timeout}
+		b := &bare{nodes: nodes, workers: quorum.NewWorkers(), kind: kind, proto: protocol.New(redlock.DefaultRestartGuard, false, protocol.Handoff, ""), timeout: timeout}
 		return b, func() { b.workers.Close(); closeNodes() }, nil
 	}}
 }
@@ -111,7 +111,7 @@ func (b *bare) Lock(ctx context.Context, key string, ttl time.Duration) (loadtes
 	case bareScripts:
 		token := retry.Token()
 		acquire = b.proto.AcquireCmd(protocol.Acquire{Keys: []string{key, protocol.StateKey}, Token: token, TTL: ttl})
-		release = b.proto.Release([]string{key}, token, ttl, true)
+		release = b.proto.Release(protocol.Release{Keys: []string{key}, Token: token, TTL: ttl, Announce: true})
 	case bareMin:
 		token := retry.Token()
 		acquire = []any{"evalsha", minAcquire.Hash(), 2, key, protocol.StateKey, token, ttl.Milliseconds()}
@@ -119,7 +119,7 @@ func (b *bare) Lock(ctx context.Context, key string, ttl time.Duration) (loadtes
 	case barePipe:
 		token := retry.Token()
 		acquire = []any{"pipe", key, token, ttl.Milliseconds()}
-		release = b.proto.Release([]string{key}, token, ttl, true)
+		release = b.proto.Release(protocol.Release{Keys: []string{key}, Token: token, TTL: ttl, Announce: true})
 	}
 	if err := b.round(ctx, acquire, 0); err != nil {
 		return nil, err

@@ -231,7 +231,7 @@ func joinInstructions(ctx context.Context, dir string, n int, first, cleared boo
 		ps := make([]*protocol.Protocol, waiters)
 		ids, prev, entries := make([]string, waiters), make([]string, waiters), make([]string, waiters)
 		for w := range ps {
-			ps[w] = protocol.New(redlock.DefaultRestartGuard, false).WithQueues("").WithLive(protocol.LiveChannel + strconv.Itoa(w))
+			ps[w] = protocol.New(redlock.DefaultRestartGuard, false, protocol.Handoff, "").WithLive(protocol.LiveChannel + strconv.Itoa(w))
 			ids[w] = protocol.NewToken("bench") // a waiter's id is as long as its rounds' tokens
 		}
 		return func(_ string, i int) error {
@@ -239,14 +239,17 @@ func joinInstructions(ctx context.Context, dir string, n int, first, cleared boo
 			live := protocol.LiveChannel + strconv.Itoa(w)
 			token := protocol.NewToken("bench")
 			a := protocol.Acquire{Keys: []string{"hot", protocol.StateKey}, Token: token, TTL: 10 * time.Second,
-				Place: ids[w], Ticket: int64(w), Live: live, PrevToken: prev[w], Queued: true}
+				Join: protocol.Join{Place: ids[w], Ticket: int64(w), Live: live, Prev: prev[w], Entries: protocol.MayHave}}
 			if first {
 				if entries[w] != "" {
 					if err := c.ZRem(ctx, protocol.QueuePrefix+"hot", entries[w]).Err(); err != nil {
 						return err
 					}
 				}
-				a.Place, a.PrevToken, a.Queued, a.Cleared = token, "", !cleared, cleared
+				a.Join.Place, a.Join.Prev, a.Join.Entries = token, "", protocol.MayHave
+				if cleared {
+					a.Join.Entries = protocol.Cleared
+				}
 				entries[w] = token + "|" + token + "|10000|" + live
 			}
 			r, err := ps[w].Run(ctx, c, ps[w].AcquireCmd(a))
@@ -274,7 +277,7 @@ func handoffInstructions(ctx context.Context, dir string, n int) (float64, error
 		if _, err := sub.Receive(ctx); err != nil {
 			return nil, nil, err
 		}
-		p := protocol.New(redlock.DefaultRestartGuard, false).WithQueues("")
+		p := protocol.New(redlock.DefaultRestartGuard, false, protocol.Handoff, "")
 		id, token := protocol.NewToken("bench"), protocol.NewToken("bench")
 		entry := id + "|" + token + "|10000|" + live
 		return func(string, int) error {
@@ -284,7 +287,7 @@ func handoffInstructions(ctx context.Context, dir string, n int) (float64, error
 			if err := c.ZAdd(ctx, protocol.QueuePrefix+"hot", redis.Z{Score: 1, Member: entry}).Err(); err != nil {
 				return err
 			}
-			v, err := p.RunInt(ctx, c, p.Release([]string{"hot"}, "holder", 10*time.Second, true))
+			v, err := p.RunInt(ctx, c, p.Release(protocol.Release{Keys: []string{"hot"}, Token: "holder", TTL: 10 * time.Second, Announce: true}))
 			if err == nil && (v != 1 || c.Get(ctx, "hot").Val() != protocol.WaitedPrefix+protocol.HandPrefix+token) {
 				err = fmt.Errorf("release: %d, key %q: not handed over", v, c.Get(ctx, "hot").Val())
 			}

@@ -19,22 +19,55 @@ const (
 
 var errNotSent = node.ErrNotSent
 
-// testScripts are the node scripts as go-redis Scripts, for tests that run
-// one with arguments of their own or recognise its commands by SHA.
-type testScripts struct{ Acquire, Release, Extend, Fence, Check *redis.Script }
+// testScript is a node script as a go-redis Script: the one of a Client
+// with the default options, for tests that run it with arguments of their
+// own. Is recognises the commands of every Client's variant of it (each
+// waiting strategy, fenced or not).
+type testScript struct {
+	*redis.Script
+	variants map[any]bool // SHA
+}
+
+// Is reports whether sha is the SHA of a variant of s.
+func (s testScript) Is(sha any) bool { return s.variants[sha] }
+
+// testScripts are the node scripts (see testScript).
+type testScripts struct{ Acquire, Release, Extend, Fence, Check testScript }
 
 // checkSource is the connection check's Lua source as sent.
-var _, _, _, _, checkSource = protocol.New(0, false).Sources()
+var _, _, _, _, checkSource = protocol.New(0, false, protocol.Kernel, "").Sources()
 
 var scripts = func() testScripts {
-	a, r, e, f, c := protocol.New(0, false).Sources()
-	return testScripts{redis.NewScript(a), redis.NewScript(r), redis.NewScript(e), redis.NewScript(f), redis.NewScript(c)}
+	var all [5]testScript
+	for _, fenced := range []bool{true, false} {
+		for s := protocol.Kernel; s <= protocol.Handoff; s++ {
+			a, r, e, f, c := protocol.New(0, fenced, s, "").Sources()
+			for i, src := range []string{a, r, e, f, c} {
+				sc := redis.NewScript(src)
+				if all[i].variants == nil {
+					all[i].variants = map[any]bool{}
+				}
+				if s == protocol.Handoff && !fenced {
+					all[i].Script = sc
+				}
+				all[i].variants[sc.Hash()] = true
+			}
+		}
+	}
+	return testScripts{all[0], all[1], all[2], all[3], all[4]}
 }()
+
+// kernelAcquire is the acquire script without a waiting strategy, fenced
+// or not: ARGV token, ttl, guard, establish, over.
+func kernelAcquire(fenced bool) *redis.Script {
+	a, _, _, _, _ := protocol.New(0, fenced, protocol.Kernel, "").Sources()
+	return redis.NewScript(a)
+}
 
 // runScript sends args, a script command, to node by SHA, loading the
 // script if the node lacks it.
 func runScript(ctx context.Context, node protocol.Processor, args []any) (any, error) {
-	return protocol.New(0, false).Run(ctx, node, args)
+	return protocol.New(0, false, protocol.Handoff, "").Run(ctx, node, args)
 }
 
 // newTuned is New with tune applied to the Client's tunables.

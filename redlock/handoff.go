@@ -21,8 +21,7 @@ import (
 func (c *Client) handedRound(keys []string, ttl time.Duration, token string, start, until time.Time, j join) *round {
 	r, replies := alloc.WithSlice[round, protocol.AcquireReply](len(c.nodes))
 	r.c, r.keys, r.replies = c, keys, replies
-	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl,
-		Place: j.place, Ticket: j.ticket, Live: j.live, PrevToken: j.prev, Queued: j.queued}
+	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Join: j.protocol()}
 	r.cmd = c.proto.AcquireCmd(r.acq) // for topUp; the release shares its values
 	r.start, r.until = start, until
 	r.decide()

@@ -55,10 +55,10 @@ func nodeErrs(t *testing.T, err error) []error {
 }
 
 // isScript selects the EVALSHA commands of script s.
-func isScript(s *redis.Script) func(redis.Cmder) bool {
+func isScript(s testScript) func(redis.Cmder) bool {
 	return func(cmd redis.Cmder) bool {
 		a := cmd.Args()
-		return len(a) > 1 && a[1] == s.Hash()
+		return len(a) > 1 && s.Is(a[1])
 	}
 }
 
@@ -308,8 +308,10 @@ func TestRestartDuringBootstrap(t *testing.T) {
 	c.fresh = true
 	cl := c.client(t, nil)
 	c.hooks[2].selectCmds(func(cmd redis.Cmder) bool {
-		a := cmd.Args() // evalsha sha 2 key state token ttl guard ticket place fenced establish ...
-		return len(a) >= 12 && a[1] == scripts.Acquire.Hash() && a[11] != ""
+		// evalsha sha 2 key state token ttl guard, the handoff strategy's
+		// five, establish: the round that ends the guards.
+		a := cmd.Args()
+		return len(a) >= 14 && scripts.Acquire.Is(a[1]) && a[13] != ""
 	})
 	c.hooks[2].set(func() { c.srv[2].FlushAll() }, nil)
 	l, err := cl.TryLock(t.Context(), "k", time.Second)
@@ -356,7 +358,7 @@ func TestGuardScript(t *testing.T) {
 	m.SetTime(now)
 	run := func(token, establish, fence string) any {
 		t.Helper()
-		v, err := scripts.Acquire.Run(ctx, n, []string{"k", reservedKey}, token, 1000, 60_000, "", "", fence, establish).Result()
+		v, err := kernelAcquire(fence == "1").Run(ctx, n, []string{"k", reservedKey}, token, 1000, 60_000, establish).Result()
 		require.NoError(t, err)
 		return v
 	}
@@ -384,7 +386,7 @@ func TestGuardScript(t *testing.T) {
 
 	// With the guard off, the script ignores the state.
 	m.FlushAll()
-	v, err := scripts.Acquire.Run(ctx, n, []string{"k", reservedKey}, "t7", 1000, 0, "", "", "1").Result()
+	v, err := kernelAcquire(true).Run(ctx, n, []string{"k", reservedKey}, "t7", 1000, 0).Result()
 	require.NoError(t, err)
 	assert.Equal(t, []any{int64(0), int64(0)}, v)
 	assert.False(t, m.Exists(reservedKey))

@@ -333,9 +333,12 @@ func (c *config) nodeConfig(closing <-chan struct{}) *node.Config {
 // protocol returns the commands of a Client with c: with queues of waiters
 // on the nodes unless it waits with WaitBackoff.
 func (c *config) protocol() *protocol.Protocol {
-	p := protocol.New(c.guard, c.fencing)
-	if c.waiting != WaitBackoff {
-		p.WithQueues(c.prefix)
+	s := protocol.Handoff
+	switch {
+	case c.waiting == WaitBackoff:
+		s = protocol.Announce
+	case c.waiting == WaitInLine || c.fencing:
+		s = protocol.InLine
 	}
-	return p
+	return protocol.New(c.guard, c.fencing, s, c.prefix)
 }

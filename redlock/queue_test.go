@@ -161,9 +161,10 @@ func waitQueued(t *testing.T, cl *Client, key string, n int) {
 // many of them were unlocks (announced) rather than clean-ups.
 func releasesOf(c *cluster, i int, token string) (all, unlocks int) {
 	for _, cmd := range c.hooks[i].commands() {
-		if strings.Contains(cmd, scripts.Release.Hash()) && strings.Contains(cmd, " "+token+" ") {
+		sha, _, _ := strings.Cut(strings.TrimPrefix(cmd, "[evalsha "), " ")
+		if at := strings.Index(cmd, " "+token+" "); scripts.Release.Is(sha) && at >= 0 {
 			all++
-			if strings.Contains(cmd, " "+token+" 1|") { // announced
+			if strings.Contains(cmd[at:], reservedKey) { // announced: the state key follows the token
 				unlocks++
 			}
 		}

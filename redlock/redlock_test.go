@@ -224,14 +224,14 @@ func runAcquire(ctx context.Context, n redis.UniversalClient, key, token string,
 }
 
 // TestAcquireTakesOverOnlyPrev: the acquire script counts a key as free when
-// it holds the handed-over token (ARGV[8]), and only then: another token,
+// it holds the token of the lock it takes over (Acquire.Over), and only then: another token,
 // and an empty value with no token handed over, still refuse.
 func TestAcquireTakesOverOnlyPrev(t *testing.T) {
 	c := newCluster(t, 1)
 	c.establish("")
 	n, m := c.nodes[0], c.srv[0]
 	acquire := func(key, prev string) any {
-		v, err := scripts.Acquire.Run(t.Context(), n, []string{key, reservedKey}, "new", 10000, DefaultRestartGuard.Milliseconds(), "", "", "", "", prev).Result()
+		v, err := kernelAcquire(false).Run(t.Context(), n, []string{key, reservedKey}, "new", 10000, DefaultRestartGuard.Milliseconds(), "", prev).Result()
 		require.NoError(t, err)
 		return v
 	}
@@ -269,7 +269,7 @@ func TestTombstone(t *testing.T) {
 	c.establish("")
 	n, m := c.nodes[0], c.srv[0]
 	release := func(token string) {
-		_, err := scripts.Release.Run(t.Context(), n, []string{"k"}, token, "0|2000").Result()
+		_, err := scripts.Release.Run(t.Context(), n, []string{"k"}, token, 2000).Result()
 		require.NoError(t, err)
 	}
 	release("late")

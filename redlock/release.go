@@ -22,9 +22,9 @@ func (c *Client) release(ctx context.Context, r *round, announce bool, lat []tim
 	// against a late SET of this token (release.lua).
 	var cmd protocol.Cmd
 	if r.cmd != nil {
-		cmd = c.proto.ReleaseAfter(r.cmd, announce) // shares the acquire's boxed keys, token and ttl
+		cmd = c.proto.ReleaseAfter(r.cmd, protocol.Release{Announce: announce}) // shares the acquire's boxed keys, token and ttl
 	} else {
-		cmd = c.proto.Release(r.storedKeys(), r.acq.Token, r.acq.TTL, announce)
+		cmd = c.proto.Release(protocol.Release{Keys: r.storedKeys(), Token: r.acq.Token, TTL: r.acq.TTL, Announce: announce})
 	}
 	h := r.handover()
 	h.Joined = h.Joined && announce // a failed round's clean-up: its entries stay, for its waiter's next round
@@ -42,7 +42,7 @@ func (c *Client) release(ctx context.Context, r *round, announce bool, lat []tim
 // announced release then takes that off, see ReleaseJoined). Callers are
 // within c.life.enter.
 func (c *Client) releaseHandedOver(next *round, prev queue.Handover) {
-	cmd := c.proto.Release(next.storedKeys(), prev.Token, prev.TTL, prev.Joined)
+	cmd := c.proto.Release(protocol.Release{Keys: next.storedKeys(), Token: prev.Token, TTL: prev.TTL, Announce: prev.Joined})
 	c.releaseLock(context.Background(), cmd, next.name(), prev, next, nil)
 }
 
@@ -54,7 +54,7 @@ func (c *Client) releaseUnclaimed(keys []string, h queue.Handover) {
 		return
 	}
 	defer c.life.exit()
-	cmd := c.proto.Release(c.storedKeys(keys, 0), h.Token, h.TTL, true)
+	cmd := c.proto.Release(protocol.Release{Keys: c.storedKeys(keys, 0), Token: h.Token, TTL: h.TTL, Announce: true})
 	c.releaseLock(context.Background(), cmd, strings.Join(keys, ", "), h, nil, nil)
 }
 
@@ -73,16 +73,20 @@ func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string,
 	if after != nil && !after.calls.AllDone() {
 		timeout += after.callTimeout
 	}
+	var joined protocol.Cmd // the release where the acquire joined the line for a handoff
+	if h.Joined && c.live != "" {
+		joined = c.proto.Release(protocol.Release{Keys: cmdKeys(cmd), Token: h.Token, Announce: true, Leave: true})
+	}
 	return c.life.workers.Start(ctx, len(c.nodes), timeout, timed(lat, func(ctx context.Context, i int) error {
 		cmd := cmd
 		if h.Acquire != nil && refused(h.Acquire.Outcome(i)) {
-			if !h.Joined {
+			if joined == nil {
 				return errSkipped // the lock never held the keys there
 			}
 			// The acquire joined the queue there: release what a release
 			// may have handed over to its entry, without a tombstone (its
 			// acquire was answered).
-			cmd = c.proto.ReleaseJoined(cmd)
+			cmd = joined
 		}
 		if after != nil && granted(after.calls.Outcome(i)) && after.tookOver(i) {
 			return errSkipped // the keys hold after's token, or after released them
@@ -111,7 +115,10 @@ func (c *Client) leaveHandoff(key, token string, ttl time.Duration) {
 		return
 	}
 	defer c.life.exit()
-	cmd := c.proto.ReleaseOwn(c.stored(key), token)
+	if c.live == "" {
+		return
+	}
+	cmd := c.proto.Release(protocol.Release{Keys: []string{c.stored(key)}, Token: token, Announce: true, Leave: true})
 	c.releaseLock(context.Background(), cmd, key, queue.Handover{TTL: ttl}, nil, nil)
 }
 
@@ -127,7 +134,7 @@ func (c *Client) leaveHandoff(key, token string, ttl time.Duration) {
 // may announce such handoffs until Close has unsubscribed the Client's
 // channel (see wake.Waker.Close).
 func (c *Client) releaseStray(i int, token, key string) {
-	cmd := c.proto.Release([]string{key}, protocol.HandPrefix+token, 0, true)
+	cmd := c.proto.Release(protocol.Release{Keys: []string{key}, Token: protocol.HandPrefix + token, Announce: true})
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
 	defer cancel()
 	_ = c.nodes[i].Release(ctx, cmd, c.cfg.nodeTimeout, key)
@@ -152,5 +159,14 @@ func granted(err error) bool { return err == nil || errors.Is(err, ErrFenceUnkno
 // (a round for a hand value never joins).
 func (r *round) handover() queue.Handover {
 	return queue.Handover{Token: r.acq.Token, TTL: r.acq.TTL, Acquire: r.calls, AcquireTimeout: r.callTimeout,
-		Joined: r.acq.Live != "" && !strings.HasPrefix(r.acq.Token, protocol.HandPrefix)}
+		Joined: r.acq.Join.Live != "" && !strings.HasPrefix(r.acq.Token, protocol.HandPrefix)}
+}
+
+// cmdKeys returns the keys of cmd, a release.
+func cmdKeys(cmd protocol.Cmd) []string {
+	keys := make([]string, cmd[2].(int))
+	for i := range keys {
+		keys[i] = cmd[3+i].(string)
+	}
+	return keys
 }

@@ -90,6 +90,18 @@ type join struct {
 	queued, cleared bool
 }
 
+// protocol returns what j tells the nodes.
+func (j join) protocol() protocol.Join {
+	e := protocol.NoWait
+	switch {
+	case j.queued:
+		e = protocol.MayHave
+	case j.cleared:
+		e = protocol.Cleared
+	}
+	return protocol.Join{Place: j.place, Ticket: j.ticket, Entries: e, Live: j.live, Prev: j.prev}
+}
+
 // newRound returns a round for keys with a new token, establishing est
 // when not nil, taking over the keys of the handed-over lock prev when not
 // "", and joining the queue of waiters as j says.
@@ -103,7 +115,7 @@ func (c *Client) newRound(keys []string, ttl time.Duration, est []string, prev s
 	case token == "":
 		token = protocol.NewToken(c.cfg.owner)
 	}
-	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Prev: prev, Place: j.place, Ticket: j.ticket, Live: j.live, PrevToken: j.prev, Queued: j.queued, Cleared: j.cleared}
+	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Over: prev, Join: j.protocol()}
 	if est == nil {
 		r.cmd = c.proto.AcquireCmd(r.acq) // built once for the plain nodes
 	}

@@ -269,8 +269,8 @@ func TestIntegration(t *testing.T) {
 		// resets the TTL: a retried or duplicated request cannot make the
 		// owner fail on its own key.
 		node, ctx := ns.direct[0], t.Context()
-		keys := []string{"it:idem", protocol.StateKey} // the lock key, then the node's state
-		p := protocol.New(0, false)                    // restart guard off, no fence
+		keys := []string{"it:idem", protocol.StateKey}   // the lock key, then the node's state
+		p := protocol.New(0, false, protocol.Kernel, "") // restart guard off, no fence
 		run := func(token string, ttl int) (int64, error) {
 			return p.RunInt(ctx, node, p.AcquireCmd(protocol.Acquire{Keys: keys, Token: token, TTL: time.Duration(ttl) * time.Millisecond}))
 		}

@@ -31,7 +31,7 @@ func TestChecksShared(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	newNode := func(prefix string) chan struct{} {
 		closing := make(chan struct{})
-		New(client, s.Addrs[0], &Config{Prefix: prefix, Protocol: protocol.New(time.Minute, false), Clock: clock.Real{},
+		New(client, s.Addrs[0], &Config{Prefix: prefix, Protocol: protocol.New(time.Minute, false, protocol.Kernel, ""), Clock: clock.Real{},
 			Log: slog.New(slog.DiscardHandler), Closing: closing})
 		return closing
 	}
@@ -83,7 +83,7 @@ func TestOwnOnConnect(t *testing.T) {
 	own := func(context.Context, *redis.Conn) error { return nil }
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", OnConnect: own})
 	t.Cleanup(func() { _ = client.Close() })
-	cfg := &Config{Protocol: protocol.New(time.Minute, false), Clock: clock.Real{}, Log: slog.New(slog.DiscardHandler), Closing: make(chan struct{})}
+	cfg := &Config{Protocol: protocol.New(time.Minute, false, protocol.Kernel, ""), Clock: clock.Real{}, Log: slog.New(slog.DiscardHandler), Closing: make(chan struct{})}
 	New(client, "a", cfg)
 	require.NotNil(t, probe(t, client))
 

@@ -18,7 +18,7 @@ import (
 func TestAcquireCases(t *testing.T) {
 	ctx := t.Context()
 	node := oneNode(t, true)
-	p := New(time.Minute, false).WithQueues("")
+	p := New(time.Minute, false, Handoff, "")
 
 	const token, prev, prevRound = "tok-new", "tok-prev", "tok-round"
 	cases := []struct {
@@ -50,8 +50,8 @@ func TestAcquireCases(t *testing.T) {
 				if tc.value != "" {
 					require.NoError(t, node.Set(ctx, "k", tc.value, tc.ttl).Err())
 				}
-				cmd := p.AcquireCmd(Acquire{Keys: append(keys, StateKey), Token: token, TTL: 30 * time.Second, Prev: prev,
-					Place: "id", Ticket: 1, Live: "chan", PrevToken: prevRound})
+				cmd := p.AcquireCmd(Acquire{Keys: append(keys, StateKey), Token: token, TTL: 30 * time.Second, Over: prev,
+					Join: Join{Place: "id", Ticket: 1, Live: "chan", Prev: prevRound}})
 				v, err := p.Run(ctx, node, cmd)
 				require.NoError(t, err)
 				r, err := DecodeAcquire(v)
@@ -84,15 +84,15 @@ func TestAcquireCases(t *testing.T) {
 }
 
 // TestAcquireQueued: a round of a waiter whose client may be in the queue
-// (Acquire.Queued) takes every entry of the client off (its own earlier
+// (Entries MayHave) takes every entry of the client off (its own earlier
 // rounds', an earlier waiter's), whether it is granted or joins again; a
 // round that is not queued leaves the queue alone. A first round of a
-// client that knows it has no entry left (Acquire.Cleared) leaves the
+// client that knows it has no entry left (Entries Cleared) leaves the
 // queue alone too, but its grant marks the key while others are in line.
 func TestAcquireQueued(t *testing.T) {
 	ctx := t.Context()
 	node := oneNode(t, true)
-	p := New(time.Minute, false).WithQueues("")
+	p := New(time.Minute, false, Handoff, "")
 	queue := QueuePrefix + "k"
 	named := "id-w"                    // the waiter's round from before its client's channel was subscribed
 	prevRound := "id-w|tok-p|30000|ch" // its previous round's
@@ -100,7 +100,7 @@ func TestAcquireQueued(t *testing.T) {
 	other := "id-x|tok-x|30000|ch-x"   // another client's
 	acquire := func(a Acquire) Outcome {
 		t.Helper()
-		a.Keys, a.TTL, a.Ticket, a.Live, a.Place = []string{"k", StateKey}, 30*time.Second, 5, "ch", "id-w"
+		a.Keys, a.TTL, a.Join.Ticket, a.Join.Live, a.Join.Place = []string{"k", StateKey}, 30*time.Second, 5, "ch", "id-w"
 		v, err := p.Run(ctx, node, p.AcquireCmd(a))
 		require.NoError(t, err)
 		r, err := DecodeAcquire(v)
@@ -125,14 +125,14 @@ func TestAcquireQueued(t *testing.T) {
 	assert.Equal(t, "tok-n", node.Get(ctx, "k").Val(), "and does not mark the key")
 
 	reset(false)
-	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n", PrevToken: "tok-p", Queued: true}))
+	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n", Join: Join{Prev: "tok-p", Entries: MayHave}}))
 	assert.Equal(t, []string{other}, node.ZRange(ctx, queue, 0, -1).Val(), "a later round's grant takes every entry of the client off")
 	assert.Equal(t, WaitedPrefix+"tok-n", node.Get(ctx, "k").Val(), "another waiter is in line: the key is marked")
 	assert.InDelta(t, 30*time.Second, node.PTTL(ctx, "k").Val(), float64(time.Second), "with the TTL asked for")
 
 	require.NoError(t, node.Del(ctx, "k", queue).Err())
 	require.NoError(t, node.ZAdd(ctx, queue, redis.Z{Score: 1, Member: prevRound}).Err())
-	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n", PrevToken: "tok-p", Queued: true}))
+	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n", Join: Join{Prev: "tok-p", Entries: MayHave}}))
 	assert.Equal(t, "tok-n", node.Get(ctx, "k").Val(), "nobody else in line: the key is not marked")
 
 	reset(true)
@@ -140,17 +140,17 @@ func TestAcquireQueued(t *testing.T) {
 	assert.ElementsMatch(t, append(all, fresh), node.ZRange(ctx, queue, 0, -1).Val(), "a first round joins")
 
 	reset(true)
-	require.Equal(t, Taken, acquire(Acquire{Token: "tok-n", PrevToken: "tok-p", Queued: true}))
+	require.Equal(t, Taken, acquire(Acquire{Token: "tok-n", Join: Join{Prev: "tok-p", Entries: MayHave}}))
 	assert.ElementsMatch(t, []string{other, fresh}, node.ZRange(ctx, queue, 0, -1).Val(),
 		"a later round replaces every entry of the client with its own")
 
 	reset(false)
-	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n", Cleared: true}))
+	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n", Join: Join{Entries: Cleared}}))
 	assert.Equal(t, all, node.ZRange(ctx, queue, 0, -1).Val(), "a cleared round's grant does not look for the client's entries")
 	assert.Equal(t, WaitedPrefix+"tok-n", node.Get(ctx, "k").Val(), "others are in line: the key is marked")
 
 	reset(true)
-	require.Equal(t, Taken, acquire(Acquire{Token: "tok-n", Cleared: true}))
+	require.Equal(t, Taken, acquire(Acquire{Token: "tok-n", Join: Join{Entries: Cleared}}))
 	assert.ElementsMatch(t, append(all, fresh), node.ZRange(ctx, queue, 0, -1).Val(), "a cleared round joins without looking")
 }
 
@@ -159,7 +159,7 @@ func TestAcquireQueued(t *testing.T) {
 func TestAcquireGuardedAfterSet(t *testing.T) {
 	ctx := t.Context()
 	node := oneNode(t, false)
-	p := New(time.Minute, false)
+	p := New(time.Minute, false, Kernel, "")
 	for _, keys := range [][]string{{"k"}, {"k", "k2"}} {
 		require.NoError(t, node.FlushAll(ctx).Err()) // no state: the node lost its data
 		v, err := p.Run(ctx, node, p.AcquireCmd(Acquire{Keys: append(keys, StateKey), Token: "tok", TTL: time.Second}))
@@ -169,6 +169,43 @@ func TestAcquireGuardedAfterSet(t *testing.T) {
 		assert.Equal(t, Guarded, r.Outcome, "%d key(s)", len(keys))
 		assert.Zero(t, node.Exists(ctx, keys...).Val(), "%d key(s): nothing is left set", len(keys))
 	}
+}
+
+// TestKernelIgnoresWaiting: without a waiting strategy the kernel reads a
+// key's mark but never sets one, joins no line, and takes hand values for
+// tokens like any other: a client of any strategy (or of none) shares keys
+// with the others safely.
+func TestKernelIgnoresWaiting(t *testing.T) {
+	ctx := t.Context()
+	node := oneNode(t, true)
+	p := New(time.Minute, false, Kernel, "")
+	for _, tc := range []struct {
+		value, after string // after: the key's value after the acquire
+		want         Outcome
+	}{
+		{"tok-other", "tok-other", Taken},
+		{WaitedPrefix + "tok-other", WaitedPrefix + "tok-other", Taken},
+		{WaitedPrefix + "tok", WaitedPrefix + "tok", Granted},
+		{HandPrefix + "tok", HandPrefix + "tok", Taken},
+		{"tok-over", "tok", Granted},
+		{WaitedPrefix + "tok-over", WaitedPrefix + "tok", Granted},
+	} {
+		require.NoError(t, node.Set(ctx, "k", tc.value, time.Minute).Err())
+		cmd := p.AcquireCmd(Acquire{Keys: []string{"k", StateKey}, Token: "tok", TTL: time.Minute, Over: "tok-over",
+			Join: Join{Place: "tok", Ticket: 1, Entries: MayHave}})
+		v, err := p.Run(ctx, node, cmd)
+		require.NoError(t, err)
+		r, err := DecodeAcquire(v)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, r.Outcome, tc.value)
+		assert.Equal(t, tc.after, node.Get(ctx, "k").Val(), tc.value)
+		assert.Zero(t, node.Exists(ctx, QueuePrefix+"k").Val(), "%s: no line", tc.value)
+	}
+	require.NoError(t, node.Set(ctx, "k", WaitedPrefix+"tok", time.Minute).Err())
+	n, err := p.RunInt(ctx, node, p.Release(Release{Keys: []string{"k"}, Token: "tok", TTL: time.Minute, Announce: true}))
+	require.NoError(t, err)
+	assert.True(t, Held(n), "a marked key is released by its holder")
+	assert.Zero(t, node.Exists(ctx, "k").Val())
 }
 
 // oneNode starts a redis-server for t and returns a client of it; with

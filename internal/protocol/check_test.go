@@ -25,7 +25,7 @@ func TestCheck(t *testing.T) {
 	master := redis.NewClient(&redis.Options{Addr: g.Master, Protocol: 2})
 	replica := redis.NewClient(&redis.Options{Addr: g.Replica, Protocol: 2})
 	t.Cleanup(func() { _, _ = master.Close(), replica.Close() })
-	p := New(time.Minute, true)
+	p := New(time.Minute, true, Kernel, "")
 	check := func(c *redis.Client, p *Protocol) CheckReply {
 		t.Helper()
 		v, err := p.Run(ctx, c, p.Check(StateKey))
@@ -57,7 +57,7 @@ func TestCheck(t *testing.T) {
 
 	// With the guard off only the ID changes.
 	require.NoError(t, master.HSet(ctx, StateKey, "r", "other").Err())
-	assert.Equal(t, CheckReply{Outcome: Same, ID: first.ID}, check(master, New(0, false)))
+	assert.Equal(t, CheckReply{Outcome: Same, ID: first.ID}, check(master, New(0, false, Kernel, "")))
 	assert.Equal(t, "0", master.HGet(ctx, StateKey, "g").Val())
 	assert.Equal(t, "41", master.HGet(ctx, StateKey, "f").Val())
 
@@ -105,7 +105,7 @@ func TestCheckUnreadable(t *testing.T) {
 	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "locker", "on", ">pw", "~*", "+@all", "-info").Err())
 	locker := redis.NewClient(&redis.Options{Addr: s.Addrs[0], Protocol: 2, Username: "locker", Password: "pw"})
 	t.Cleanup(func() { _ = locker.Close() })
-	p := New(time.Minute, false)
+	p := New(time.Minute, false, Kernel, "")
 	v, err := p.Run(ctx, locker, p.Check(StateKey))
 	require.NoError(t, err)
 	r, err := DecodeCheck(v)

@@ -32,76 +32,84 @@ type Acquire struct {
 	// Establish is the id of a guarded node state to end at once, when the
 	// round found a new deployment; "" for none.
 	Establish string
-	// Prev is the token of a lock of the same client handed over to this
-	// acquire: keys that hold it count as free. "" for none.
-	Prev string
-	// Place is the id of the waiter that makes the acquire, when it is to
-	// join the first key's queue of waiters if the keys are taken; "" for
-	// none (nothing is sent either when the protocol has no queues, see
-	// [Protocol.WithQueues]). Ticket orders the waiters of the queue, the
-	// same on every node: the time the waiter began, in Unix ms. Waiters
-	// of equal tickets are ordered by id.
-	Place  string
-	Ticket int64
-	// Live is the channel of the waiter's client (see [LiveChannel]) when
-	// the waiter joins for a handoff on the node, "" when it is only to be
-	// named. Then PrevToken is the token of the waiter's previous round, ""
-	// for none: its entry in the queue is replaced, and a key handed to it
-	// counts as free.
-	Live      string
-	PrevToken string
-	// Queued is set when the waiter may have entries in the queue (its
-	// earlier rounds joined it): a grant, or a round that joins, takes them
-	// off. A waiter's first round has none, which saves the node a call.
-	Queued bool
-	// Cleared is set, for a waiter's first round, when the client waited
-	// for the key lately but knows that none of its entries is left on any
-	// node: the round does not look for them (which saves the node a scan
-	// of the queue), and a grant still marks the keys when others are in
-	// line. Queued takes precedence.
-	Cleared bool
+	// Over is the token of an earlier lock of the same client whose keys
+	// this acquire takes over: keys that hold it count as free. "" for none.
+	Over string
+	// Join is the waiting strategy's part, for a round of a waiter.
+	Join Join
 }
 
-// AcquireCmd returns the command for a: ARGV token, ttl and guard, then
-// ticket, place, fenced, establish, prev, live, prev token and queued as
-// acquire.lua numbers them, each "" when unset, and without the unset
-// ones at the end. A node runs about a thousand instructions more per
-// argument, so the usual acquire sends three or four.
+// Join is what a waiter's round tells the waiting strategy on the node
+// (see inline.lua and handoff.lua); the zero Join is a round that does not
+// wait. The Kernel and Announce strategies send none of it.
+type Join struct {
+	// Place is the waiter's id, to join the first key's line of waiters if
+	// the keys are taken; "" for none. Ticket orders the line, the same on
+	// every node: when the waiter began, in Unix ms. Waiters of equal
+	// tickets are ordered by entry.
+	Place  string
+	Ticket int64
+	// Entries is what the client knows of its entries in the line.
+	Entries Entries
+	// Live is the client's channel (see [LiveChannel]) when the waiter
+	// joins for a handoff on the node (the Handoff strategy), "" when it is
+	// only to be named. Prev is then the token of the waiter's previous
+	// round, "" for none: its entry is replaced, and a key handed to it
+	// counts as free.
+	Live, Prev string
+}
+
+// Entries is what a client knows of its entries in a key's line of
+// waiters on the nodes.
+type Entries uint8
+
+const (
+	// NoWait: the client did not wait for the key lately; a round leaves
+	// the line alone, which saves an uncontended lock the calls.
+	NoWait Entries = iota
+	// MayHave: the client may have entries (its waiter's earlier rounds
+	// joined, or it waited for the key lately): a round that joins, or is
+	// granted, takes them off first.
+	MayHave
+	// Cleared: the client waited for the key lately but has no entry left
+	// on any node; a grant still marks the keys when others are in line.
+	Cleared
+)
+
+// AcquireCmd returns the command for a: ARGV token, ttl and guard, then the
+// strategy's arguments (for a round that joins), then establish and over,
+// each "" when unset, and without the unset ones at the end. A node runs
+// about a thousand instructions more per argument, so the usual acquire
+// sends three or four.
 func (p *Protocol) AcquireCmd(a Acquire) Cmd {
-	var opt [8]any // ARGV[4..11]
-	if a.Place != "" && p.prefix != nil {
-		opt[0] = p.ticketArg(a.Ticket)
-		if a.Place != a.Token {
-			opt[1] = a.Place
+	var opt [7]any // ARGV[4..]: up to five of the strategy's, then two of the kernel's
+	n := 0
+	if j := a.Join; j.Place != "" && p.argc > 0 {
+		opt[0] = p.ticketArg(j.Ticket)
+		if j.Place != a.Token {
+			opt[1] = j.Place
 		}
-		if a.Live != "" {
-			opt[5] = a.Live
-			if a.Live == p.live {
-				opt[5] = p.live // boxed once
+		opt[2] = [...]any{nil, "1", "2"}[j.Entries]
+		if j.Live != "" && p.argc >= 5 {
+			opt[3] = j.Live
+			if j.Live == p.live {
+				opt[3] = p.live // boxed once
 			}
-			if a.PrevToken != "" {
-				opt[6] = a.PrevToken
+			if j.Prev != "" {
+				opt[4] = j.Prev
 			}
 		}
-		switch {
-		case a.Queued:
-			opt[7] = "1"
-		case a.Cleared:
-			opt[7] = "2"
-		}
-	}
-	if p.fencing {
-		opt[2] = "1"
 	}
 	if a.Establish != "" {
-		opt[3] = a.Establish
+		opt[p.argc] = a.Establish
 	}
-	if a.Prev != "" {
-		opt[4] = a.Prev
+	if a.Over != "" {
+		opt[p.argc+1] = a.Over
 	}
-	n := len(opt)
-	for n > 0 && opt[n-1] == nil {
-		n--
+	for i, v := range opt {
+		if v != nil {
+			n = i + 1
+		}
 	}
 	cmd := make(Cmd, 0, 3+len(a.Keys)+3+n)
 	cmd = append(cmd, "evalsha", p.acquire.sha, len(a.Keys))
@@ -118,54 +126,67 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 	return cmd
 }
 
-// ReleaseAfter returns the release of the lock that acq, an acquire's
-// command, asked for: its lock keys, its token, and its ttl for the
-// tombstones. It shares acq's boxed keys and token. announce publishes
-// each deletion on [ReleasedChannel].
-func (p *Protocol) ReleaseAfter(acq Cmd, announce bool) Cmd {
+// Release is what a release asks of a node (see release.lua): delete the
+// keys that hold Token.
+type Release struct {
+	Keys  []string // the lock keys as stored
+	Token string
+	// TTL is how long the tombstones live that it leaves where a key is
+	// missing; 0 for none.
+	TTL time.Duration
+	// Announce (an unlock, not the clean-up of a failed round) tells the
+	// waiters of the keys, as the waiting strategy does.
+	Announce bool
+	// Leave (the Handoff strategy) also takes the client's entries off the
+	// first key's line, and releases what was handed over to Token there.
+	Leave bool
+}
+
+// Release returns the command for r.
+func (p *Protocol) Release(r Release) Cmd {
+	cmd := make(Cmd, 0, 3+len(r.Keys)+5)
+	cmd = append(cmd, "evalsha", p.release.sha, len(r.Keys))
+	for _, k := range r.Keys {
+		cmd = append(cmd, k)
+	}
+	return p.releaseArgs(cmd, r.Token, p.ttlArg(r.TTL), r)
+}
+
+// ReleaseAfter returns r, the release of the lock that acq, an acquire's
+// command, asked for, sharing acq's boxed keys, token and ttl: r's Keys,
+// Token and TTL are not read.
+func (p *Protocol) ReleaseAfter(acq Cmd, r Release) Cmd {
 	nkeys := acq[2].(int) - 1 // without the state key
-	cmd := make(Cmd, 0, 3+nkeys+2)
+	cmd := make(Cmd, 0, 3+nkeys+5)
 	cmd = append(cmd, "evalsha", p.release.sha, nkeys)
 	cmd = append(cmd, acq[3:3+nkeys]...)
-	token, ttl := acq[3+nkeys+1], acq[3+nkeys+2].(int64)
-	return append(cmd, token, p.releaseArg(ttl, announce))
+	return p.releaseArgs(cmd, acq[3+nkeys+1], acq[3+nkeys+2], r)
 }
 
-// ReleaseJoined returns rel, an announced release, for a node that refused
-// the lock's acquire but where the acquire joined the key's queue for a
-// handoff: without the TTL that makes it leave tombstones (the acquire was
-// answered), and with the client's channel, so that it also takes the
-// client's entries off the queue and releases what was handed over to the
-// round (see release.lua). Without handoffs, or for a release that does
-// not announce, it returns rel.
-func (p *Protocol) ReleaseJoined(rel Cmd) Cmd {
-	if p.live == nil || p.queues == "" || len(rel) != 3+rel[2].(int)+2 {
-		return rel
+// releaseArgs appends the arguments of r to cmd: token, ttl (its
+// tombstones; 0 for none), then the strategy's for an announced release:
+// the state key, the client's channel to leave, and "1" when the restart
+// guard is off.
+func (p *Protocol) releaseArgs(cmd Cmd, token, ttl any, r Release) Cmd {
+	cmd = append(cmd, token, ttl)
+	if !r.Announce || p.strategy == Kernel {
+		return cmd
 	}
-	if how, _ := rel[len(rel)-1].(string); !strings.HasPrefix(how, "1|") {
-		return rel
+	cmd = append(cmd, p.state)
+	if p.strategy != Handoff {
+		return cmd
 	}
-	out := make(Cmd, len(rel), len(rel)+1)
-	copy(out, rel)
-	out[len(out)-1] = p.releaseArg(0, true)
-	return append(out, p.live)
-}
-
-// Release returns the release of the lock with token on keys (as stored),
-// leaving a tombstone for ttl where a key is missing.
-func (p *Protocol) Release(keys []string, token string, ttl time.Duration, announce bool) Cmd {
-	return newCmd(p.release, keys, token, p.releaseArg(ttl.Milliseconds(), announce))
-}
-
-// ReleaseOwn returns the announced release, on key (as stored), of what a
-// handoff may have given the round with token of this client's waiter,
-// taking the client's entries off the key's queue (see release.lua): for a
-// waiter that leaves. It leaves no tombstone. Without handoffs it is nil.
-func (p *Protocol) ReleaseOwn(key, token string) Cmd {
-	if p.live == nil {
-		return nil
+	leave := p.none
+	if r.Leave && p.live != nil {
+		leave = p.live
 	}
-	return newCmd(p.release, []string{key}, token, p.releaseArg(0, true), p.live)
+	if p.guard.(int64) == 0 {
+		return append(cmd, leave, "1")
+	}
+	if leave != p.none {
+		cmd = append(cmd, leave)
+	}
+	return cmd
 }
 
 // Extend returns the command that sets the TTL of the lock with token on

@@ -1,19 +1,12 @@
--- (@WAITED@ stands for protocol.WaitedPrefix; newState comes from
--- newstate.lua.)
 -- extend: set the TTL of every key of KEYS[1..n-1] to ARGV[2] ms if all of
--- them hold token ARGV[1] (with or without the mark of a key waited for,
--- which stays; see acquire.lua). Returns 1 if extended, 0 if a key is gone
--- or holds another token (then no key is changed: a failed extend never
--- deletes anything). KEYS[n], the last, is the node's state (see
--- acquire.lua): when the restart guard is on (ARGV[3] > 0 ms) and the state
--- is missing, the node has lost its data, and its guard begins now, as on
--- an acquire.
-@NEWSTATE@
-local waited = '@WAITED@'
+-- them hold token ARGV[1] (compared without a key's mark, which stays; see
+-- value.lua). Returns 1 if extended, 0 if a key is gone or holds another
+-- token (then no key is changed: a failed extend never deletes anything).
+-- KEYS[n], the last, is the node's state (see acquire.lua): when the
+-- restart guard is on (ARGV[3] > 0 ms) and the state is missing, the node
+-- has lost its data, and its guard begins now, as on an acquire.
 for i = 1, #KEYS - 1 do
-  local v = redis.call('GET', KEYS[i])
-  if v and string.sub(v, 1, #waited) == waited then v = string.sub(v, #waited + 1) end
-  if v ~= ARGV[1] then
+  if holder(redis.call('GET', KEYS[i])) ~= ARGV[1] then
     local guard = tonumber(ARGV[3])
     if guard > 0 and redis.call('EXISTS', KEYS[#KEYS]) == 0 then
       local t = redis.call('TIME')

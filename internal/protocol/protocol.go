@@ -85,6 +85,26 @@ func SlotStateKey(prefix, key string, tags *hashslot.Tags) string {
 	return prefix + StateKey + ":{" + tags.Tag(hashslot.Slot(key)) + "}"
 }
 
+// Strategy is the part of a waiting strategy that runs on the nodes: hooks
+// in the kernel's acquire and release scripts (see strategy.lua), each
+// strategy over the one before it.
+type Strategy uint8
+
+const (
+	// Kernel is no waiting strategy: a refused acquire leaves the keys as
+	// they are, and a release tells nobody.
+	Kernel Strategy = iota
+	// Announce marks a key that refused an acquire, and announces the
+	// release of a marked key (announce.lua).
+	Announce
+	// InLine also keeps each key's waiters in line on the node, and the
+	// announcement names the first in line (inline.lua).
+	InLine
+	// Handoff also hands a released key over on the node to the first in
+	// line whose client listens (handoff.lua).
+	Handoff
+)
+
 var (
 	//go:embed acquire.lua
 	acquireLua string
@@ -98,6 +118,16 @@ var (
 	checkLua string
 	//go:embed newstate.lua
 	newStateLua string
+	//go:embed value.lua
+	valueLua string
+	//go:embed strategy.lua
+	strategyLua string
+	//go:embed announce.lua
+	announceLua string
+	//go:embed inline.lua
+	inLineLua string
+	//go:embed handoff.lua
+	handoffLua string
 )
 
 // script is one Lua script with its reserved names filled in.
@@ -106,10 +136,20 @@ type script struct {
 	sha any // the SHA1 of src in hex, boxed once for the commands
 }
 
-func newScript(lua string) script {
-	src := strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@QUEUE@", QueuePrefix, "@HAND@", HandPrefix, "@WAITED@", WaitedPrefix, "@STATE@", StateKey, "@NEWSTATE@", newStateLua).Replace(lua)
+// names fills in the reserved names of the scripts.
+var names = strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@QUEUE@", QueuePrefix, "@HAND@", HandPrefix, "@WAITED@", WaitedPrefix, "@STATE@", StateKey)
+
+// newScript returns the script made of parts, in order.
+func newScript(parts ...string) script {
+	src := names.Replace(strings.Join(parts, "\n"))
 	sum := sha1.Sum([]byte(src))
 	return script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// strategyParts returns the Lua of strategy s: the seam, then each
+// strategy up to s.
+func strategyParts(s Strategy) []string {
+	return append([]string{strategyLua}, []string{announceLua, inLineLua, handoffLua}[:s]...)
 }
 
 // Protocol builds one client's commands: the scripts, and the arguments that
@@ -119,47 +159,39 @@ func newScript(lua string) script {
 type Protocol struct {
 	acquire, release, extend, fence, check script
 
-	guard   any  // the restart guard in ms; 0: off
-	fencing bool // the acquire is to return the fence counter
-	none    any  // "": no state to establish, no lock handed over
-	prefix  any  // the key prefix, for the queues of waiters; nil: no queues
-	// queues is what an announced release needs for the queue of
-	// waiters: "|", the restart guard in ms, "|" and the state key as
-	// stored on plain nodes (see release.lua); "" without queues.
-	queues  string
-	live    any // the client's channel (see LiveChannel); nil: no handoffs
-	lastTTL atomic.Pointer[boxedTTL]
-	// lastRelease is the last release's second argument (see releaseArg).
-	lastRelease atomic.Pointer[boxedRelease]
+	strategy Strategy
+	argc     int // the strategy's acquire arguments (see strategy.lua)
+	guard    any // the restart guard in ms; 0: off
+	none     any // "": an optional argument not sent
+	state    any // the plain state key, for an announced release
+	live     any // the client's channel (see LiveChannel); nil: no handoffs
+	lastTTL  atomic.Pointer[boxedTTL]
 	// lastTicket is the last ticket sent, boxed (an int64): the waiters
 	// whose tickets are equal share it.
 	lastTicket atomic.Value
 }
 
 // New returns the protocol of a client whose nodes keep a restart guard of
-// guard (0: off), and whose locks carry fences when fencing is set.
-func New(guard time.Duration, fencing bool) *Protocol {
+// guard (0: off), whose locks carry fences when fencing is set, which
+// waits with strategy s, and whose keys are stored after prefix.
+func New(guard time.Duration, fencing bool, s Strategy, prefix string) *Protocol {
+	fenced := strings.NewReplacer("@FENCED@", strconv.FormatBool(fencing))
+	own := strategyParts(s)
 	p := &Protocol{
-		acquire: newScript(acquireLua), release: newScript(releaseLua),
-		extend: newScript(extendLua), fence: newScript(fenceLua), check: newScript(checkLua),
-		guard: guard.Milliseconds(), fencing: fencing, none: "",
+		acquire:  newScript(append(append([]string{valueLua, newStateLua}, own...), fenced.Replace(acquireLua))...),
+		release:  newScript(append(append([]string{valueLua}, own...), releaseLua)...),
+		extend:   newScript(valueLua, newStateLua, extendLua),
+		fence:    newScript(valueLua, fenceLua),
+		check:    newScript(checkLua),
+		strategy: s, argc: []int{0, 0, 3, 5}[s],
+		guard: guard.Milliseconds(), none: "", state: prefix + StateKey,
 	}
 	return p
 }
 
-// WithQueues makes the releases of p's unlocks name the next in line of
-// the key's queue of waiters, and its acquires able to join it, for keys
-// stored after prefix. It returns p; call it before p is used.
-func (p *Protocol) WithQueues(prefix string) *Protocol {
-	p.prefix = prefix
-	p.queues = "|" + strconv.FormatInt(p.guard.(int64), 10) + "|" + prefix + StateKey
-	return p
-}
-
-// WithLive makes p's releases take their own entries off the queues of
-// waiters of a client whose channel is live (see [LiveChannel]), and
-// release what was handed over to them. It returns p; call it before p is
-// used.
+// WithLive makes p's waiters join for handoffs on the node, on behalf of
+// a client whose channel is live (see [LiveChannel]). It returns p; call
+// it before p is used, and only with the Handoff strategy.
 func (p *Protocol) WithLive(live string) *Protocol {
 	p.live = live
 	return p
@@ -182,33 +214,6 @@ func (p *Protocol) ttlArg(ttl time.Duration) any {
 	b := &boxedTTL{ms, ms}
 	p.lastTTL.Store(b)
 	return b.arg
-}
-
-// boxedRelease is a release's second argument for a ttl in ms, boxed:
-// announced and not.
-type boxedRelease struct {
-	ms          int64
-	loud, quiet any
-}
-
-// releaseArg returns a release's second argument (see release.lua):
-// whether it announces ("1" or "0"), "|" and the ttl in ms of its
-// tombstones (0: none), then, for an announced release with queues of
-// waiters, p.queues. One argument, which the release of a key that holds
-// the token and was not waited for never reads: each argument costs the
-// node about a thousand instructions. The same box as the last release's
-// when the ttl is the same.
-func (p *Protocol) releaseArg(ms int64, announce bool) any {
-	b := p.lastRelease.Load()
-	if b == nil || b.ms != ms {
-		t := strconv.FormatInt(ms, 10)
-		b = &boxedRelease{ms: ms, loud: "1|" + t + p.queues, quiet: "0|" + t}
-		p.lastRelease.Store(b)
-	}
-	if announce {
-		return b.loud
-	}
-	return b.quiet
 }
 
 // ticketArg returns a queue ticket as a script argument, the same box as

@@ -20,77 +20,77 @@ func TestRunInt(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := t.Context()
-	p := New(0, false)
+	p := New(0, false, Handoff, "")
 	require.NoError(t, m.Set("a", "tok"))
 	require.NoError(t, m.Set("b", "tok"))
 
-	v, err := p.RunInt(ctx, c, p.Release([]string{"a", "b"}, "other", time.Second, false))
+	v, err := p.RunInt(ctx, c, p.Release(Release{Keys: []string{"a", "b"}, Token: "other", TTL: time.Second, Announce: false}))
 	require.NoError(t, err, "first call: NOSCRIPT, then EVAL")
 	assert.False(t, Held(v), "another token: left alone")
 	assert.True(t, m.Exists("a"))
 
 	require.NoError(t, c.ScriptFlush(ctx).Err())
-	v, err = p.RunInt(ctx, c, p.Release([]string{"a", "b"}, "tok", time.Second, true))
+	v, err = p.RunInt(ctx, c, p.Release(Release{Keys: []string{"a", "b"}, Token: "tok", TTL: time.Second, Announce: true}))
 	require.NoError(t, err, "after SCRIPT FLUSH the script is loaded again")
 	assert.True(t, Held(v))
 	assert.False(t, m.Exists("a"))
 	assert.False(t, m.Exists("b"))
 
 	m.Close()
-	_, err = p.RunInt(ctx, c, p.Release([]string{"a"}, "tok", time.Second, true))
+	_, err = p.RunInt(ctx, c, p.Release(Release{Keys: []string{"a"}, Token: "tok", TTL: time.Second, Announce: true}))
 	assert.Error(t, err)
 }
 
 // TestReleaseAfter builds a release from an acquire's command: the lock keys
 // and the token are shared, the state key and the acquire's other
-// arguments are not; whether it announces, the ttl and what the queues
-// need go as one argument.
+// arguments are not. A clean-up sends token and ttl; an unlock also the
+// state key, and with handoffs the channel to leave and whether the guard
+// is off.
 func TestReleaseAfter(t *testing.T) {
-	p := New(time.Minute, false)
+	p := New(time.Minute, false, Announce, "")
 	acq := p.AcquireCmd(Acquire{Keys: []string{"a", "b", "state"}, Token: "tok", TTL: 1500 * time.Millisecond})
 	assert.Equal(t, Cmd{"evalsha", p.acquire.sha, 3, "a", "b", "state", "tok", int64(1500), int64(60000)}, acq)
-	assert.Equal(t, p.Release([]string{"a", "b"}, "tok", 1500*time.Millisecond, true), p.ReleaseAfter(acq, true))
-	assert.Equal(t, Cmd{"evalsha", p.release.sha, 2, "a", "b", "tok", "0|1500"}, p.ReleaseAfter(acq, false))
-	assert.Equal(t, Cmd{"evalsha", p.release.sha, 2, "a", "b", "tok", "1|1500"}, p.ReleaseAfter(acq, true), "no queues")
+	unlock := Release{Keys: []string{"a", "b"}, Token: "tok", TTL: 1500 * time.Millisecond, Announce: true}
+	assert.Equal(t, p.Release(unlock), p.ReleaseAfter(acq, Release{Announce: true}))
+	assert.Equal(t, Cmd{"evalsha", p.release.sha, 2, "a", "b", "tok", int64(1500)}, p.ReleaseAfter(acq, Release{}), "a clean-up")
+	assert.Equal(t, Cmd{"evalsha", p.release.sha, 2, "a", "b", "tok", int64(1500), StateKey}, p.ReleaseAfter(acq, Release{Announce: true}))
+	k := New(time.Minute, false, Kernel, "")
+	assert.Equal(t, Cmd{"evalsha", k.release.sha, 2, "a", "b", "tok", int64(1500)}, k.ReleaseAfter(acq, Release{Announce: true}),
+		"the kernel alone announces nothing")
 
-	q := New(time.Minute, false).WithQueues("p:")
-	acq = q.AcquireCmd(Acquire{Keys: []string{"p:a", "p:" + StateKey}, Token: "tok", TTL: time.Second, Place: "tok", Ticket: 7})
-	assert.Equal(t, Cmd{"evalsha", q.release.sha, 1, "p:a", "tok", "1|1000|60000|p:" + StateKey}, q.ReleaseAfter(acq, true),
-		"the queue's fields in the one argument")
-	assert.Equal(t, Cmd{"evalsha", q.release.sha, 1, "p:a", "tok", "0|1000"}, q.ReleaseAfter(acq, false), "a clean-up: no queue")
-	assert.Equal(t, q.ReleaseAfter(acq, true), q.ReleaseJoined(q.ReleaseAfter(acq, true)), "no handoffs: as it is")
-
-	l := New(time.Minute, false).WithQueues("p:").WithLive("ch")
-	rel := l.ReleaseAfter(acq, true)
-	assert.Equal(t, Cmd{"evalsha", l.release.sha, 1, "p:a", "tok", "1|0|60000|p:" + StateKey, "ch"}, l.ReleaseJoined(rel),
-		"joined: no tombstone, and the channel")
-	assert.Equal(t, "1|1000|60000|p:"+StateKey, rel[5], "ReleaseJoined changed its argument")
-	assert.Equal(t, l.ReleaseAfter(acq, false), l.ReleaseJoined(l.ReleaseAfter(acq, false)), "a clean-up is not joined")
-	assert.Equal(t, Cmd{"evalsha", l.release.sha, 1, "p:a", "tok", "1|0|60000|p:" + StateKey, "ch"}, l.ReleaseOwn("p:a", "tok"))
+	l := New(time.Minute, false, Handoff, "p:").WithLive("ch")
+	acq = l.AcquireCmd(Acquire{Keys: []string{"p:a", "p:" + StateKey}, Token: "tok", TTL: time.Second, Join: Join{Place: "tok", Ticket: 7}})
+	assert.Equal(t, Cmd{"evalsha", l.release.sha, 1, "p:a", "tok", int64(1000), "p:" + StateKey}, l.ReleaseAfter(acq, Release{Announce: true}))
+	assert.Equal(t, Cmd{"evalsha", l.release.sha, 1, "p:a", "tok", int64(0), "p:" + StateKey, "ch"},
+		l.Release(Release{Keys: []string{"p:a"}, Token: "tok", Announce: true, Leave: true}), "leave: no tombstone, and the channel")
+	u := New(0, false, Handoff, "").WithLive("ch")
+	assert.Equal(t, Cmd{"evalsha", u.release.sha, 1, "a", "tok", int64(0), StateKey, "", "1"},
+		u.Release(Release{Keys: []string{"a"}, Token: "tok", Announce: true}), "the restart guard off")
 }
 
-// TestAcquireArgs: the acquire sends ARGV[1..3] and then only up to the
-// last optional argument that is set, the unset ones before it as "".
+// TestAcquireArgs: the acquire sends ARGV[1..3], then the strategy's for a
+// round that joins, then the kernel's establish and over, only up to the
+// last one set, the unset ones before it as "".
 func TestAcquireArgs(t *testing.T) {
 	keys := []string{"k", StateKey}
-	plain, fenced := New(time.Minute, false).WithQueues(""), New(0, true).WithQueues("")
+	line, hand := New(time.Minute, false, InLine, ""), New(time.Minute, false, Handoff, "")
 	for _, tc := range []struct {
 		name string
 		p    *Protocol
 		a    Acquire
 		argv []any // after token, ttl and guard
 	}{
-		{"TryLock", plain, Acquire{}, nil},
-		{"a waiter's first round", plain, Acquire{Place: "tok", Ticket: 5}, []any{int64(5)}},
-		{"a waiter's later round", plain, Acquire{Place: "id", Ticket: 5}, []any{int64(5), "id"}},
-		{"fenced", fenced, Acquire{}, []any{"", "", "1"}},
-		{"establish", plain, Acquire{Establish: "e"}, []any{"", "", "", "e"}},
-		{"handed over", plain, Acquire{Prev: "old", Place: "tok", Ticket: 5}, []any{int64(5), "", "", "", "old"}},
-		{"for a handoff", plain, Acquire{Place: "id", Ticket: 5, Live: "ch", PrevToken: "r0", Queued: true},
-			[]any{int64(5), "id", "", "", "", "ch", "r0", "1"}},
-		{"a first round for a handoff, cleared", plain, Acquire{Place: "tok", Ticket: 5, Live: "ch", Cleared: true},
-			[]any{int64(5), "", "", "", "", "ch", "", "2"}},
-		{"no queues", New(time.Minute, false), Acquire{Place: "tok", Ticket: 5}, nil},
+		{"TryLock", hand, Acquire{}, nil},
+		{"a waiter's first round", line, Acquire{Join: Join{Place: "tok", Ticket: 5}}, []any{int64(5)}},
+		{"a waiter's later round", line, Acquire{Join: Join{Place: "id", Ticket: 5, Entries: MayHave}}, []any{int64(5), "id", "1"}},
+		{"establish", line, Acquire{Establish: "e"}, []any{"", "", "", "e"}},
+		{"establish, kernel", New(time.Minute, false, Kernel, ""), Acquire{Establish: "e"}, []any{"e"}},
+		{"handed over", line, Acquire{Over: "old", Join: Join{Place: "tok", Ticket: 5}}, []any{int64(5), "", "", "", "old"}},
+		{"for a handoff", hand, Acquire{Join: Join{Place: "id", Ticket: 5, Live: "ch", Prev: "r0", Entries: MayHave}},
+			[]any{int64(5), "id", "1", "ch", "r0"}},
+		{"a first round for a handoff, cleared", hand, Acquire{Join: Join{Place: "tok", Ticket: 5, Live: "ch", Entries: Cleared}},
+			[]any{int64(5), "", "2", "ch"}},
+		{"no line", New(time.Minute, false, Announce, ""), Acquire{Join: Join{Place: "tok", Ticket: 5}}, nil},
 	} {
 		tc.a.Keys, tc.a.Token, tc.a.TTL = keys, "tok", time.Second
 		cmd := tc.p.AcquireCmd(tc.a)
@@ -147,13 +147,17 @@ func TestDecodeCheck(t *testing.T) {
 // TestNames: the scripts name the reserved keys and channels only through
 // the constants, which fill in every placeholder.
 func TestNames(t *testing.T) {
-	for name, lua := range map[string]string{"acquire": acquireLua, "release": releaseLua, "extend": extendLua, "fence": fenceLua, "check": checkLua} {
+	for name, lua := range map[string]string{"acquire": acquireLua, "release": releaseLua, "extend": extendLua, "fence": fenceLua, "check": checkLua,
+		"value": valueLua, "strategy": strategyLua, "announce": announceLua, "inline": inLineLua, "handoff": handoffLua} {
 		assert.NotContains(t, lua, "redquorum:", "%s.lua spells a reserved name instead of its placeholder", name)
-		assert.NotContains(t, newScript(lua).src, "@", "%s.lua has a placeholder left", name)
+		assert.NotContains(t, newScript(strings.ReplaceAll(lua, "@FENCED@", "false")).src, "@", "%s.lua has a placeholder left", name)
 	}
-	p := New(0, false)
+	p := New(0, true, Handoff, "")
+	for _, src := range []string{p.acquire.src, p.release.src, p.extend.src, p.fence.src} {
+		assert.NotContains(t, src, "@", "a placeholder left")
+	}
 	assert.Contains(t, p.acquire.src, "'"+TombstonePrefix+"'")
-	assert.Contains(t, p.release.src, "'"+ReleasedChannel+"' .. KEYS[i]")
+	assert.Contains(t, p.release.src, "'"+ReleasedChannel+"' .. key")
 	assert.True(t, Reserved(StateKey) && Reserved(QueuePrefix+"k") && Reserved(StateKey+":{a}"))
 	assert.False(t, Reserved("job") || Reserved("redquorum:job"), "lock keys")
 	assert.True(t, strings.HasPrefix(SlotStateKey("p:", "k", new(hashslot.Tags)), "p:"+StateKey+":{"), "%s", SlotStateKey("p:", "k", new(hashslot.Tags)))

@@ -17,7 +17,7 @@ import (
 func TestReleaseWaited(t *testing.T) {
 	ctx := t.Context()
 	node := oneNode(t, true)
-	p := New(time.Minute, false).WithQueues("")
+	p := New(time.Minute, false, Handoff, "")
 	queue := QueuePrefix + "k"
 	sub := node.Subscribe(ctx, ReleasedChannel+"k", LiveChannel+"w")
 	t.Cleanup(func() { _ = sub.Close() })
@@ -42,7 +42,7 @@ func TestReleaseWaited(t *testing.T) {
 		if len(entries) > 0 {
 			require.NoError(t, node.ZAdd(ctx, queue, entries...).Err())
 		}
-		n, err := p.RunInt(ctx, node, p.Release([]string{"k"}, "tok", time.Minute, true))
+		n, err := p.RunInt(ctx, node, p.Release(Release{Keys: []string{"k"}, Token: "tok", TTL: time.Minute, Announce: true}))
 		require.NoError(t, err)
 		return n
 	}
@@ -121,19 +121,19 @@ func TestReleaseWaited(t *testing.T) {
 func TestQueueKeyFromPrefix(t *testing.T) {
 	ctx := t.Context()
 	node := oneNode(t, false)
-	p := New(0, false).WithQueues("p:")
+	p := New(0, false, InLine, "p:")
 	queue := "p:" + QueuePrefix + "k"
 	for _, state := range []string{"p:" + StateKey, "p:" + StateKey + ":{x}"} {
 		require.NoError(t, node.Del(ctx, "p:k", queue).Err())
 		require.NoError(t, node.Set(ctx, "p:k", "holder", time.Minute).Err())
-		v, err := p.Run(ctx, node, p.AcquireCmd(Acquire{Keys: []string{"p:k", state}, Token: "tok", TTL: time.Second, Place: "tok", Ticket: 3}))
+		v, err := p.Run(ctx, node, p.AcquireCmd(Acquire{Keys: []string{"p:k", state}, Token: "tok", TTL: time.Second, Join: Join{Place: "tok", Ticket: 3}}))
 		require.NoError(t, err)
 		r, err := DecodeAcquire(v)
 		require.NoError(t, err)
 		require.Equal(t, Taken, r.Outcome, state)
 		assert.Equal(t, []string{"tok"}, node.ZRange(ctx, queue, 0, -1).Val(), "%s: the waiter joined the prefixed queue", state)
 
-		n, err := p.RunInt(ctx, node, p.Release([]string{"p:k"}, "holder", time.Minute, true))
+		n, err := p.RunInt(ctx, node, p.Release(Release{Keys: []string{"p:k"}, Token: "holder", TTL: time.Minute, Announce: true}))
 		require.NoError(t, err)
 		assert.EqualValues(t, 1, n)
 		assert.Empty(t, node.ZRange(ctx, queue, 0, -1).Val(), "%s: the release named the waiter, off the queue", state)
