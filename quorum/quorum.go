@@ -129,6 +129,10 @@ func Start(ctx context.Context, n int, timeout time.Duration, fn func(ctx contex
 // Workers also counts the calls in flight of every round it started, late
 // answers included, so that their owner can wait for them ([Workers.Wait],
 // [Workers.Close]) without a goroutine per round.
+//
+// Workers is not a [golang.org/x/sync/errgroup.Group]: a round decides at a
+// quorum, not at the first error or once every call is done, and the
+// goroutines outlive the round to run the calls of the next ones.
 type Workers struct {
 	jobs  chan job      // unbuffered: a send succeeds only to an idle worker
 	quit  chan struct{} // closed by Close
