@@ -26,14 +26,16 @@ type NodeError struct {
 func (e *NodeError) Error() string { return fmt.Sprintf("node %d: %v", e.Node, e.Err) }
 func (e *NodeError) Unwrap() error { return e.Err }
 
-// Error reports a round that did not reach its quorum. Its Nodes hold one
-// [*NodeError] per node that failed or had not answered at the decision.
+// Error reports a round that did not reach its quorum. [Error.Nodes]
+// returns one [*NodeError] per node that failed or had not answered at the
+// decision; errors.Is and errors.As see each of them.
 type Error struct {
-	OK    int               // nodes that succeeded before the decision
-	Need  int               // the quorum
-	Total int               // nodes in the round
-	Nodes *multierror.Error // per-node failures, in the order they were learned
-	Ctx   error             // the caller's ctx.Err() if ctx was done at the decision, else nil
+	OK    int   // nodes that succeeded before the decision
+	Need  int   // the quorum
+	Total int   // nodes in the round
+	Ctx   error // the caller's ctx.Err() if ctx was done at the decision, else nil
+
+	nodes *multierror.Error // *NodeError each, in the order they were learned
 }
 
 func (e *Error) Error() string {
@@ -41,16 +43,28 @@ func (e *Error) Error() string {
 	if e.Ctx != nil {
 		msg += " (" + e.Ctx.Error() + ")"
 	}
-	if e.Nodes != nil && len(e.Nodes.Errors) > 0 {
-		msg += ": "
-		for i, err := range e.Nodes.Errors {
-			if i > 0 {
-				msg += "; "
-			}
-			msg += err.Error()
+	for i, err := range e.Nodes() {
+		if i == 0 {
+			msg += ": "
+		} else {
+			msg += "; "
 		}
+		msg += err.Error()
 	}
 	return msg
+}
+
+// Nodes returns the per-node failures in the order they were learned: one
+// per node that failed or had not answered at the decision.
+func (e *Error) Nodes() []*NodeError {
+	if e.nodes == nil {
+		return nil
+	}
+	nodes := make([]*NodeError, len(e.nodes.Errors))
+	for i, err := range e.nodes.Errors {
+		nodes[i] = err.(*NodeError) // Await appends nothing else
+	}
+	return nodes
 }
 
 // Unwrap exposes the caller's context error and the per-node errors to
@@ -60,8 +74,8 @@ func (e *Error) Unwrap() []error {
 	if e.Ctx != nil {
 		errs = append(errs, e.Ctx)
 	}
-	if e.Nodes != nil {
-		errs = append(errs, e.Nodes)
+	if e.nodes != nil {
+		errs = append(errs, e.nodes)
 	}
 	return errs
 }
@@ -115,6 +129,10 @@ func Start(ctx context.Context, n int, timeout time.Duration, fn func(ctx contex
 // Workers also counts the calls in flight of every round it started, late
 // answers included, so that their owner can wait for them ([Workers.Wait],
 // [Workers.Close]) without a goroutine per round.
+//
+// Workers is not a [golang.org/x/sync/errgroup.Group]: a round decides at a
+// quorum, not at the first error or once every call is done, and the
+// goroutines outlive the round to run the calls of the next ones.
 type Workers struct {
 	jobs  chan job      // unbuffered: a send succeeds only to an idle worker
 	quit  chan struct{} // closed by Close
@@ -232,7 +250,7 @@ func (r *Round) Await(ctx context.Context, need int) (int, error) {
 	fail := func() (int, error) {
 		// A context that ended while the nodes failed is usually why they
 		// failed (go-redis reports a deadline as an i/o timeout): name it.
-		return ok, &Error{OK: ok, Need: need, Total: r.n, Nodes: errs, Ctx: ctx.Err()}
+		return ok, &Error{OK: ok, Need: need, Total: r.n, Ctx: ctx.Err(), nodes: errs}
 	}
 	for ok < need {
 		if r.n-failed < need {

@@ -93,10 +93,15 @@ func TestAwaitTimeout(t *testing.T) {
 	var qe *Error
 	require.ErrorAs(t, err, &qe)
 	assert.ErrorIs(t, err, ErrTimeout)
-	assert.Len(t, qe.Nodes.Errors, 2)
+	require.Len(t, qe.Nodes(), 2)
 	var ne *NodeError
-	require.ErrorAs(t, qe.Nodes.Errors[0], &ne)
+	require.ErrorAs(t, err, &ne)
 	assert.ErrorIs(t, ne, ErrTimeout)
+	for j, ne := range qe.Nodes() {
+		assert.Equal(t, j+1, ne.Node, "unanswered nodes in index order")
+		assert.ErrorIs(t, ne, ErrTimeout)
+	}
+	assert.Contains(t, err.Error(), "needed: node 1: "+ErrTimeout.Error()+"; node 2: ")
 	_, returned := r.Result(1)
 	assert.False(t, returned)
 }

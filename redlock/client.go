@@ -43,10 +43,10 @@ type Client struct {
 
 	owned []redis.UniversalClient // node clients made by New or Open, closed by Close
 
-	life  lifetime     // closed state and the calls in flight (lifetime.go)
-	locks heldLocks    // locks obtained and not unlocked, which Close releases
-	queue *queue.Queue // local queue per key (internal/queue)
-	wake  *wake.Waker  // release announcements that end retry waits (internal/wake)
+	life  lifetime               // closed state and the calls in flight (lifetime.go)
+	locks heldLocks              // locks obtained and not unlocked, which Close releases
+	queue *queue.Queue[handover] // local queue per key (internal/queue)
+	wake  *wake.Waker            // release announcements that end retry waits (internal/wake)
 }
 
 // New returns a Client that locks on the given nodes: independent Redis
@@ -119,7 +119,7 @@ func newClient(given []redis.UniversalClient, cfg config) (*Client, error) {
 		_ = closeClients(c.owned)
 		return nil, err
 	}
-	c.queue = queue.New(cfg.clock)
+	c.queue = queue.New[handover](cfg.clock)
 	if (cfg.waiting == WaitDefault || cfg.waiting == WaitHandoff) && !cfg.fencing && !c.sharded {
 		// A fenced lock needs its round's fence, and a Cluster or a Ring
 		// node no script that reaches the node's state: their waiters are
@@ -283,7 +283,7 @@ func (c *Client) ready(ctx context.Context, keys []string) error {
 // full (see Error.final) or the same server found twice by its
 // connections.
 func (c *Client) tryOnce(ctx context.Context, keys []string, ttl time.Duration, rec *record) (*Lock, error) {
-	l, _, _, err := c.attempt(ctx, keys, ttl, queue.Handover{}, join{}, rec)
+	l, _, _, err := c.attempt(ctx, keys, ttl, handover{}, join{}, rec)
 	if err != nil && c.servers.Err() != nil {
 		return nil, c.sameServer(keys)
 	}

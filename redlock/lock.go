@@ -32,8 +32,8 @@ type Lock struct {
 	token string   // 128 random bits
 	ttl   time.Duration
 	fence uint64
-	held  *round      // the round that obtained the lock: which nodes granted it
-	turn  *queue.Turn // the local queue's turn this lock keeps; nil for TryLock
+	held  *round                // the round that obtained the lock: which nodes granted it
+	turn  *queue.Turn[handover] // the local queue's turn this lock keeps; nil for TryLock
 
 	mu       sync.Mutex
 	until    time.Time

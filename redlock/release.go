@@ -7,9 +7,28 @@ import (
 	"time"
 
 	"github.com/redquorum/redquorum/internal/protocol"
-	"github.com/redquorum/redquorum/internal/queue"
 	"github.com/redquorum/redquorum/quorum"
 )
+
+// handover is a lock that its holder handed over with its turn in the
+// local queue: the next caller's first round takes keys that hold Token as
+// free, then releases what is left of it.
+type handover struct {
+	Token string
+	TTL   time.Duration // the lock's TTL, for the tombstones of its release
+	// Acquire is the round that obtained the lock, which tells, per node,
+	// whether its acquire set the keys; its answers may still be coming,
+	// for at most AcquireTimeout. The next caller's acquire on a node, and
+	// the release of what is left of the lock, wait for that node's
+	// answer, so that neither overtakes the lock's own acquire; the
+	// release skips the nodes that refused.
+	Acquire        *quorum.Round
+	AcquireTimeout time.Duration
+	// Joined is set when the acquire joined the key's queue for a handoff
+	// on the nodes that refused it: its release goes to those too, where a
+	// release may have handed the key over to its entry.
+	Joined bool
+}
 
 // release sends the token-guarded release of r's keys to every node in
 // parallel (see releaseLock). announce (an Unlock, not the clean-up of a
@@ -41,7 +60,7 @@ func (c *Client) release(ctx context.Context, r *round, announce bool, lat []tim
 // for a handoff, a release may have handed the key over to it since (an
 // announced release then takes that off, see ReleaseJoined). Callers are
 // within c.life.enter.
-func (c *Client) releaseHandedOver(next *round, prev queue.Handover) {
+func (c *Client) releaseHandedOver(next *round, prev handover) {
 	cmd := c.proto.Release(protocol.Release{Keys: next.storedKeys(), Token: prev.Token, TTL: prev.TTL, Announce: prev.Joined})
 	c.releaseLock(context.Background(), cmd, next.name(), prev, next, nil)
 }
@@ -49,7 +68,7 @@ func (c *Client) releaseHandedOver(next *round, prev queue.Handover) {
 // releaseUnclaimed releases h, a lock on keys that Unlock handed over to a
 // caller that gave up at the same moment, and announces it like an Unlock.
 // On a closed Client it sends nothing, and the keys expire with their TTL.
-func (c *Client) releaseUnclaimed(keys []string, h queue.Handover) {
+func (c *Client) releaseUnclaimed(keys []string, h handover) {
 	if err := c.life.enter(); err != nil {
 		return
 	}
@@ -65,7 +84,7 @@ func (c *Client) releaseUnclaimed(keys []string, h queue.Handover) {
 // the same keys, took them over (see round.tookOver). The wait for an
 // outstanding acquire is bounded by its own call timeout; a release sent
 // after such a wait still has a node timeout left. lat is as for release.
-func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string, h queue.Handover, after *round, lat []time.Duration) *quorum.Round {
+func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string, h handover, after *round, lat []time.Duration) *quorum.Round {
 	timeout := c.cfg.nodeTimeout
 	if h.Acquire != nil && !h.Acquire.AllDone() {
 		timeout += h.AcquireTimeout
@@ -119,7 +138,7 @@ func (c *Client) leaveHandoff(key, token string, ttl time.Duration) {
 		return
 	}
 	cmd := c.proto.Release(protocol.Release{Keys: []string{c.stored(key)}, Token: token, Announce: true, Leave: true})
-	c.releaseLock(context.Background(), cmd, key, queue.Handover{TTL: ttl}, nil, nil)
+	c.releaseLock(context.Background(), cmd, key, handover{TTL: ttl}, nil, nil)
 }
 
 // releaseStray releases key (as stored) on node i, where a release handed
@@ -157,8 +176,8 @@ func granted(err error) bool { return err == nil || errors.Is(err, ErrFenceUnkno
 // token and TTL, its acquire round, for the release of what is left, and
 // whether that round joined the queue for a handoff where it was refused
 // (a round for a hand value never joins).
-func (r *round) handover() queue.Handover {
-	return queue.Handover{Token: r.acq.Token, TTL: r.acq.TTL, Acquire: r.calls, AcquireTimeout: r.callTimeout,
+func (r *round) handover() handover {
+	return handover{Token: r.acq.Token, TTL: r.acq.TTL, Acquire: r.calls, AcquireTimeout: r.callTimeout,
 		Joined: r.acq.Join.Live != "" && !strings.HasPrefix(r.acq.Token, protocol.HandPrefix)}
 }
 

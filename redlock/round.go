@@ -14,7 +14,6 @@ import (
 	"github.com/redquorum/redquorum/internal/alloc"
 	"github.com/redquorum/redquorum/internal/node"
 	"github.com/redquorum/redquorum/internal/protocol"
-	"github.com/redquorum/redquorum/internal/queue"
 	"github.com/redquorum/redquorum/quorum"
 )
 
@@ -136,7 +135,7 @@ func (r *round) name() string { return strings.Join(r.keys, ", ") }
 // keys of prev, a lock handed over by Unlock, when prev.Token is not "". On
 // failure it releases what the round took and returns it with the error,
 // for its replies. Callers are within c.life.enter.
-func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []string, prev queue.Handover, j join) (*round, error) {
+func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []string, prev handover, j join) (*round, error) {
 	r := c.newRound(keys, ttl, est, prev.Token, j)
 	r.over = prev.Acquire
 	r.start = c.cfg.clock.Now()
@@ -346,7 +345,7 @@ func (c *Client) newDeployment(r *round, err error) []string {
 // expired on enough nodes for a quorum, or 0 when unknown. j is the
 // round's place in the queue of waiters; rec, when not nil, records the
 // rounds.
-func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, prev queue.Handover, j join, rec *record) (*Lock, time.Duration, *quorum.Round, error) {
+func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, prev handover, j join, rec *record) (*Lock, time.Duration, *quorum.Round, error) {
 	if err := c.life.enter(); err != nil {
 		return nil, 0, nil, err
 	}

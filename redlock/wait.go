@@ -22,8 +22,8 @@ type waiter struct {
 	c        *Client
 	ctx      context.Context
 	keys     []string
-	turn     *queue.Turn // nil until the first next
-	attempts int         // rounds failed so far
+	turn     *queue.Turn[handover] // nil until the first next
+	attempts int                   // rounds failed so far
 	obtained bool
 	start    time.Time // of the last round
 	giveUp   <-chan time.Time
@@ -78,7 +78,7 @@ func (w *waiter) giveUpChan() <-chan time.Time {
 // or until a node announces the keys' release. It returns an error for
 // Lock to return when the caller must give up: ctx ended, MaxWait passed,
 // or the Client was closed (at once, not at the next round).
-func (w *waiter) next(last *Error, hint time.Duration) (queue.Handover, error) {
+func (w *waiter) next(last *Error, hint time.Duration) (handover, error) {
 	if w.turn == nil {
 		h, err := w.queued()
 		if err == nil && h.Token == "" {
@@ -89,7 +89,7 @@ func (w *waiter) next(last *Error, hint time.Duration) (queue.Handover, error) {
 	if err := ctxEnded(w.ctx); err != nil {
 		// The context ended during the round, perhaps after its decision.
 		last.ctx = err
-		return queue.Handover{}, last
+		return handover{}, last
 	}
 	cfg := w.c.cfg
 	wait := retry.Delay(w.attempts, cfg.minRetry, cfg.maxRetry)
@@ -107,10 +107,10 @@ func (w *waiter) next(last *Error, hint time.Duration) (queue.Handover, error) {
 		wait = hint + retry.Jitter(min(cfg.minRetry, hint/4))
 	}
 	if err := w.sleep(cfg.clock.After(wait), last); err != nil {
-		return queue.Handover{}, err
+		return handover{}, err
 	}
 	w.start = cfg.clock.Now()
-	return queue.Handover{}, nil
+	return handover{}, nil
 }
 
 // join returns the place of the waiter's next round in the key's queue of
@@ -317,7 +317,7 @@ func (w *waiter) yield() error {
 }
 
 // queued waits for the caller's turn in the local queue.
-func (w *waiter) queued() (queue.Handover, error) {
+func (w *waiter) queued() (handover, error) {
 	t, prev, err := w.c.queue.Wait(w.ctx, strings.Join(w.keys, "\x00"), w.giveUpChan)
 	w.start = w.c.cfg.clock.Now()
 	if err == nil {

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/redquorum/redquorum/clock"
-	"github.com/redquorum/redquorum/quorum"
 )
 
 // Why a wait in the queue ended without a turn (besides ctx.Err()).
@@ -35,46 +34,27 @@ var (
 // their chance too.
 const MaxHandoffs = 3
 
-// Handover is a lock that its holder handed over with its turn: the next
-// caller's first round takes keys that hold Token as free, then releases
-// what is left of it.
-type Handover struct {
-	Token string
-	TTL   time.Duration // the lock's TTL, for the tombstones of its release
-	// Acquire is the round that obtained the lock, which tells, per node,
-	// whether its acquire set the keys; its answers may still be coming,
-	// for at most AcquireTimeout. The next caller's acquire on a node, and
-	// the release of what is left of the lock, wait for that node's
-	// answer, so that neither overtakes the lock's own acquire; the
-	// release skips the nodes that refused.
-	Acquire        *quorum.Round
-	AcquireTimeout time.Duration
-	// Joined is set when the acquire joined the key's queue for a handoff
-	// on the nodes that refused it: its release goes to those too, where a
-	// release may have handed the key over to its entry.
-	Joined bool
-}
-
-// Queue is a client's queues, one per key with callers. It is safe for
-// concurrent use; make it with [New].
-type Queue struct {
+// Queue is a client's queues, one per key with callers. H is what an owner
+// passes on with its turn: the lock it hands over (see [Queue.HandOff]). It
+// is safe for concurrent use; make it with [New].
+type Queue[H any] struct {
 	clock  clock.Clock
 	mu     sync.Mutex
-	keys   map[string]*keyQueue
+	keys   map[string]*keyQueue[H]
 	closed chan struct{} // closed by Close: waiters give up
 }
 
 // keyQueue is one key's owner and its waiters, in arrival order. Its fields
 // are guarded by Queue.mu.
-type keyQueue struct {
-	owner    *Turn
-	waiting  []*Turn
+type keyQueue[H any] struct {
+	owner    *Turn[H]
+	waiting  []*Turn[H]
 	changed  chan struct{} // when not nil, closed when the owner obtains its lock or extends it
 	handoffs int           // locks handed over in a row
 }
 
 // Turn is one caller's place in a key's queue.
-type Turn struct {
+type Turn[H any] struct {
 	key   string
 	ready chan struct{} // closed when the turn is handed to this caller
 	// Guarded by Queue.mu:
@@ -82,26 +62,27 @@ type Turn struct {
 	until time.Time // the end of its validity, when held
 	// inherit is the lock the previous owner handed over with the turn,
 	// set before ready is closed.
-	inherit Handover
+	inherit H
 }
 
 // New returns an empty queue that reads the time from clk.
-func New(clk clock.Clock) *Queue {
-	return &Queue{clock: clk, keys: map[string]*keyQueue{}, closed: make(chan struct{})}
+func New[H any](clk clock.Clock) *Queue[H] {
+	return &Queue[H]{clock: clk, keys: map[string]*keyQueue[H]{}, closed: make(chan struct{})}
 }
 
 // Wait returns the caller's turn for key, and the lock handed over with it
-// if any: at once when nobody else of this client is contending for or
+// (the zero H if none): at once when nobody else of this client is contending for or
 // holding key, else when the previous owner unlocks, fails, or lets its
 // lock's validity run out. It returns ctx.Err(), ErrGaveUp when the channel
 // from giveUp fires, or ErrClosed, having left the queue. A lock handed
 // over to a caller that gives up at the same moment goes on to the next
 // waiter; when there is none, Wait returns it with the error, and the
 // caller must release it.
-func (q *Queue) Wait(ctx context.Context, key string, giveUp func() <-chan time.Time) (*Turn, Handover, error) {
+func (q *Queue[H]) Wait(ctx context.Context, key string, giveUp func() <-chan time.Time) (*Turn[H], H, error) {
 	t, k := q.join(key)
 	if t.ready == nil {
-		return t, Handover{}, nil
+		var none H
+		return t, none, nil
 	}
 	for {
 		changed, expiry := q.watch(k, t)
@@ -128,25 +109,25 @@ func (q *Queue) Wait(ctx context.Context, key string, giveUp func() <-chan time.
 // giveUp takes t out of its queue, passing its turn on if it had become the
 // owner meanwhile, with any lock handed over to it. It returns that lock
 // when no waiter is left to take it.
-func (q *Queue) giveUp(t *Turn) Handover { return q.leave(t, true) }
+func (q *Queue[H]) giveUp(t *Turn[H]) H { return q.leave(t, true) }
 
 // join puts a new turn for key in its queue: as the owner (ready nil) when
 // the key has none, else as the last waiter.
-func (q *Queue) join(key string) (*Turn, *keyQueue) {
+func (q *Queue[H]) join(key string) (*Turn[H], *keyQueue[H]) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	k := q.keys[key]
-	var t *Turn
+	var t *Turn[H]
 	if k == nil {
 		// The first caller's turn and the queue in one allocation.
 		a := &struct {
-			Turn
-			keyQueue
-		}{Turn: Turn{key: key}}
+			Turn[H]
+			keyQueue[H]
+		}{Turn: Turn[H]{key: key}}
 		t, k = &a.Turn, &a.keyQueue
 		q.keys[key] = k
 	} else {
-		t = &Turn{key: key}
+		t = &Turn[H]{key: key}
 	}
 	if k.owner == nil {
 		k.owner = t
@@ -161,7 +142,7 @@ func (q *Queue) join(key string) (*Turn, *keyQueue) {
 // or the first waiter changes, and, for the first waiter, one that fires
 // when the owner's lock expires (nil while it has none). Only the first
 // waiter may take an expired owner's turn over, so only it watches.
-func (q *Queue) watch(k *keyQueue, t *Turn) (changed <-chan struct{}, expiry <-chan time.Time) {
+func (q *Queue[H]) watch(k *keyQueue[H], t *Turn[H]) (changed <-chan struct{}, expiry <-chan time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if k.changed == nil {
@@ -174,7 +155,7 @@ func (q *Queue) watch(k *keyQueue, t *Turn) (changed <-chan struct{}, expiry <-c
 }
 
 // notify wakes k's waiters to look again (see watch). Callers hold q.mu.
-func (k *keyQueue) notify() {
+func (k *keyQueue[H]) notify() {
 	if k.changed != nil {
 		close(k.changed)
 		k.changed = nil
@@ -185,7 +166,7 @@ func (k *keyQueue) notify() {
 // current owner's lock has expired and t is the first waiter (the others
 // watch the expiry too, and the first of them to run must not jump the
 // queue).
-func (q *Queue) takeOverExpired(k *keyQueue, t *Turn) {
+func (q *Queue[H]) takeOverExpired(k *keyQueue[H], t *Turn[H]) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	o := k.owner
@@ -198,7 +179,7 @@ func (q *Queue) takeOverExpired(k *keyQueue, t *Turn) {
 	k.notify() // the next waiter is first now
 }
 
-func remove(ts []*Turn, t *Turn) []*Turn {
+func remove[H any](ts []*Turn[H], t *Turn[H]) []*Turn[H] {
 	for i, w := range ts {
 		if w == t {
 			return append(ts[:i], ts[i+1:]...)
@@ -210,7 +191,7 @@ func remove(ts []*Turn, t *Turn) []*Turn {
 // Leave gives up t: it passes the turn on when t owns it and takes t out of
 // the queue otherwise. For a turn that lost its ownership (its lock expired
 // and a waiter took over) it does nothing. A nil t is ignored.
-func (q *Queue) Leave(t *Turn) {
+func (q *Queue[H]) Leave(t *Turn[H]) {
 	if t != nil {
 		q.leave(t, false)
 	}
@@ -219,10 +200,10 @@ func (q *Queue) Leave(t *Turn) {
 // leave is Leave, passing on the lock handed over to t when inherit is set
 // (a real release otherwise, which ends a run of handovers); it returns
 // that lock when no waiter is left to take it.
-func (q *Queue) leave(t *Turn, inherit bool) Handover {
+func (q *Queue[H]) leave(t *Turn[H], inherit bool) H {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	var h Handover
+	var h, none H
 	if inherit {
 		h = t.inherit
 	}
@@ -241,11 +222,11 @@ func (q *Queue) leave(t *Turn, inherit bool) Handover {
 		}
 		q.pass(k, h)
 	}
-	return Handover{}
+	return none
 }
 
 // pass makes the first waiter of k the owner, with h. Callers hold q.mu.
-func (q *Queue) pass(k *keyQueue, h Handover) {
+func (q *Queue[H]) pass(k *keyQueue[H], h H) {
 	next := k.waiting[0]
 	k.waiting = k.waiting[1:]
 	k.owner = next
@@ -264,7 +245,7 @@ func (q *Queue) pass(k *keyQueue, h Handover) {
 // with its own token, atomically on each node, and that round obtains the
 // lock by the usual rule (a quorum, in time), on a monotonic clock of its
 // own.
-func (q *Queue) HandOff(t *Turn, h Handover) bool {
+func (q *Queue[H]) HandOff(t *Turn[H], h H) bool {
 	if t == nil {
 		return false
 	}
@@ -285,7 +266,7 @@ func (q *Queue) HandOff(t *Turn, h Handover) bool {
 
 // Held records that t's owner holds its lock until until (and, called
 // again, that it extended it).
-func (q *Queue) Held(t *Turn, until time.Time) {
+func (q *Queue[H]) Held(t *Turn[H], until time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	t.held, t.until = true, until
@@ -296,7 +277,7 @@ func (q *Queue) Held(t *Turn, until time.Time) {
 
 // Close makes every waiter give up with ErrClosed. It is safe to call more
 // than once.
-func (q *Queue) Close() {
+func (q *Queue[H]) Close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	select {
@@ -307,14 +288,14 @@ func (q *Queue) Close() {
 }
 
 // Keys returns how many keys have an owner or waiters.
-func (q *Queue) Keys() int {
+func (q *Queue[H]) Keys() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.keys)
 }
 
 // Waiting returns how many callers wait for key's turn.
-func (q *Queue) Waiting(key string) int {
+func (q *Queue[H]) Waiting(key string) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if k := q.keys[key]; k != nil {

@@ -25,25 +25,31 @@ func never() <-chan time.Time { return nil }
 
 // newQueue returns a queue on a fake clock, closed when the test ends so that
 // a waiter that a failed assertion left behind returns before leakcheck looks.
-func newQueue(t *testing.T) (*Queue, *clock.Fake) {
+func newQueue(t *testing.T) (*Queue[handover], *clock.Fake) {
 	t.Helper()
 	f := clock.NewFake(start)
-	q := New(f)
+	q := New[handover](f)
 	t.Cleanup(q.Close)
 	return q, f
 }
 
+// handover stands for the lock that redlock hands over with a turn.
+type handover struct {
+	Token string
+	TTL   time.Duration
+}
+
 // result is what one Wait returned.
 type result struct {
-	turn *Turn
-	h    Handover
+	turn *Turn[handover]
+	h    handover
 	err  error
 }
 
 // enqueue starts a Wait for key in a goroutine and returns once the caller
 // waits in the queue, so that callers started one after another arrive in
 // that order. The goroutine ends when Wait returns.
-func enqueue(t *testing.T, q *Queue, ctx context.Context, key string, giveUp func() <-chan time.Time) <-chan result {
+func enqueue(t *testing.T, q *Queue[handover], ctx context.Context, key string, giveUp func() <-chan time.Time) <-chan result {
 	t.Helper()
 	n := q.Waiting(key)
 	res := make(chan result, 1)
@@ -98,7 +104,7 @@ func TestFirstCallerAtOnce(t *testing.T) {
 	q.Leave(b)
 	assert.Zero(t, q.Keys())
 	q.Leave(nil) // ignored
-	assert.False(t, q.HandOff(nil, Handover{Token: "t"}))
+	assert.False(t, q.HandOff(nil, handover{Token: "t"}))
 }
 
 // TestLeavePassesInArrivalOrder: while the owner keeps its turn the callers
@@ -145,12 +151,12 @@ func TestLeavePassesInArrivalOrder(t *testing.T) {
 func TestWaiterGivesUp(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		end  func(cancel context.CancelFunc, f *clock.Fake, q *Queue)
+		end  func(cancel context.CancelFunc, f *clock.Fake, q *Queue[handover])
 		want error
 	}{
-		{"context cancelled", func(cancel context.CancelFunc, _ *clock.Fake, _ *Queue) { cancel() }, context.Canceled},
-		{"give-up channel fires", func(_ context.CancelFunc, f *clock.Fake, _ *Queue) { f.Advance(time.Minute) }, ErrGaveUp},
-		{"queue closed", func(_ context.CancelFunc, _ *clock.Fake, q *Queue) { q.Close() }, ErrClosed},
+		{"context cancelled", func(cancel context.CancelFunc, _ *clock.Fake, _ *Queue[handover]) { cancel() }, context.Canceled},
+		{"give-up channel fires", func(_ context.CancelFunc, f *clock.Fake, _ *Queue[handover]) { f.Advance(time.Minute) }, ErrGaveUp},
+		{"queue closed", func(_ context.CancelFunc, _ *clock.Fake, q *Queue[handover]) { q.Close() }, ErrClosed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
@@ -233,7 +239,7 @@ func TestHolderExpires(t *testing.T) {
 			assert.Zero(t, q.Waiting("k"))
 
 			next := enqueue(t, q, t.Context(), "k", never)
-			assert.False(t, q.HandOff(owner, Handover{Token: "old"}), "HandOff by the owner that lost its turn")
+			assert.False(t, q.HandOff(owner, handover{Token: "old"}), "HandOff by the owner that lost its turn")
 			q.Leave(owner) // does nothing: the turn is no longer owner's
 			assert.Equal(t, 1, q.Waiting("k"))
 			pending(t, next)
@@ -255,7 +261,7 @@ func TestHandOff(t *testing.T) {
 	q, _ := newQueue(t)
 	owner, _, err := q.Wait(t.Context(), "k", never)
 	require.NoError(t, err)
-	assert.False(t, q.HandOff(owner, Handover{Token: "t", TTL: time.Second}), "no waiter")
+	assert.False(t, q.HandOff(owner, handover{Token: "t", TTL: time.Second}), "no waiter")
 	assert.Equal(t, 1, q.Keys(), "the owner keeps its turn")
 
 	var want []bool // what each HandOff in a row returns
@@ -269,12 +275,12 @@ func TestHandOff(t *testing.T) {
 	cur := owner
 	for i, ok := range want {
 		res := enqueue(t, q, t.Context(), "k", never)
-		h := Handover{Token: fmt.Sprintf("token-%d", i), TTL: time.Duration(i+1) * time.Second}
+		h := handover{Token: fmt.Sprintf("token-%d", i), TTL: time.Duration(i+1) * time.Second}
 		require.Equal(t, ok, q.HandOff(cur, h), "HandOff %d", i)
 		if !ok {
 			pending(t, res, "HandOff %d refused, yet the waiter got the turn", i)
 			q.Leave(cur) // the owner releases the lock on the nodes, then leaves
-			h = Handover{}
+			h = handover{}
 		}
 		r := recv(t, res)
 		require.NoError(t, r.err)
@@ -315,7 +321,7 @@ func pausing(at int) (giveUp func() <-chan time.Time, first, entered, proceed ch
 // keys stayed on the nodes, held by nobody, until their TTL.
 func TestHandoverNotLostWhenWaiterGivesUp(t *testing.T) {
 	leakcheck.Check(t)
-	h := Handover{Token: "tok", TTL: time.Minute}
+	h := handover{Token: "tok", TTL: time.Minute}
 	for _, behind := range []bool{true, false} {
 		for trial := range 50 {
 			q, _ := newQueue(t)
@@ -340,7 +346,7 @@ func TestHandoverNotLostWhenWaiterGivesUp(t *testing.T) {
 				assert.Equal(t, h, r.h, "trial %d: the waiter took its turn", trial)
 				q.Leave(r.turn)
 			case behind:
-				assert.Equal(t, Handover{}, r.h, "trial %d", trial)
+				assert.Equal(t, handover{}, r.h, "trial %d", trial)
 				r2 := recv(t, second)
 				require.NoError(t, r2.err)
 				assert.Equal(t, h, r2.h, "trial %d: the lock went on to the next waiter", trial)

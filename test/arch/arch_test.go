@@ -48,6 +48,7 @@ func importRules(module string) []importRule {
 		{"quorum", "github.com/redis/go-redis", "quorum knows nothing about Redis"},
 		{"clock", module, "clock knows nothing about locks"},
 		{"internal", module + "/redlock", "dependencies point from redlock to internal, not back"},
+		{"internal/queue", module + "/quorum", "the local queue knows nothing of what its turns carry"},
 		{"", module + "/" + toolsDir, "test and bench tools are not for library code"},
 		{"", module + "/test", "test packages are not for library code"},
 		{"redlock", module + "/cmd", "the API does not depend on its command"},

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ory/dockertest/v3"
 	dc "github.com/ory/dockertest/v3/docker"
+	"golang.org/x/sync/errgroup"
 )
 
 // Image is the Docker image every node runs. scripts/redis-image.sh builds it
@@ -138,15 +139,13 @@ func Start(t testing.TB, n int, opts ...Option) *Cluster {
 	}
 	args = append(args, cfg.args...)
 	c.Nodes = make([]*Node, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
+	g, gctx := errgroup.WithContext(ctx) // the first failure ends the others' waits
 	for i := range c.Nodes {
 		node := &Node{c: c, name: fmt.Sprintf("redquorum-rig-%s-%d", c.id, i+1)}
 		c.Nodes[i] = node
-		wg.Go(func() { errs[i] = node.create(ctx, args, cfg.replicas) })
+		g.Go(func() error { return node.create(gctx, args, cfg.replicas) })
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := g.Wait(); err != nil {
 		t.Fatalf("rig: %v", err)
 	}
 	return c

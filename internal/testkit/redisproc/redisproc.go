@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Servers are native redis-server processes started by [Start].
@@ -90,17 +92,24 @@ func StartCluster(ctx context.Context, n int) (*Servers, error) {
 	return s, nil
 }
 
-// start starts n servers with extra arguments.
+// start starts n servers with extra arguments, in parallel. On failure it
+// stops those it started.
 func start(ctx context.Context, n int, extra ...string) (*Servers, error) {
 	s, err := newServers(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for range n {
-		if _, err := s.launch(ctx, extra...); err != nil {
-			s.Stop()
-			return nil, err
-		}
+	s.procs, s.Addrs = make([]*proc, n), make([]string, n)
+	g, gctx := errgroup.WithContext(ctx) // the first failure ends the others' waits
+	for i := range n {
+		g.Go(func() (err error) {
+			s.procs[i], s.Addrs[i], err = s.launchAt(gctx, i, extra)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		s.Stop()
+		return nil, err
 	}
 	return s, nil
 }
@@ -122,39 +131,50 @@ func newServers(ctx context.Context) (*Servers, error) {
 	return s, nil
 }
 
-// launch starts one more server, without persistence, on a free port with
+// launch starts one more server with extra arguments (see launchAt) and
+// returns its index in Addrs.
+func (s *Servers) launch(ctx context.Context, extra ...string) (int, error) {
+	i := len(s.Addrs)
+	p, addr, err := s.launchAt(ctx, i, extra)
+	if err != nil {
+		return 0, err
+	}
+	s.procs, s.Addrs = append(s.procs, p), append(s.Addrs, addr)
+	return i, nil
+}
+
+// launchAt starts server i, without persistence, on a free port with
 // extra arguments, in a directory of its own, waits until it accepts
-// connections, and returns its index in Addrs.
+// connections, and returns it with its address. It does not touch
+// s.procs or s.Addrs, so that servers can start in parallel.
 //
 // A port is free only when asked: a process beside this one, such as a
 // server of a test package running in parallel, can take it before the
 // server binds it. The server then exits, and the other answers on the
-// port. So launch checks that the server answering is the one it started,
-// and otherwise starts it again on another port.
-func (s *Servers) launch(ctx context.Context, extra ...string) (int, error) {
-	dir := fmt.Sprintf("%s/%d", s.dir, len(s.Addrs))
+// port. So launchAt checks that the server answering is the one it
+// started, and otherwise starts it again on another port.
+func (s *Servers) launchAt(ctx context.Context, i int, extra []string) (*proc, string, error) {
+	dir := fmt.Sprintf("%s/%d", s.dir, i)
 	var err error
 	for range 5 {
 		var p *proc
 		var addr string
 		var port int
 		if port, err = pickPort(); err != nil {
-			return 0, err
+			return nil, "", err
 		}
 		if p, addr, err = s.spawn(dir, port, extra); err != nil {
-			return 0, err
+			return nil, "", err
 		}
 		if err = waitOwn(ctx, addr, p); err == nil {
-			s.procs = append(s.procs, p)
-			s.Addrs = append(s.Addrs, addr)
-			return len(s.Addrs) - 1, nil
+			return p, addr, nil
 		}
 		p.kill()
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	return 0, err
+	return nil, "", err
 }
 
 // spawn starts one server on port, in an empty dir, and returns it with

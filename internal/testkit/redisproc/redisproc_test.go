@@ -4,6 +4,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -13,18 +14,17 @@ import (
 func TestPortTaken(t *testing.T) {
 	other := StartT(t, 1)
 	_, taken, _ := net.SplitHostPort(other.Addrs[0])
-	calls := 0
+	var calls atomic.Int32 // Start launches its servers in parallel
 	pickPort = func() (int, error) {
-		calls++
-		if calls == 1 {
+		if calls.Add(1) == 1 {
 			return strconv.Atoi(taken)
 		}
 		return freePort()
 	}
 	t.Cleanup(func() { pickPort = freePort })
 	s := StartT(t, 2)
-	if calls != 3 {
-		t.Errorf("%d ports picked for 2 servers with the first taken, want 3", calls)
+	if n := calls.Load(); n != 3 {
+		t.Errorf("%d ports picked for 2 servers with the first taken, want 3", n)
 	}
 	for i, a := range s.Addrs {
 		if a == other.Addrs[0] {
