@@ -15,6 +15,7 @@ import (
 
 	"github.com/redquorum/redquorum/internal/alloc"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
 // TestScriptsReloaded shows that rounds, which run the scripts by SHA, load
@@ -145,4 +146,42 @@ func TestNodeOptionsDialOnce(t *testing.T) {
 	def := NodeOptions(addr)
 	def.DialerRetries = 0 // go-redis's default
 	assert.Equal(t, 5, dials(def), "go-redis's default")
+}
+
+// lockUnlockAllocs is the allocation budget of one uncontended Lock+Unlock
+// of one key by a Client without an Observer over five redis-server nodes,
+// every goroutine of the process counted. It was measured at 61–65, mostly
+// 62 (go1.26.8, redis-server 7.0.15 on loopback, 2 cores at load average up
+// to 8, commit 2b89600). A loaded machine adds a few: more Unlocks find an
+// acquire still outstanding. The budget leaves room for that and fails a
+// regression of 20% (74).
+const lockUnlockAllocs = 72
+
+// TestLockUnlockAllocs pins the allocations of an uncontended Lock+Unlock
+// to lockUnlockAllocs. The race detector adds allocations of its own, so the
+// test runs without it only (make test runs it so in oldest-go).
+func TestLockUnlockAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector adds allocations of its own; run without -race")
+	}
+	leakcheck.Check(t)
+	s := redisproc.StartT(t, 5)
+	nodes := NewNodes(s.Addrs...)
+	c, err := New(nodes, &Options{NodeTimeout: time.Second}) // a loaded machine stalls for tens of ms
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		require.NoError(t, c.Close())
+		for _, n := range nodes {
+			_ = n.Close()
+		}
+	})
+	ctx := t.Context()
+	got := testing.AllocsPerRun(500, func() {
+		l, err := c.Lock(ctx, "allocs", 10*time.Second)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+	})
+	t.Logf("%.0f allocations per Lock+Unlock (budget %d)", got, lockUnlockAllocs)
+	require.LessOrEqual(t, got, float64(lockUnlockAllocs),
+		"allocations per Lock+Unlock: %.0f, budget %d; find the new ones with -benchmem -memprofile on BenchmarkLockUnlockNative", got, lockUnlockAllocs)
 }

@@ -20,8 +20,6 @@ import (
 
 // The limits and places the checks enforce.
 const (
-	maxFileLines = 400                    // per non-test .go file in sizeDir
-	sizeDir      = "redlock"              // where maxFileLines applies
 	maxFuncLines = 60                     // per function or method in library code
 	toolsDir     = "internal/testkit"     // test and bench tools: not library code
 	archDoc      = "docs/ARCHITECTURE.md" // checked by TestArchitectureDoc
@@ -215,21 +213,6 @@ func initFuncs(fset *token.FileSet, files []*ast.File) []finding {
 	return out
 }
 
-// longFiles reports the files in sizeDir (and below it) of more than
-// maxFileLines lines.
-func longFiles(fset *token.FileSet, files []*ast.File) []finding {
-	var out []finding
-	for _, f := range files {
-		tf := fset.File(f.Pos())
-		if !under(path.Dir(tf.Name()), sizeDir) || tf.LineCount() <= maxFileLines {
-			continue
-		}
-		out = append(out, finding{token.Position{Filename: tf.Name(), Line: 1}, path.Base(tf.Name()),
-			fmt.Sprintf("%d lines (max %d): split it by concept", tf.LineCount(), maxFileLines)})
-	}
-	return out
-}
-
 // longFuncs reports the functions and methods of more than maxFuncLines
 // lines, counted from the line of `func` to that of the closing brace. A
 // function is exempt when it is mostly a table: more than half of its lines
@@ -309,68 +292,6 @@ func badImports(fset *token.FileSet, files []*ast.File, rules []importRule) []fi
 	return out
 }
 
-// missingDocPaths reports the repository paths that the Markdown file doc
-// names in inline code spans and that do not exist in fsys, the module root.
-// Fenced code blocks are not read. A span is taken for a repository path
-// when it is made only of path characters (letters, digits, "_", "-", "."
-// and "/"), after dropping a leading "./" and a trailing ":line", and either
-// ends in .go, .lua or .md or contains a "/" after a first element that
-// exists at the root (so that `redlock/client.go`, `internal/protocol/` and
-// `README.md` are checked, while `github.com/redis/go-redis/v9`,
-// `go test ./...` and `N/2` are not).
-func missingDocPaths(fsys fs.FS, doc string) ([]finding, error) {
-	text, err := fs.ReadFile(fsys, doc)
-	if err != nil {
-		return nil, err
-	}
-	var out []finding
-	fenced := false
-	for i, line := range strings.Split(string(text), "\n") {
-		if t := strings.TrimSpace(line); strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~") {
-			fenced = !fenced
-			continue
-		}
-		if fenced {
-			continue
-		}
-		parts := strings.Split(line, "`")
-		for j := 1; j < len(parts)-1; j += 2 { // odd parts lie between backquotes
-			if p, ok := repoPath(fsys, parts[j]); ok && !exists(fsys, strings.TrimSuffix(p, "/")) {
-				out = append(out, finding{token.Position{Filename: doc, Line: i + 1}, parts[j],
-					"no such file or directory in the repository"})
-			}
-		}
-	}
-	return out, nil
-}
-
-// repoPath returns the repository path that span names, and whether it names
-// one, as [missingDocPaths] describes.
-func repoPath(fsys fs.FS, span string) (string, bool) {
-	p := strings.TrimPrefix(span, "./")
-	if i := strings.LastIndexByte(p, ':'); i >= 0 {
-		if _, err := strconv.Atoi(p[i+1:]); err == nil {
-			p = p[:i]
-		}
-	}
-	if p == "" || strings.HasPrefix(p, "/") || strings.Trim(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./") != "" {
-		return "", false
-	}
-	elems := strings.Split(strings.TrimSuffix(p, "/"), "/")
-	for _, e := range elems {
-		if strings.Trim(e, ".") == "" { // "", ".", "..", "..."
-			return "", false
-		}
-	}
-	switch {
-	case strings.HasSuffix(p, ".go"), strings.HasSuffix(p, ".lua"), strings.HasSuffix(p, ".md"):
-		return p, true
-	case len(elems) > 1 && exists(fsys, elems[0]):
-		return p, true
-	}
-	return "", false
-}
-
 // moduleRoot returns the directory of the go.mod found by walking up from the
 // working directory, and the module path it declares.
 func moduleRoot(t *testing.T) (root, module string) {
@@ -417,11 +338,6 @@ func TestNoPackageVars(t *testing.T) {
 	report(t, initFuncs(fset, files))
 }
 
-func TestFileSize(t *testing.T) {
-	fset, files, _ := library(t)
-	report(t, longFiles(fset, files))
-}
-
 func TestFuncSize(t *testing.T) {
 	fset, files, _ := library(t)
 	report(t, longFuncs(fset, files))
@@ -430,13 +346,6 @@ func TestFuncSize(t *testing.T) {
 func TestImports(t *testing.T) {
 	fset, files, module := library(t)
 	report(t, badImports(fset, files, importRules(module)))
-}
-
-func TestArchitectureDoc(t *testing.T) {
-	root, _ := moduleRoot(t)
-	findings, err := missingDocPaths(os.DirFS(root), archDoc)
-	require.NoError(t, err, "%s must exist", archDoc)
-	report(t, findings)
 }
 
 // The fixture tests below run each check on a small module in memory, with
@@ -556,29 +465,6 @@ func lines(n int, head, filler, tail string) string {
 	return head + strings.Repeat(filler, n-strings.Count(head, "\n")-strings.Count(tail, "\n")) + tail
 }
 
-func TestFileSizeFixtures(t *testing.T) {
-	tests := []struct {
-		name string
-		src  map[string]string
-		want []string
-	}{
-		{"401 lines", map[string]string{"redlock/big.go": lines(401, "package redlock\n", "// x\n", "")},
-			[]string{"redlock/big.go:1 big.go"}},
-		{"401 lines without a final newline", map[string]string{"redlock/big.go": lines(400, "package redlock\n", "// x\n", "// x")},
-			[]string{"redlock/big.go:1 big.go"}},
-		{"400 lines", map[string]string{"redlock/big.go": lines(400, "package redlock\n", "\n", "")}, nil},
-		{"elsewhere or a test", map[string]string{
-			"redlock/big_test.go": lines(900, "package redlock\n", "\n", ""),
-			"quorum/big.go":       lines(900, "package quorum\n", "\n", ""),
-		}, nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			assert.ElementsMatch(t, tt.want, run(t, tt.src, longFiles))
-		})
-	}
-}
-
 func TestFuncSizeFixtures(t *testing.T) {
 	const head = "package redlock\n\n"
 	tests := []struct {
@@ -647,42 +533,4 @@ func TestImportsFixtures(t *testing.T) {
 			assert.ElementsMatch(t, tt.want, got)
 		})
 	}
-}
-
-func TestArchitectureDocFixtures(t *testing.T) {
-	tests := []struct {
-		name string
-		doc  string
-		want []string
-	}{
-		{"missing files", "# Layout\n\n" +
-			"The scripts live in `internal/protocol/acquire.lua`, the API in `redlock/client.go`.\n" +
-			"See `redlock/gone.go:12`, `internal/node/`, `NOTES.md` and `acquire.lua`.\n",
-			[]string{
-				"docs/ARCHITECTURE.md:3 internal/protocol/acquire.lua", "docs/ARCHITECTURE.md:4 redlock/gone.go:12",
-				"docs/ARCHITECTURE.md:4 internal/node/", "docs/ARCHITECTURE.md:4 NOTES.md", "docs/ARCHITECTURE.md:4 acquire.lua",
-			}},
-		{"existing files and what is not a path", "# Layout\n\n" +
-			"`redlock/client.go:40` and `./redlock/client.go` hold [redlock.Client]; `internal/scripts/` the scripts;\n" +
-			"`README.md`, `docs/ARCHITECTURE.md` and `redlock` are documented.\n" +
-			"Not paths: `github.com/redis/go-redis/v9`, `go test ./...`, `N/2`, `redlock/...`, `errors.Is`, `/tmp/x.go`, `$HOME/a.md`.\n" +
-			"An unclosed `redlock/nothing.go\n" +
-			"```\ngo run ./cmd/gone\n`redlock/gone.go`\n```\n",
-			nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fsys := fixture(map[string]string{
-				"redlock/client.go":        "package redlock\n",
-				"internal/scripts/call.go": "package scripts\n",
-				"README.md":                "# m\n",
-				archDoc:                    tt.doc,
-			})
-			findings, err := missingDocPaths(fsys, archDoc)
-			require.NoError(t, err)
-			assert.ElementsMatch(t, tt.want, where(findings))
-		})
-	}
-	_, err := missingDocPaths(fixture(nil), archDoc)
-	assert.ErrorIs(t, err, fs.ErrNotExist, "a missing doc is reported as such, so that TestArchitectureDoc can skip")
 }
