@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redquorum/redquorum/internal/node"
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/quorum"
 )
@@ -188,4 +189,10 @@ func cmdKeys(cmd protocol.Cmd) []string {
 		keys[i] = cmd[3+i].(string)
 	}
 	return keys
+}
+
+// refused reports whether an acquire's outcome says that the node did not
+// set the keys.
+func refused(err error) bool {
+	return errors.Is(err, ErrTaken) || errors.Is(err, ErrGuarded) || err == node.ErrNotSent || err == errGone
 }

@@ -394,9 +394,3 @@ func (c *Client) fillNodes(e *Error, r *quorum.Round, cause error) {
 		}
 	}
 }
-
-// refused reports whether an acquire's outcome says that the node did not
-// set the keys.
-func refused(err error) bool {
-	return errors.Is(err, ErrTaken) || errors.Is(err, ErrGuarded) || err == node.ErrNotSent || err == errGone
-}

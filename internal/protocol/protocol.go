@@ -137,11 +137,13 @@ type script struct {
 }
 
 // names fills in the reserved names of the scripts.
-var names = strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@QUEUE@", QueuePrefix, "@HAND@", HandPrefix, "@WAITED@", WaitedPrefix, "@STATE@", StateKey)
+func names() *strings.Replacer {
+	return strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@QUEUE@", QueuePrefix, "@HAND@", HandPrefix, "@WAITED@", WaitedPrefix, "@STATE@", StateKey)
+}
 
 // newScript returns the script made of parts, in order.
 func newScript(parts ...string) script {
-	src := names.Replace(strings.Join(parts, "\n"))
+	src := names().Replace(strings.Join(parts, "\n"))
 	sum := sha1.Sum([]byte(src))
 	return script{src: src, sha: hex.EncodeToString(sum[:])}
 }

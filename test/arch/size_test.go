@@ -44,8 +44,6 @@ func scriptLimits() map[string]int {
 func pendingSplit() []string {
 	return []string{
 		"internal/wake/wake.go",
-		"internal/protocol/acquire.lua",
-		"internal/protocol/release.lua",
 	}
 }
 
