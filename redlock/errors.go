@@ -33,38 +33,15 @@ var (
 	// lost its data (a restart without persistence, FLUSHALL, eviction) or
 	// its server changed (a failover, a restart from a persisted file), and
 	// it refuses to grant any lock for Options.RestartGuard, since it may
-	// have forgotten locks that are still valid.
+	// have forgotten locks that are still valid. A brand-new deployment,
+	// whose nodes are all guarded at once, locks without waiting.
 	//
-	// A node keeps a state key without expiry (Options.KeyPrefix +
-	// "redquorum:node"; on a Redis Cluster node, one per hash slot). The
-	// acquire script (and a failing extend) reads it: when it is missing, the
-	// node's data is gone with it, so the node records "guarded until node
-	// TIME + RestartGuard" and refuses; once that time has passed, it grants
-	// again. Since the state lives in the node's own data, the node cannot
-	// lose its locks without losing its state. The state also records the
-	// replication ID of its server, which each new connection checks (see
-	// [New]): a promoted replica keeps the state but has a new ID, and starts
-	// the guard the same way.
-	//
-	// A brand-new deployment is guarded everywhere at once. A round that
-	// finds every one of the N nodes guarded, all guards begun within 5
-	// seconds of each other, from a Client that has never seen a node out of
-	// its guard, takes the nodes for a new deployment: it ends the guard on
-	// all of them (each only if its state is still the one the round saw, so
-	// that a node that restarts meanwhile stays guarded) and locks without
-	// waiting. If a node comes up later than that, each node serves locks
-	// once its own guard has run out. What the guard cannot tell from a new
-	// deployment: every node losing its data (a restart without persistence,
-	// FLUSHALL) within one TTL, with no lock or extend request reaching any
-	// of them between the losses (with requests coming, within 5 seconds),
-	// seen by a Client created after the losses; a lock held then is
-	// forgotten everywhere.
-	//
-	// On a Redis Cluster node the state is one per hash slot, and a slot
-	// that the deployment has not used yet has none: its first lock is
-	// refused for RestartGuard, unless it is the first slot of a Client
-	// that takes the nodes for a new deployment. Give lock keys few hash
-	// tags so that few slots wait.
+	// Each node keeps its state in the key Options.KeyPrefix +
+	// "redquorum:node", which lock keys must not use. On a Redis Cluster or
+	// Ring node there is one per hash slot or shard, and the first lock on
+	// a slot not used before waits out its guard: give lock keys few hash
+	// tags. Why the guard is safe, and what it cannot cover, is argued in
+	// docs/DESIGN.md, "The restart guard".
 	ErrGuarded = errors.New("redlock: node in its restart guard")
 	// ErrFenceUnknown is the per-node outcome of a node that granted a
 	// fenced lock while its fence counter was unknown, because the node lost

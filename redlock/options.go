@@ -76,8 +76,8 @@ type Options struct {
 	// locks it forgot have expired before it grants them again. Zero means
 	// DefaultRestartGuard (1 minute). Every TTL passed to Lock, TryLock,
 	// LockMany or Extend must be at most RestartGuard, and every Client of
-	// one deployment must use the same value. See [ErrGuarded] for how a
-	// node detects the loss and how a brand-new deployment skips the wait.
+	// one deployment must use the same value. See [ErrGuarded], and
+	// docs/DESIGN.md, "The restart guard", for why this is safe.
 	RestartGuard time.Duration
 
 	// UnsafeNoRestartGuard turns the restart guard off: a node that restarts
@@ -124,7 +124,9 @@ type Options struct {
 	// the options. Your clients then need the settings of [NodeOptions]
 	// (New logs a warning for each one missing that the algorithm relies
 	// on), and New adds its connection check to their OnConnect: make the
-	// Client before other goroutines use them.
+	// Client before other goroutines use them. Commands sent to a node
+	// while another is in flight go out as one pipeline, so your hooks see
+	// them in ProcessPipelineHook, not ProcessHook.
 	NodeClientsAsGiven bool
 
 	// Observer, when not nil, receives an event for every operation, every
