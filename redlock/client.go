@@ -14,7 +14,6 @@ import (
 	"github.com/redquorum/redquorum/internal/node"
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/queue"
-	"github.com/redquorum/redquorum/internal/wake"
 )
 
 // Client locks keys on N independent Redis masters. It is safe for
@@ -28,10 +27,6 @@ type Client struct {
 	nodes    []*node.Node
 	proto    *protocol.Protocol
 	sharded  bool // some node is a Cluster or a Ring: a lock's keys must share a hash tag
-	// live is the channel on which the nodes tell this Client of handoffs
-	// to its waiters (protocol.LiveChannel and an id); "" when its waiters
-	// take no handoffs.
-	live string
 
 	// inService is set once a node answered an acquire out of its guard:
 	// from then on this Client never takes the nodes for a new deployment.
@@ -46,7 +41,7 @@ type Client struct {
 	life  lifetime               // closed state and the calls in flight (lifetime.go)
 	locks heldLocks              // locks obtained and not unlocked, which Close releases
 	queue *queue.Queue[handover] // local queue per key (internal/queue)
-	wake  *wake.Waker            // release announcements that end retry waits (internal/wake)
+	wait  strategy               // how Lock waits between its rounds (waiting.go)
 }
 
 // New returns a Client that locks on the given nodes: independent Redis
@@ -120,15 +115,7 @@ func newClient(given []redis.UniversalClient, cfg config) (*Client, error) {
 		return nil, err
 	}
 	c.queue = queue.New[handover](cfg.clock)
-	if (cfg.waiting == WaitDefault || cfg.waiting == WaitHandoff) && !cfg.fencing && !c.sharded {
-		// A fenced lock needs its round's fence, and a Cluster or a Ring
-		// node no script that reaches the node's state: their waiters are
-		// only named (see waiter.join).
-		c.live = protocol.LiveChannel + protocol.NewToken("")
-		c.proto.WithLive(c.live)
-	}
-	c.wake = wake.NewLive(clients, cfg.wakeIdle, cfg.clock, c.live)
-	c.wake.SetStray(c.releaseStray)
+	c.wait = c.newStrategy(clients)
 	return c, nil
 }
 
@@ -184,7 +171,7 @@ func (c *Client) Close() error {
 	c.locks.releaseAll()
 	c.life.close(func() {
 		c.queue.Close() // waiters in the local queue return ErrClosed
-		c.wake.Close()  // stops and waits for the pub/sub listeners
+		c.wait.close()  // stops and waits for the pub/sub listeners
 	})
 	for _, n := range c.nodes {
 		n.Wait() // the last redelivery attempts
@@ -320,17 +307,17 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 			}
 			return nil, err
 		}
-		if l := w.handedLock(ttl); l != nil {
+		if l := w.s.handed(ttl); l != nil {
 			w.held(l)
 			return l, nil
 		}
-		j := w.join()
+		j := w.s.join()
 		l, freeIn, calls, err := c.attempt(ctx, keys, ttl, prev, j, rec)
 		if err == nil {
 			w.held(l)
 			return l, nil
 		}
-		w.joined(j, ttl, calls)
+		w.s.failed(j, ttl, calls)
 		if err := c.sameServer(keys); err != nil {
 			return nil, err // found by the round's connections
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/redquorum/redquorum/internal/node"
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/queue"
+	"github.com/redquorum/redquorum/internal/wake"
 )
 
 // Names and outcomes the tests look for, from the packages that own them.
@@ -91,4 +92,35 @@ func settle(cl *Client) {
 	for _, n := range cl.nodes {
 		n.Wait()
 	}
+}
+
+// live returns the channel on which the nodes tell c of handoffs to its
+// waiters, "" when its strategy is not the handoff.
+func (c *Client) live() string {
+	if h, ok := c.wait.(*handoff); ok {
+		return h.live
+	}
+	return ""
+}
+
+// waker returns c's pub/sub connections.
+func (c *Client) waker() *wake.Waker {
+	switch s := c.wait.(type) {
+	case *handoff:
+		return s.wake
+	case *inLine:
+		return s.wake
+	case *backoff:
+		return s.wake
+	}
+	return nil
+}
+
+// isSole reports whether the lock with token was handed over on the nodes
+// to its waiter's only round.
+func (h *handoff) isSole(token string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.sole[token]
+	return ok
 }

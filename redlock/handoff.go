@@ -2,26 +2,250 @@ package redlock
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/redquorum/redquorum/clock"
 	"github.com/redquorum/redquorum/internal/alloc"
 	"github.com/redquorum/redquorum/internal/node"
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/quorum"
 )
 
-// The lock that a handoff on the node gives a waiter (see waiter.handedLock
-// and docs/DESIGN.md, "Handoff on the node").
+// handoff is the WaitHandoff strategy, over inLine: a waiter for one key
+// joins the line for a handoff on the node (handoff.lua), with its
+// Client's channel (live), on which each node tells the Client that it
+// handed the key over to one of the waiter's rounds; the waiter holds the
+// lock once a quorum of nodes did (see docs/DESIGN.md, "Handoff on the
+// node").
+type handoff struct {
+	*inLine
+	live string // the Client's channel (protocol.LiveChannel and an id)
+
+	mu sync.Mutex
+	// sole holds the hand values of the locks that the nodes handed over
+	// to their waiter's only round, until their Unlock (see unlocked).
+	sole map[string]struct{}
+}
+
+func (h *handoff) wait(w *waiter) waiting {
+	hw := &handWait{inLineWait: &inLineWait{w: w, s: h.inLine}, h: h}
+	hw.hooks = hw
+	return hw
+}
+
+// refused returns, for a lock whose round joined the line for a handoff
+// on the nodes that refused it, the release of what a release may have
+// handed over to that round there (without tombstones: its acquire was
+// answered), which also takes the Client's entries off the line.
+func (h *handoff) refused(hd handover) (protocol.Release, bool) {
+	if hd.join.Live == "" || strings.HasPrefix(hd.Token, protocol.HandPrefix) {
+		return protocol.Release{}, false
+	}
+	return protocol.Release{Token: hd.Token, Announce: true, Leave: true}, true
+}
+
+// unlocked forgets the handoffs to the round of l, when the nodes handed
+// l over: a slow node may hand the key over to it only after this release
+// has passed there, and from now on an announcement of that handoff is
+// stray (see releaseStray). One that this release overtakes is released
+// twice, harmlessly.
+func (h *handoff) unlocked(l *Lock) {
+	hand, ok := strings.CutPrefix(l.token, protocol.HandPrefix)
+	if !ok {
+		return
+	}
+	h.mu.Lock()
+	_, sole := h.sole[l.token]
+	delete(h.sole, l.token)
+	h.mu.Unlock()
+	if sole {
+		// Every node that handed it over took its round's entry off the
+		// line: if all did, the Client's next waiter for the key need not
+		// look for its entries (see protocol.Cleared).
+		h.wake.ForgetSole(hand)
+	} else {
+		h.wake.Forget(hand)
+	}
+}
+
+// handWait is one Lock call's wait for a handoff on the node.
+type handWait struct {
+	*inLineWait
+	h *handoff
+	// hands holds the tokens of the failed rounds that joined the line for
+	// a handoff, the last one current; curStart is when that one was
+	// sent, curCalls its calls, handed is set once a quorum of nodes
+	// announced a handoff to it, ttl is the lock's.
+	hands    []string
+	curStart time.Time
+	curCalls *quorum.Round
+	gotHand  bool
+	ttl      time.Duration
+	// expected is set once a round joined for a handoff: the ledger
+	// expects it until the waiter is done; stored is the key as stored.
+	expected bool
+	stored   string
+}
+
+// join is inLineWait.join and, for a waiter for one key once the Client's
+// channel is subscribed (from its first wait for any key on), the part of
+// a handoff: each round joins under its own token, made here, replacing
+// the previous round's entry, so that a release may set the key to that
+// token (with protocol.HandPrefix) instead of deleting it.
+func (hw *handWait) join() join {
+	j := hw.inLineWait.join()
+	w, h := hw.w, hw.h
+	if len(w.keys) != 1 || !h.wake.Live() {
+		return j
+	}
+	if hw.stored == "" {
+		hw.stored = w.c.stored(w.keys[0])
+	}
+	j.on.Live, j.start = h.live, w.c.cfg.clock.Now()
+	if j.token != "" { // the first round
+		switch entries, cleared := h.wake.Joining(hw.stored); {
+		case entries:
+			j.on.Entries = protocol.MayHave
+		case cleared:
+			j.on.Entries = protocol.Cleared
+		}
+	} else {
+		j.token = protocol.NewToken(w.c.cfg.owner)
+	}
+	j.on.Prev = hw.current()
+	h.wake.Expect(j.token, hw.stored)
+	hw.expected = true
+	return j
+}
+
+// failed notes that the round of j failed: if it joined for a handoff, a
+// release may hand the key over to its token from now on.
+func (hw *handWait) failed(j join, ttl time.Duration, calls *quorum.Round) {
+	if j.on.Live == "" {
+		return
+	}
+	hw.curCalls = calls
+	if j.on.Prev != "" {
+		// The round took the previous one's entries off the line: a
+		// handoff to that one now is stray (see releaseStray).
+		hw.h.wake.Forget(j.on.Prev)
+	}
+	hw.hands = append(hw.hands, j.token)
+	hw.curStart, hw.ttl = j.start, ttl
+}
+
+// delay is the backoff's d, or, once in line for a handoff with the
+// Client's channel in place, Options.MaxRetryDelay: the key comes to this
+// waiter in its turn, and a round before then would only find it taken.
+// The timer is for a handoff or an announcement that got lost.
+func (hw *handWait) delay(d time.Duration) time.Duration {
+	if hw.current() != "" {
+		return hw.w.c.cfg.maxRetry
+	}
+	return d
+}
+
+// current returns the token of the waiter's last round that joined for a
+// handoff, "" for none.
+func (hw *handWait) current() string {
+	if len(hw.hands) == 0 {
+		return ""
+	}
+	return hw.hands[len(hw.hands)-1]
+}
+
+// handedOver reports whether a quorum of nodes announced that they handed
+// the key over to the current round, and notes it for handed.
+func (hw *handWait) handedOver() bool {
+	cur := hw.current()
+	hw.gotHand = hw.gotHand || cur != "" && hw.h.wake.Handed(cur) >= hw.w.c.cfg.quorum
+	return hw.gotHand
+}
+
+// heardHand is told of a handoff to a round of this Client: when some
+// nodes handed the key over to the current round so far, the others' may
+// follow within a grace, after which a round takes what was handed over
+// as its own. (A handoff is told only to its waiter's client: one to an
+// earlier round of this waiter, which the current round took over or
+// which is released as stray, changes nothing here.)
+func (hw *handWait) heardHand(timer <-chan time.Time) <-chan time.Time {
+	cur := hw.current()
+	if cur != "" && hw.h.wake.Handed(cur) > 0 && !hw.handedOver() {
+		cfg := hw.w.c.cfg
+		return cfg.clock.After(min(hw.grace(), cfg.yieldWindow))
+	}
+	return timer
+}
+
+// handed returns the lock that a quorum of nodes handed over to the
+// current round, or nil. Each of those nodes set the key for ttl after
+// the round's entry reached it, so after the round was sent: the validity
+// is measured from then, as for a round sent then. When less than half the
+// ttl is left, it returns nil: the next round, which counts the handed
+// keys as its own (protocol.Join.Prev), makes a lock of the full ttl.
+func (hw *handWait) handed(ttl time.Duration) *Lock {
+	if !hw.gotHand {
+		return nil
+	}
+	hw.gotHand = false
+	w, h := hw.w, hw.h
+	c := w.c
+	now := c.cfg.clock.Now()
+	validity := clock.Validity(ttl, now.Sub(hw.curStart), c.cfg.drift)
+	if validity < ttl/2 {
+		return nil
+	}
+	tok := hw.current()
+	j := protocol.Join{Place: hw.place, Ticket: w.began.UnixMilli() / ticketStep * ticketStep, Live: h.live, Prev: tok, Entries: protocol.MayHave}
+	r := c.handedRound(w.keys, ttl, protocol.HandPrefix+tok, hw.curStart, now.Add(validity), j)
+	if w.attempts == 1 && len(hw.hands) == 1 && tok == hw.place {
+		h.mu.Lock()
+		if h.sole == nil {
+			h.sole = map[string]struct{}{}
+		}
+		h.sole[r.acq.Token] = struct{}{}
+		h.mu.Unlock()
+	}
+	h.topUp(r, h.wake.HandedNodes(tok), hw.curCalls)
+	return newLock(r)
+}
+
+// done takes the waiter's rounds that joined for a handoff, but for the
+// lock's, off the key's line, releasing (and handing on) what a node may
+// have handed over to them. The ledger expects every round that joined:
+// the first (whose token is the waiter's place), the failed ones, and the
+// one that obtained the lock; a lock handed over on the nodes is
+// forgotten by its Unlock.
+func (hw *handWait) done(l *Lock) {
+	var lockToken string
+	if l != nil {
+		lockToken = l.token
+	}
+	if hw.expected {
+		for _, t := range append(hw.hands, hw.place, lockToken) {
+			if lockToken != protocol.HandPrefix+t {
+				hw.h.wake.Forget(t)
+			}
+		}
+	}
+	for _, t := range hw.hands {
+		if lockToken != protocol.HandPrefix+t {
+			hw.h.leave(hw.w.keys[0], t, hw.ttl)
+		}
+	}
+}
 
 // handedRound returns the record of a lock that a quorum of nodes handed
-// over on the node (see waiter.handedLock): keys hold token, a hand value,
+// over on the node (see handWait.handed): keys hold token, a hand value,
 // since no earlier than start, and the lock is valid until until. It made
 // no calls: the lock's release and extensions go to every node. j is the
-// waiter's place, which its top-up takes off the queue (see topUp).
-func (c *Client) handedRound(keys []string, ttl time.Duration, token string, start, until time.Time, j join) *round {
+// waiter's place, which its top-up takes off the line (see topUp).
+func (c *Client) handedRound(keys []string, ttl time.Duration, token string, start, until time.Time, j protocol.Join) *round {
 	r, replies := alloc.WithSlice[round, protocol.AcquireReply](len(c.nodes))
 	r.c, r.keys, r.replies = c, keys, replies
-	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Join: j.protocol()}
+	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Join: j}
 	r.cmd = c.proto.AcquireCmd(r.acq) // for topUp; the release shares its values
 	r.start, r.until = start, until
 	r.decide()
@@ -30,20 +254,22 @@ func (c *Client) handedRound(keys []string, ttl time.Duration, token string, sta
 
 // topUp sends r, a lock that the nodes in handed (a bit per node) handed
 // over on the node, as an acquire of its hand value, in the background, to
-// the nodes where last, the waiter's round that joined the queue, was
+// the nodes where last, the waiter's round that joined the line, was
 // granted (and released with the failed round) or not sent: those will not
 // hand it over. A node whose answer to last is missing or an error is
-// left alone: the round's request may still land there. (The others that have not announced the handoff yet are
-// only slower.) A node where the key is free (it had deleted it
-// because the waiter was not in its queue) then holds it for the lock too,
-// and the lock's release hands it on there as well: without this, a node
-// that once missed a handoff would grant every later waiter's round and
-// its clean-up, and never take part in a handoff again, leaving the
-// handoffs to a bare quorum of nodes, all of which a waiter must then hear.
-// The acquire is an ordinary one (the validity is the handoff's, and a node
-// that refuses changes nothing); the lock's release waits for it on each
-// node, as for any round (see releaseLock).
-func (c *Client) topUp(r *round, handed uint64, last *quorum.Round) {
+// left alone: the round's request may still land there. (The others that
+// have not announced the handoff yet are only slower.) A node where the
+// key is free (it had deleted it because the waiter was not in its line)
+// then holds it for the lock too, and the lock's release hands it on there
+// as well: without this, a node that once missed a handoff would grant
+// every later waiter's round and its clean-up, and never take part in a
+// handoff again, leaving the handoffs to a bare quorum of nodes, all of
+// which a waiter must then hear. The acquire is an ordinary one (the
+// validity is the handoff's, and a node that refuses changes nothing); the
+// lock's release waits for it on each node, as for any round (see
+// releaseLock).
+func (h *handoff) topUp(r *round, handed uint64, last *quorum.Round) {
+	c := h.c
 	if c.cfg.noTopUp || last == nil || len(c.nodes) > 64 {
 		return
 	}
@@ -70,4 +296,37 @@ func (c *Client) topUp(r *round, handed uint64, last *quorum.Round) {
 		}
 		return r.acquireOn(ctx, i)
 	})
+}
+
+// leave takes the round with token of a waiter for key off the key's line
+// on every node, releasing (and handing on) the key where a release
+// handed it over to that round (see handWait.done). It does not wait. On a
+// closed Client it sends nothing: the entries and the keys expire.
+func (h *handoff) leave(key, token string, ttl time.Duration) {
+	c := h.c
+	if err := c.life.enter(); err != nil {
+		return
+	}
+	defer c.life.exit()
+	cmd := c.proto.Release(protocol.Release{Keys: []string{c.stored(key)}, Token: token, Announce: true, Leave: true})
+	c.releaseLock(context.Background(), cmd, key, handover{TTL: ttl}, nil, nil)
+}
+
+// releaseStray releases key (as stored) on node i, where a release handed
+// it over to the round with token, which no waiter of this Client expects
+// any more (see wake.Waker.SetStray): the round obtained the lock, or gave
+// up, while its entry was still in the node's line. The release hands the
+// key on to the next in line. It takes off only that hand value: the
+// handoff popped the round's entry, and an entry of the Client's that is
+// left belongs to its current waiter for the key, which this release may
+// reach after the key was freed. It runs also while the Client closes
+// (the Waker's Close waits for it, before the node clients close): the
+// nodes may announce such handoffs until Close has unsubscribed the
+// Client's channel (see wake.Waker.Close).
+func (h *handoff) releaseStray(i int, token, key string) {
+	c := h.c
+	cmd := c.proto.Release(protocol.Release{Keys: []string{key}, Token: protocol.HandPrefix + token, Announce: true})
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
+	defer cancel()
+	_ = c.nodes[i].Release(ctx, cmd, c.cfg.nodeTimeout, key)
 }

@@ -39,7 +39,7 @@ func waitLive(t *testing.T, c *cluster, cl *Client, key string) {
 	waitWaiting(t, cl, key)
 	require.Eventually(t, func() bool {
 		for _, m := range c.srv {
-			if m.PubSubNumSub(cl.live)[cl.live] != 1 {
+			if m.PubSubNumSub(cl.live())[cl.live()] != 1 {
 				return false
 			}
 		}
@@ -52,9 +52,9 @@ func waitLive(t *testing.T, c *cluster, cl *Client, key string) {
 // (before, they join to be named only).
 func primeLive(t *testing.T, cl *Client) {
 	t.Helper()
-	ch := cl.wake.On(cl.stored("prime"))
-	require.Eventually(t, cl.wake.Live, 5*time.Second, time.Millisecond)
-	cl.wake.Done(cl.stored("prime"), ch)
+	ch := cl.waker().On(cl.stored("prime"))
+	require.Eventually(t, cl.waker().Live, 5*time.Second, time.Millisecond)
+	cl.waker().Done(cl.stored("prime"), ch)
 }
 
 // entries returns the entries of key's queue on node i.
@@ -68,14 +68,14 @@ func entries(t *testing.T, c *cluster, i int, key string) []string {
 	return m
 }
 
-// inLine reports whether cl's waiter for key has an entry in the key's
+// waitsInLine reports whether cl's waiter for key has an entry in the key's
 // queue on a quorum of the nodes (a round is not sent to a node whose
 // earlier requests are still busy once its outcome is decided, so a
 // waiter may miss a node's queue).
-func inLine(t *testing.T, c *cluster, key string, cl *Client) bool {
+func waitsInLine(t *testing.T, c *cluster, key string, cl *Client) bool {
 	n := 0
 	for i := range c.srv {
-		if slices.ContainsFunc(entries(t, c, i, key), func(e string) bool { return strings.HasSuffix(e, "|"+cl.live) }) {
+		if slices.ContainsFunc(entries(t, c, i, key), func(e string) bool { return strings.HasSuffix(e, "|"+cl.live()) }) {
 			n++
 		}
 	}
@@ -99,7 +99,7 @@ func TestHandoff(t *testing.T) {
 	c.tune = func(tn *tunables) { tn.yieldWindow = time.Second }
 	a := c.client(t, nil)
 	b := c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
-	require.NotEmpty(t, b.live, "a Client without fencing takes handoffs")
+	require.NotEmpty(t, b.live(), "a Client without fencing takes handoffs")
 	primeLive(t, b)
 	for try := range 3 {
 		key := fmt.Sprintf("k%d", try)
@@ -108,7 +108,7 @@ func TestHandoff(t *testing.T) {
 		began := time.Now()
 		lc, ec := lockLater(b, key, 10*time.Second)
 		entry := waitInLine(t, c, key)
-		assert.True(t, strings.HasSuffix(entry, "|10000|"+b.live), "the entry %q names the ttl and b's channel", entry)
+		assert.True(t, strings.HasSuffix(entry, "|10000|"+b.live()), "the entry %q names the ttl and b's channel", entry)
 		waitLive(t, c, b, key)
 		require.NoError(t, la.Unlock(t.Context()))
 		var lb *Lock
@@ -137,7 +137,7 @@ func TestHandoff(t *testing.T) {
 		for i, m := range c.srv {
 			v, _ := value(m, key)
 			assert.True(t, v == "" || strings.HasPrefix(v, protocol.TombstonePrefix), "node %d: %s left holding %q", i, key, v)
-			assert.False(t, slices.ContainsFunc(entries(t, c, i, key), func(e string) bool { return strings.HasSuffix(e, "|"+b.live) }),
+			assert.False(t, slices.ContainsFunc(entries(t, c, i, key), func(e string) bool { return strings.HasSuffix(e, "|"+b.live()) }),
 				"node %d: b left the queue", i)
 		}
 		if handed {
@@ -154,7 +154,7 @@ func handTokens(t *testing.T, c *cluster, key string, cl *Client) []string {
 	var tokens []string
 	for i := range c.srv {
 		for _, e := range entries(t, c, i, key) {
-			if rest, ok := strings.CutSuffix(e, "|"+cl.live); ok {
+			if rest, ok := strings.CutSuffix(e, "|"+cl.live()); ok {
 				ids := rest[:strings.LastIndex(rest, "|")]
 				tokens = append(tokens, ids[(len(ids)+1)/2:])
 			}
@@ -189,11 +189,11 @@ func TestHandoffSkipsDeadWaiter(t *testing.T) {
 			waitLive(t, c, b, "k")
 			time.Sleep(2 * ticketStep * time.Millisecond) // d's ticket is a later one
 			lc, ec := lockLater(d, "k", 10*time.Second)
-			require.Eventually(t, func() bool { return inLine(t, c, "k", d) }, 10*time.Second, time.Millisecond, "d is in line: %v", dumpQueues(c, "k"))
+			require.Eventually(t, func() bool { return waitsInLine(t, c, "k", d) }, 10*time.Second, time.Millisecond, "d is in line: %v", dumpQueues(c, "k"))
 			waitLive(t, c, d, "k")
 			if hung {
 				for _, n := range c.nodes {
-					ps := n.Subscribe(t.Context(), b.live)
+					ps := n.Subscribe(t.Context(), b.live())
 					_, err := ps.Receive(t.Context())
 					require.NoError(t, err)
 					t.Cleanup(func() { _ = ps.Close() })
@@ -212,7 +212,7 @@ func TestHandoffSkipsDeadWaiter(t *testing.T) {
 			}
 			require.Eventually(t, func() bool {
 				for _, m := range c.srv {
-					if m.PubSubNumSub(b.live)[b.live] != want {
+					if m.PubSubNumSub(b.live())[b.live()] != want {
 						return false
 					}
 				}
@@ -255,7 +255,7 @@ func TestHandoffStray(t *testing.T) {
 	primeLive(t, b) // b's channel stays subscribed for the idle time
 	token := protocol.NewToken("")
 	for _, m := range c.srv {
-		_, err := m.ZAdd(queueKey("k"), 1, protocol.NewToken("")+"|"+token+"|60000|"+b.live)
+		_, err := m.ZAdd(queueKey("k"), 1, protocol.NewToken("")+"|"+token+"|60000|"+b.live())
 		require.NoError(t, err)
 	}
 	require.NoError(t, la.Unlock(t.Context()))
@@ -287,9 +287,9 @@ func TestHandoffStrayLate(t *testing.T) {
 	key := b.stored("k")
 	// b is subscribed to k from an earlier wait: its waiter's first round
 	// is its only one.
-	ch := b.wake.On(key)
-	require.Eventually(t, func() bool { return b.wake.Live() && !b.wake.Confirming(key) }, 5*time.Second, time.Millisecond)
-	b.wake.Done(key, ch)
+	ch := b.waker().On(key)
+	require.Eventually(t, func() bool { return b.waker().Live() && !b.waker().Confirming(key) }, 5*time.Second, time.Millisecond)
+	b.waker().Done(key, ch)
 	raw := make([]*redis.Client, len(s.Addrs))
 	for i, addr := range s.Addrs {
 		raw[i] = redis.NewClient(&redis.Options{Addr: addr})
@@ -298,7 +298,7 @@ func TestHandoffStrayLate(t *testing.T) {
 	mine := func(i int) []string { // b's entries in k's queue on node i
 		all, err := raw[i].ZRange(t.Context(), queueKey("k"), 0, -1).Result()
 		require.NoError(t, err)
-		return slices.DeleteFunc(all, func(e string) bool { return !strings.HasSuffix(e, "|"+b.live) })
+		return slices.DeleteFunc(all, func(e string) bool { return !strings.HasSuffix(e, "|"+b.live()) })
 	}
 
 	la, err := a.Lock(t.Context(), "k", time.Minute)
@@ -308,7 +308,7 @@ func TestHandoffStrayLate(t *testing.T) {
 	require.Eventually(t, func() bool { return len(mine(0)) == 1 && len(mine(1)) == 1 && len(mine(2)) == 1 },
 		5*time.Second, time.Millisecond, "b's waiter is in line on every node")
 	entry := mine(0)[0]
-	b.releaseStray(0, protocol.NewToken(""), key) // the late release of a stray handoff
+	b.wait.(*handoff).releaseStray(0, protocol.NewToken(""), key) // the late release of a stray handoff
 	assert.Equal(t, []string{entry}, mine(0), "b's waiter kept its place on node 0")
 
 	require.NoError(t, la.Unlock(t.Context()))
@@ -316,7 +316,7 @@ func TestHandoffStrayLate(t *testing.T) {
 	require.NoError(t, <-ec)
 	tok, handed := strings.CutPrefix(lb.Token(), protocol.HandPrefix)
 	require.True(t, handed, "b's lock was handed over on the nodes")
-	require.Eventually(t, func() bool { return b.wake.Handed(tok) == len(s.Addrs) }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return b.waker().Handed(tok) == len(s.Addrs) }, 5*time.Second, time.Millisecond,
 		"every node handed k over to b's waiter")
 	require.NoError(t, lb.Unlock(t.Context()))
 	settle(a)
@@ -387,7 +387,7 @@ func TestHandoffTopUp(t *testing.T) {
 				settle(a)
 				c.srv[0].Del(key) // node 0 lost a's key: b's round is granted there
 				lc, ec := lockLater(b, key, 10*time.Second)
-				require.Eventually(t, func() bool { return inLine(t, c, key, b) }, 5*time.Second, time.Millisecond)
+				require.Eventually(t, func() bool { return waitsInLine(t, c, key, b) }, 5*time.Second, time.Millisecond)
 				waitLive(t, c, b, key)
 				require.NoError(t, la.Unlock(t.Context()))
 				lb := <-lc
@@ -436,7 +436,7 @@ func TestHandoffLateAfterUnlock(t *testing.T) {
 	lc, ec := lockLater(b, "k", 10*time.Second)
 	require.Eventually(t, func() bool {
 		for i := range c.srv {
-			if !slices.ContainsFunc(entries(t, c, i, "k"), func(e string) bool { return strings.HasSuffix(e, "|"+b.live) }) {
+			if !slices.ContainsFunc(entries(t, c, i, "k"), func(e string) bool { return strings.HasSuffix(e, "|"+b.live()) }) {
 				return false
 			}
 		}
@@ -485,7 +485,7 @@ func TestHandoffLocalAfterJoin(t *testing.T) {
 	c.srv[0].Del("k")
 	c.srv[1].Del("k") // a holds node 2 only: b's round is granted on 0 and 1
 
-	late := []func(){holdCmds(c.hooks[0], b.live), holdCmds(c.hooks[1], b.live)}
+	late := []func(){holdCmds(c.hooks[0], b.live()), holdCmds(c.hooks[1], b.live())}
 	t.Cleanup(func() {
 		for _, f := range late {
 			f()
@@ -493,7 +493,7 @@ func TestHandoffLocalAfterJoin(t *testing.T) {
 	})
 	lc, ec := lockLater(b, "k", time.Minute)
 	require.Eventually(t, func() bool {
-		return slices.ContainsFunc(entries(t, c, 2, "k"), func(e string) bool { return strings.HasSuffix(e, "|"+b.live) })
+		return slices.ContainsFunc(entries(t, c, 2, "k"), func(e string) bool { return strings.HasSuffix(e, "|"+b.live()) })
 	}, 5*time.Second, time.Millisecond, "b's round joined the queue on node 2")
 	require.ErrorIs(t, la.Unlock(t.Context()), ErrNotHeld, "a held node 2 only") // and hands it over there
 	require.Eventually(t, func() bool { v, _ := value(c.srv[2], "k"); return strings.HasPrefix(v, protocol.HandPrefix) },
@@ -552,13 +552,13 @@ func handoffPair(t *testing.T, c *cluster) (a, b *Client) {
 func drain(t *testing.T, c *cluster, cl *Client) {
 	t.Helper()
 	token := protocol.NewToken("")
-	cl.wake.Expect(token, "drain")
-	defer cl.wake.Forget(token)
+	cl.waker().Expect(token, "drain")
+	defer cl.waker().Forget(token)
 	hand := protocol.HandPrefix + token
 	for _, m := range c.srv {
-		m.Publish(cl.live, fmt.Sprintf("%d:%sdrain", len(hand), hand))
+		m.Publish(cl.live(), fmt.Sprintf("%d:%sdrain", len(hand), hand))
 	}
-	require.Eventually(t, func() bool { return cl.wake.Handed(token) == len(c.srv) }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return cl.waker().Handed(token) == len(c.srv) }, 5*time.Second, time.Millisecond,
 		"the nodes' messages reached the client")
 }
 
@@ -579,7 +579,7 @@ func TestHandoffCleared(t *testing.T) {
 			mine := func(i int) []string { // b's entries on node i
 				var out []string
 				for _, e := range entries(t, c, i, "k") {
-					if strings.HasSuffix(e, "|"+b.live) {
+					if strings.HasSuffix(e, "|"+b.live()) {
 						out = append(out, e)
 					}
 				}
@@ -614,8 +614,8 @@ func TestHandoffCleared(t *testing.T) {
 				// 2's announcement: either way no node is cleared.)
 				if tok, handed := strings.CutPrefix(lb.Token(), protocol.HandPrefix); cycle == 1 && !lost {
 					require.True(t, handed, "b's lock was handed over on the nodes")
-					require.True(t, lb.held.sole, "b's waiter made one round")
-					require.Eventually(t, func() bool { return b.wake.Handed(tok) == len(c.srv) }, 5*time.Second, time.Millisecond)
+					require.True(t, b.wait.(*handoff).isSole(lb.token), "b's waiter made one round")
+					require.Eventually(t, func() bool { return b.waker().Handed(tok) == len(c.srv) }, 5*time.Second, time.Millisecond)
 				}
 				require.NoError(t, lb.Unlock(t.Context()))
 				settle(a)
@@ -629,7 +629,7 @@ func TestHandoffCleared(t *testing.T) {
 				drain(t, c, b)
 			}
 
-			stale := protocol.NewToken("") + "|" + protocol.NewToken("") + "|10000|" + b.live
+			stale := protocol.NewToken("") + "|" + protocol.NewToken("") + "|10000|" + b.live()
 			_, err := c.srv[0].ZAdd(queueKey("k"), 1e15, stale) // last in line
 			require.NoError(t, err)
 			la, err := a.Lock(t.Context(), "k", time.Minute)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/redquorum/redquorum/clock"
 	"github.com/redquorum/redquorum/internal/node"
-	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/queue"
 )
 
@@ -199,21 +198,7 @@ func (l *Lock) unlock(ctx context.Context, rec *record, handOff bool) error {
 	if rec != nil {
 		rec.ended = true
 	}
-	if hand, handed := strings.CutPrefix(l.token, protocol.HandPrefix); handed {
-		// The lock was handed over on the nodes (see waiter.handedLock).
-		// A slow node may hand the key over to it only after this release
-		// has passed there: from now on an announcement of that handoff
-		// is stray, and the client releases it (see Client.releaseStray).
-		// One that this release overtakes is released twice, harmlessly.
-		if l.held.sole {
-			// Every node that handed it over took its round's entry off
-			// the queue: if all did, the Client's next waiter for the key
-			// need not look for its entries (see protocol.Acquire.Cleared).
-			c.wake.ForgetSole(hand)
-		} else {
-			c.wake.Forget(hand)
-		}
-	}
+	c.wait.unlocked(l)
 	if handOff && c.cfg.clock.Now().Before(until) && c.queue.HandOff(l.turn, l.held.handover()) {
 		return nil // the next local caller's round takes the keys over
 	}

@@ -25,10 +25,10 @@ type handover struct {
 	// release skips the nodes that refused.
 	Acquire        *quorum.Round
 	AcquireTimeout time.Duration
-	// Joined is set when the acquire joined the key's queue for a handoff
-	// on the nodes that refused it: its release goes to those too, where a
-	// release may have handed the key over to its entry.
-	Joined bool
+	// join is what the acquire told the waiting strategy on the nodes,
+	// which decides what the release sends to the nodes that refused it
+	// (see strategy.refused).
+	join protocol.Join
 }
 
 // release sends the token-guarded release of r's keys to every node in
@@ -47,7 +47,9 @@ func (c *Client) release(ctx context.Context, r *round, announce bool, lat []tim
 		cmd = c.proto.Release(protocol.Release{Keys: r.storedKeys(), Token: r.acq.Token, TTL: r.acq.TTL, Announce: announce})
 	}
 	h := r.handover()
-	h.Joined = h.Joined && announce // a failed round's clean-up: its entries stay, for its waiter's next round
+	if !announce {
+		h.join = protocol.Join{} // a failed round's clean-up: what it joined stays, for its waiter's next round
+	}
 	return c.releaseLock(detach(ctx), cmd, r.name(), h, nil, lat)
 }
 
@@ -62,7 +64,7 @@ func (c *Client) release(ctx context.Context, r *round, announce bool, lat []tim
 // announced release then takes that off, see ReleaseJoined). Callers are
 // within c.life.enter.
 func (c *Client) releaseHandedOver(next *round, prev handover) {
-	cmd := c.proto.Release(protocol.Release{Keys: next.storedKeys(), Token: prev.Token, TTL: prev.TTL, Announce: prev.Joined})
+	cmd := c.proto.Release(protocol.Release{Keys: next.storedKeys(), Token: prev.Token, TTL: prev.TTL, Announce: joinedRefused(c.wait, prev)})
 	c.releaseLock(context.Background(), cmd, next.name(), prev, next, nil)
 }
 
@@ -93,20 +95,16 @@ func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string,
 	if after != nil && !after.calls.AllDone() {
 		timeout += after.callTimeout
 	}
-	var joined protocol.Cmd // the release where the acquire joined the line for a handoff
-	if h.Joined && c.live != "" {
-		joined = c.proto.Release(protocol.Release{Keys: cmdKeys(cmd), Token: h.Token, Announce: true, Leave: true})
-	}
+	atRefused, toRefused := c.wait.refused(h) // what the nodes that refused h's acquire are sent
 	return c.life.workers.Start(ctx, len(c.nodes), timeout, timed(lat, func(ctx context.Context, i int) error {
 		cmd := cmd
 		if h.Acquire != nil && refused(h.Acquire.Outcome(i)) {
-			if joined == nil {
+			if !toRefused {
 				return errSkipped // the lock never held the keys there
 			}
-			// The acquire joined the queue there: release what a release
-			// may have handed over to its entry, without a tombstone (its
-			// acquire was answered).
-			cmd = joined
+			rel := atRefused // each node's own: the calls run at once
+			rel.Keys = cmdKeys(cmd)
+			cmd = c.proto.Release(rel)
 		}
 		if after != nil && granted(after.calls.Outcome(i)) && after.tookOver(i) {
 			return errSkipped // the keys hold after's token, or after released them
@@ -125,41 +123,6 @@ func (r *round) tookOver(i int) bool {
 	return r.over == nil || i < 64 && r.overGranted.Load()&(1<<i) != 0
 }
 
-// leaveHandoff takes the round with token of a waiter for key off the
-// key's queue on every node, releasing (and handing on) the key where a
-// release handed it over to that round (see waiter.leave). It does not
-// wait. On a closed Client it sends nothing: the entries and the keys
-// expire.
-func (c *Client) leaveHandoff(key, token string, ttl time.Duration) {
-	if err := c.life.enter(); err != nil {
-		return
-	}
-	defer c.life.exit()
-	if c.live == "" {
-		return
-	}
-	cmd := c.proto.Release(protocol.Release{Keys: []string{c.stored(key)}, Token: token, Announce: true, Leave: true})
-	c.releaseLock(context.Background(), cmd, key, handover{TTL: ttl}, nil, nil)
-}
-
-// releaseStray releases key (as stored) on node i, where a release handed
-// it over to the round with token, which no waiter of this Client expects
-// any more (see wake.Waker.SetStray): the round obtained the lock, or gave
-// up, while its entry was still in the node's queue. The release hands the
-// key on to the next in line. It takes off only that hand value: the
-// handoff popped the round's entry, and an entry of the Client's that is
-// left belongs to its current waiter for the key, which this release may
-// reach after the key was freed. It runs also while the Client closes (the
-// Waker's Close waits for it, before the node clients close): the nodes
-// may announce such handoffs until Close has unsubscribed the Client's
-// channel (see wake.Waker.Close).
-func (c *Client) releaseStray(i int, token, key string) {
-	cmd := c.proto.Release(protocol.Release{Keys: []string{key}, Token: protocol.HandPrefix + token, Announce: true})
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
-	defer cancel()
-	_ = c.nodes[i].Release(ctx, cmd, c.cfg.nodeTimeout, key)
-}
-
 // detach returns ctx without its cancellation and deadline: a release
 // outlives the caller's ctx.
 func detach(ctx context.Context) context.Context {
@@ -175,11 +138,17 @@ func granted(err error) bool { return err == nil || errors.Is(err, ErrFenceUnkno
 
 // handover returns the lock that r obtained as Unlock hands it over: its
 // token and TTL, its acquire round, for the release of what is left, and
-// whether that round joined the queue for a handoff where it was refused
-// (a round for a hand value never joins).
+// what that round told the waiting strategy.
 func (r *round) handover() handover {
-	return handover{Token: r.acq.Token, TTL: r.acq.TTL, Acquire: r.calls, AcquireTimeout: r.callTimeout,
-		Joined: r.acq.Join.Live != "" && !strings.HasPrefix(r.acq.Token, protocol.HandPrefix)}
+	return handover{Token: r.acq.Token, TTL: r.acq.TTL, Acquire: r.calls, AcquireTimeout: r.callTimeout, join: r.acq.Join}
+}
+
+// joinedRefused reports whether the release of h goes to the nodes that
+// refused its acquire too (see strategy.refused): the lock's round joined
+// something there that its release takes back.
+func joinedRefused(s strategy, h handover) bool {
+	_, ok := s.refused(h)
+	return ok
 }
 
 // cmdKeys returns the keys of cmd, a release.

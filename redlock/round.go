@@ -48,8 +48,8 @@ type round struct {
 	decidedMu sync.Mutex
 	decidedCh chan struct{} // made on demand by Decided, closed by decide
 
-	// over is the acquire round of the handed-over lock whose keys this
-	// round takes over (see attempt), or nil. overGranted has bit i set
+	// over is the acquire round of the lock handed over locally whose keys
+	// this round takes over (see attempt), or nil. overGranted has bit i set
 	// when over had been granted on node i before this round's acquire
 	// was sent there: only then does this round's grant there mean that
 	// nothing is left of that lock on the node (see tookOver).
@@ -58,10 +58,6 @@ type round struct {
 
 	// background is set for a round that nobody waits for (see topUp).
 	background bool
-	// sole is set for a lock handed over on the nodes to its waiter's only
-	// round (see waiter.handedLock): once every node has handed it over,
-	// none of the client's entries is left in the key's queue.
-	sole bool
 
 	// lock is the handle of the lock, built by newLock only once the round
 	// has obtained it. It is allocated with the round, which it keeps
@@ -70,51 +66,17 @@ type round struct {
 	lock Lock
 }
 
-// join is a Lock's place in the queue of waiters of its first key on the
-// nodes, which its rounds join when the keys are taken (see
-// protocol.Acquire.Place); the zero join joins nothing.
-type join struct {
-	place  string // the waiter's id
-	ticket int64  // when the waiter began, in Unix ms
-	first  bool   // the waiter's first round, whose token is its id
-	// For a handoff on the node (see protocol.Acquire.Live): the round's
-	// token, made by join; live, the client's channel; and prev, the token
-	// of the waiter's previous round, "" for none.
-	token, live, prev string
-	start             time.Time // before the round was sent
-	// queued is set when the waiter may have entries in the queue, which
-	// the round takes off (see protocol.Acquire.Queued); cleared, when the
-	// client waited for the key lately but has no entry left in its queue
-	// on any node (protocol.Acquire.Cleared).
-	queued, cleared bool
-}
-
-// protocol returns what j tells the nodes.
-func (j join) protocol() protocol.Join {
-	e := protocol.NoWait
-	switch {
-	case j.queued:
-		e = protocol.MayHave
-	case j.cleared:
-		e = protocol.Cleared
-	}
-	return protocol.Join{Place: j.place, Ticket: j.ticket, Entries: e, Live: j.live, Prev: j.prev}
-}
-
-// newRound returns a round for keys with a new token, establishing est
-// when not nil, taking over the keys of the handed-over lock prev when not
-// "", and joining the queue of waiters as j says.
-func (c *Client) newRound(keys []string, ttl time.Duration, est []string, prev string, j join) *round {
+// newRound returns a round for keys with j's token (a new one when ""),
+// establishing est when not nil, taking over the keys of the lock with
+// token over when not "", and telling the waiting strategy j.
+func (c *Client) newRound(keys []string, ttl time.Duration, est []string, over string, j join) *round {
 	r, replies := alloc.WithSlice[round, protocol.AcquireReply](len(c.nodes)) // one allocation for up to alloc.Small nodes
 	r.c, r.keys, r.replies, r.est = c, keys, replies, est
 	token := j.token
-	switch {
-	case j.first:
-		token = j.place
-	case token == "":
+	if token == "" {
 		token = protocol.NewToken(c.cfg.owner)
 	}
-	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Over: prev, Join: j.protocol()}
+	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Over: over, Join: j.on}
 	if est == nil {
 		r.cmd = c.proto.AcquireCmd(r.acq) // built once for the plain nodes
 	}
@@ -356,7 +318,7 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 	if ids != nil && ctx.Err() == nil {
 		// Every node is guarded at once: a new deployment. End the guard on
 		// all of them, each only if it still has the state we saw.
-		j.first = false // the first round's token is spent
+		j.token = "" // the first round's token is spent: a slow node may have its tombstone
 		r, err = c.round(ctx, keys, ttl, ids, prev, j)
 		rec.addAcquire(r)
 	}

@@ -1,6 +1,15 @@
 package redlock
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/wake"
+	"github.com/redquorum/redquorum/quorum"
+)
 
 // Waiting is how [Client.Lock] waits between its rounds when the keys are
 // taken. Every strategy decides grants with the same scripts on the nodes,
@@ -53,4 +62,75 @@ func (c *config) checkWaiting(w Waiting) error {
 	}
 	c.waiting = w
 	return nil
+}
+
+// strategy is a Client's waiting strategy (Options.Waiting): the one seam
+// between the lock rounds, which know nothing of waiting, and the ways to
+// wait between them. Lock, round, Client and the release path keep none of
+// a strategy's state and reach it only through these methods. The
+// strategies are backoff (backoff.go), inLine (inline.go) and handoff
+// (handoff.go), each over the one before; see docs/ARCHITECTURE.md.
+type strategy interface {
+	// wait begins the waiting of one Lock call, w.
+	wait(w *waiter) waiting
+	// refused returns the release (but for its keys) that the release of
+	// h sends to a node that refused h's acquire, and false for none: the
+	// lock never held the keys there.
+	refused(h handover) (protocol.Release, bool)
+	// unlocked is told that l is being released.
+	unlocked(l *Lock)
+	// close stops the strategy's background work and waits for it.
+	close()
+}
+
+// waiting is one Lock call's part of its strategy, between its rounds.
+type waiting interface {
+	// first is called once, before the first round, after the caller's
+	// turn in the Client's local queue; it may make the caller wait.
+	first() error
+	// join returns what the next round tells the strategy on the nodes.
+	join() join
+	// failed is told that the round of j failed; calls are its acquires.
+	failed(j join, ttl time.Duration, calls *quorum.Round)
+	// delay returns the wait before the next round, given d, the backoff.
+	delay(d time.Duration) time.Duration
+	// sleep waits until timer fires, or until the strategy has a reason to
+	// try sooner. It returns the error for Lock to return when the caller
+	// must give up.
+	sleep(timer <-chan time.Time, last *Error) error
+	// handed returns a lock that the nodes handed over to this waiter,
+	// with ttl, or nil.
+	handed(ttl time.Duration) *Lock
+	// done is told that the Lock call returns l, or nil when it failed.
+	done(l *Lock)
+}
+
+// join is what one round of a waiter tells the strategy on the nodes.
+type join struct {
+	token string        // the round's token; "" for a new one
+	on    protocol.Join // the strategy's arguments
+	start time.Time     // when the round was sent, when the strategy needs it
+}
+
+// newStrategy returns the waiting strategy of c, which waits for
+// announcements on the nodes clients.
+func (c *Client) newStrategy(clients []redis.UniversalClient) strategy {
+	b := &backoff{c: c}
+	inLine := &inLine{backoff: b}
+	switch {
+	case c.cfg.waiting == WaitBackoff:
+		b.wake = wake.New(clients, c.cfg.wakeIdle, c.cfg.clock)
+		return b
+	case c.cfg.waiting == WaitInLine || c.cfg.fencing || c.sharded:
+		// A fenced lock needs its round's fence, and a Cluster or a Ring
+		// node no script that reaches the node's state: their waiters are
+		// only named.
+		b.wake = wake.New(clients, c.cfg.wakeIdle, c.cfg.clock)
+		return inLine
+	}
+	h := &handoff{inLine: inLine, live: protocol.LiveChannel + protocol.NewToken("")}
+	c.proto.WithLive(h.live)
+	b.wake = wake.NewLive(clients, c.cfg.wakeIdle, c.cfg.clock, h.live)
+	b.wake.SetStray(h.releaseStray)
+	return h
 }

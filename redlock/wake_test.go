@@ -43,7 +43,7 @@ func TestWakeOnUnlock(t *testing.T) {
 	require.NoError(t, <-got)
 	assert.Less(t, time.Since(start), 5*time.Second, "woken by the release, not by the one-minute retry")
 	require.NoError(t, b.Close())
-	assert.Zero(t, b.wake.Waits())
+	assert.Zero(t, b.waker().Waits())
 }
 
 // TestWakeDuringRound: a release announced while the waiter's round was
@@ -80,7 +80,7 @@ func TestWakeDuringRound(t *testing.T) {
 	}
 	require.NoError(t, la.Unlock(t.Context()))
 	require.Eventually(t, func() bool { return c.keys("k") == 0 }, 5*time.Second, time.Millisecond, "a released every node")
-	require.Eventually(t, func() bool { next, _ := b.wake.Named(b.stored("k")); return next != "" },
+	require.Eventually(t, func() bool { next, _ := b.waker().Named(b.stored("k")); return next != "" },
 		5*time.Second, time.Millisecond, "b heard a's release, which names it")
 	time.Sleep(100 * time.Millisecond) // and the other nodes' announcements
 	start := time.Now()
@@ -119,7 +119,7 @@ func TestWakeNewSubscription(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("b's round did not reach every node")
 	}
-	assert.Zero(t, b.wake.Subscribed(), "b subscribed before its round failed: the test is void")
+	assert.Zero(t, b.waker().Subscribed(), "b subscribed before its round failed: the test is void")
 	require.NoError(t, la.Unlock(t.Context()))
 	require.Eventually(t, func() bool { return c.keys("k") == 0 }, 5*time.Second, time.Millisecond, "a released every node")
 	close(hold.gate)
@@ -205,11 +205,11 @@ func TestWakeListenersStop(t *testing.T) {
 	c := newCluster(t, 3)
 	c.srv[2].Close()
 	b := c.client(t, nil)
-	ch := b.wake.On("k")
+	ch := b.waker().On("k")
 	require.NotNil(t, ch)
 	time.Sleep(150 * time.Millisecond) // the listener of node 2 fails and retries
 	require.NoError(t, b.Close())
-	assert.Nil(t, b.wake.On("k"), "no listener after Close")
+	assert.Nil(t, b.waker().On("k"), "no listener after Close")
 }
 
 // lockUnlock locks key through cl in a goroutine, for a second, and
@@ -233,7 +233,7 @@ func waitWaiting(t *testing.T, cl *Client, key string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		k := cl.stored(key)
-		return cl.wake.Waiting(k) && !cl.wake.Confirming(k)
+		return cl.waker().Waiting(k) && !cl.waker().Confirming(k)
 	}, 5*time.Second, time.Millisecond)
 }
 
@@ -283,21 +283,21 @@ func TestWakeListenersStopWhenIdle(t *testing.T) {
 	c := newCluster(t, 3)
 	c.tune = func(t *tunables) { t.wakeIdle = wakeIdle }
 	cl := c.client(t, nil)
-	running := func() bool { return cl.wake.Connections() == 3 }
+	running := func() bool { return cl.waker().Connections() == 3 }
 	// subscribed returns how many nodes have a subscriber on key's channel,
 	// and how many channels the nodes have in all.
 	subscribed := func(key string) (int, int) {
 		n, all := 0, 0
 		for _, m := range c.srv {
 			n += m.PubSubNumSub(releasedChannel + key)[releasedChannel+key]
-			all += len(slices.DeleteFunc(m.PubSubChannels(""), func(ch string) bool { return ch == cl.live }))
+			all += len(slices.DeleteFunc(m.PubSubChannels(""), func(ch string) bool { return ch == cl.live() }))
 		}
 		return n, all
 	}
-	ch := cl.wake.On("k")
-	other := cl.wake.On("other")
+	ch := cl.waker().On("k")
+	other := cl.waker().On("other")
 	require.Eventually(t, func() bool { n, all := subscribed("k"); return n == 3 && all == 6 }, 5*time.Second, time.Millisecond)
-	cl.wake.Done("other", other)
+	cl.waker().Done("other", other)
 	// "other" is dropped once idle; "k", still waited for, stays.
 	require.Eventually(t, func() bool { n, _ := subscribed("other"); return n == 0 }, 5*time.Second, time.Millisecond, "an idle key still subscribed")
 	time.Sleep(4 * wakeIdle)
@@ -305,14 +305,14 @@ func TestWakeListenersStopWhenIdle(t *testing.T) {
 	assert.Equal(t, 3, n, "unsubscribed while a Lock waits")
 	assert.Equal(t, 3, all, "only the waited-for key")
 	assert.True(t, running())
-	cl.wake.Done("k", ch)
+	cl.waker().Done("k", ch)
 	require.Eventually(t, func() bool { return !running() }, 5*time.Second, time.Millisecond, "connections still open")
 	require.Eventually(t, func() bool { _, all := subscribed("k"); return all == 0 }, 5*time.Second, time.Millisecond, "subscriptions left on the nodes")
 
 	holder := c.client(t, nil)
 	l, err := holder.TryLock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
-	ch = cl.wake.On("k")
+	ch = cl.waker().On("k")
 	require.True(t, running())
 	// The subscriptions are made in the background: unlock once they are.
 	require.Eventually(t, func() bool { n, _ := subscribed("k"); return n == 3 }, 5*time.Second, time.Millisecond)
@@ -326,7 +326,7 @@ func TestWakeListenersStopWhenIdle(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no wake after subscribing again")
 	}
-	cl.wake.Done("k", ch)
+	cl.waker().Done("k", ch)
 }
 
 // TestWakeAllRings: a Client whose nodes are all Rings subscribes to nothing
@@ -354,8 +354,8 @@ func TestWakeAllRings(t *testing.T) {
 		cancel()
 		require.ErrorIs(t, err, ErrNotObtained)
 	}
-	assert.Zero(t, waiter.wake.Connections())
-	assert.Zero(t, waiter.wake.Subscribed())
+	assert.Zero(t, waiter.waker().Connections())
+	assert.Zero(t, waiter.waker().Subscribed())
 	require.NoError(t, l.Unlock(t.Context()))
 	require.NoError(t, waiter.Close())
 	require.NoError(t, holder.Close())

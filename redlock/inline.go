@@ -1,0 +1,141 @@
+package redlock
+
+import (
+	"strings"
+	"time"
+
+	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/quorum"
+)
+
+// inLine is the WaitInLine strategy, over backoff: a waiter's rounds join
+// the line of the first key's waiters on the nodes (inline.lua), and a
+// release names the first in line. The waiter named tries at once; the
+// others give it a grace to take the keys, and a Lock that begins just
+// after an announcement that named another client's waiter lets that one
+// go first.
+type inLine struct {
+	*backoff
+}
+
+func (s *inLine) wait(w *waiter) waiting {
+	iw := &inLineWait{w: w, s: s}
+	iw.hooks = iw
+	return iw
+}
+
+// inLineWait is one Lock call's place in line.
+type inLineWait struct {
+	w *waiter
+	s *inLine
+	// place is the waiter's id in the line: the token of its first round,
+	// "" until then.
+	place string
+	// hooks are the handoff strategy's, or the waiter itself (none).
+	hooks sleepHooks
+}
+
+// sleepHooks let the handoff strategy take part in inLineWait.sleep.
+type sleepHooks interface {
+	// handedOver reports whether a quorum of nodes handed the keys over.
+	handedOver() bool
+	// current returns the token of the round that a handoff may name, "".
+	current() string
+	// heardHand is told of a handoff on a node to a round of this client,
+	// and returns the timer to wait for.
+	heardHand(timer <-chan time.Time) <-chan time.Time
+}
+
+func (iw *inLineWait) handedOver() bool                              { return false }
+func (iw *inLineWait) current() string                               { return "" }
+func (iw *inLineWait) heardHand(t <-chan time.Time) <-chan time.Time { return t }
+func (iw *inLineWait) failed(join, time.Duration, *quorum.Round)     {}
+func (iw *inLineWait) delay(d time.Duration) time.Duration           { return d }
+func (iw *inLineWait) handed(time.Duration) *Lock                    { return nil }
+func (iw *inLineWait) done(*Lock)                                    {}
+
+// ticketStep is the resolution of the tickets, in ms. Waiters that began
+// within one step are ordered by id; the coarser step lets the Locks of a
+// step share their ticket's box (see protocol.Protocol.ticketArg).
+const ticketStep = 10
+
+// join returns the place of the waiter's next round in the line: its id
+// is the token of its first round, and its ticket the time Lock was
+// called, in Unix ms rounded down to ticketStep. A first round has no
+// entries to take off; a later one may have (its earlier rounds').
+func (iw *inLineWait) join() join {
+	ticket := iw.w.began.UnixMilli() / ticketStep * ticketStep
+	if iw.place == "" {
+		iw.place = protocol.NewToken(iw.w.c.cfg.owner)
+		return join{token: iw.place, on: protocol.Join{Place: iw.place, Ticket: ticket}}
+	}
+	return join{on: protocol.Join{Place: iw.place, Ticket: ticket, Entries: protocol.MayHave}}
+}
+
+// first lets the waiter that a release of the key just named as next in
+// line go first: when this Client heard such an announcement less than
+// the yield window ago (tunables.yieldWindow) (it is still subscribed to
+// the key from an earlier wait, typically because it has just released the
+// key itself), the first round waits as a waiter woken for another would
+// (see sleep), for the rest of the window. Without it, a client that
+// unlocks and locks again at once would usually beat the named waiter,
+// which needs the announcement and a round.
+func (iw *inLineWait) first() error {
+	w, wk := iw.w, iw.s.wake
+	if !wk.Heard() {
+		return nil // the common case, without a lock or the key's name
+	}
+	next, at := wk.Named(w.c.stored(w.keys[0]))
+	if next == "" {
+		return nil
+	}
+	left := w.c.cfg.yieldWindow - w.c.cfg.clock.Now().Sub(at)
+	if left <= 0 {
+		return nil
+	}
+	e := &Error{Op: "lock", Key: strings.Join(w.keys, ", "), Quorum: w.c.cfg.quorum, sentinel: ErrNotObtained,
+		Reason: "let the waiter of another client named by the last release go first"}
+	return iw.sleep(w.c.cfg.clock.After(left), e)
+}
+
+// sleep waits until timer fires or a node announces the release of the
+// keys. An announcement that names this waiter as next in line ends the
+// sleep at once; one that names nobody, after a jitter; one that names
+// another waiter gives that one a grace to take the keys (see grace): the
+// sleep then ends at the next announcement, or when the grace has passed,
+// so that a waiter that died or gave up stalls the key no longer than that.
+func (iw *inLineWait) sleep(timer <-chan time.Time, last *Error) error {
+	w := iw.w
+	cur := iw.hooks.current()
+	since := w.start // nothing listened while the round was out
+	for {
+		if iw.hooks.handedOver() {
+			return nil
+		}
+		next, woken, err := w.listen(iw.s.wake, timer, since, last)
+		if err != nil || !woken {
+			return err
+		}
+		since = w.c.cfg.clock.Now()
+		switch {
+		case next == iw.place || next == cur && cur != "":
+			return nil
+		case next == "":
+			w.jitter()
+			return nil
+		case strings.HasPrefix(next, protocol.HandPrefix):
+			timer = iw.hooks.heardHand(timer)
+			continue
+		}
+		timer = w.c.cfg.clock.After(iw.grace())
+	}
+}
+
+// grace is how long a waiter lets the waiter named as next in line take
+// the key: four times this waiter's last round, enough for the named one's
+// round, from 1 ms (tunables.graceFloor) up to Options.NodeTimeout. A first
+// round that yields has no round yet: it gives 1 ms.
+func (iw *inLineWait) grace() time.Duration {
+	cfg := iw.w.c.cfg
+	return min(cfg.handoffGrace, max(cfg.graceFloor, 4*cfg.clock.Now().Sub(iw.w.start)))
+}
