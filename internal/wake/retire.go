@@ -62,3 +62,13 @@ func (w *Waker) unsubscribeLive(ctx context.Context, s *sub) {
 	case <-ctx.Done():
 	}
 }
+
+// dropLive notes that s, being closed, no longer has live subscribed.
+func (w *Waker) dropLive(s *sub) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.liveOn {
+		s.liveOn = false
+		w.ledger.liveChanged(-1)
+	}
+}

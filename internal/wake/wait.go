@@ -1,0 +1,190 @@
+package wake
+
+import (
+	"math/bits"
+	"strings"
+	"time"
+
+	"github.com/redquorum/redquorum/internal/protocol"
+)
+
+// Wait is one wait for the release of a key. Its channel [Wait.C] is
+// closed when a node announces the release; [Wait.Close] ends the wait. A
+// nil *Wait never fires. A Wait is safe for concurrent use.
+type Wait struct {
+	w   *Waker
+	key string // as stored
+	e   *entry
+	// done is set by Close, guarded by w.mu.
+	done bool
+}
+
+// entry is the channel of the waits for one key's release, closed when a
+// node announces it, and how many are waiting.
+type entry struct {
+	ch chan struct{}
+	n  int
+	// next is the waiter the announcement named as next in line ("" for
+	// none); written before ch is closed.
+	next string
+}
+
+// Listen begins a wait for the release of key (as stored), subscribing to
+// it if need be. It returns nil after Close, or when no node can be
+// subscribed. Close the Wait when it is over.
+//
+// since is when the caller last stopped listening (zero: it always
+// listened), typically because its round was out: an announcement heard
+// after since, the last one heard, closes the Wait at once, and
+// [Wait.Next] returns whom it named. A wait that begins only after its
+// round failed therefore still hears a release that came while the round
+// was out.
+//
+// When key was not subscribed, an announcement may also come before the
+// subscription is in place, and nobody hears it. For a since that is not
+// zero, the Wait then closes, naming nobody, once a majority of the nodes
+// have confirmed the subscription, so that the waiter tries again at once
+// instead of sleeping through a release it could not hear. A release
+// announces itself on every node that refused a waiter, so a waiter
+// refused by a majority hears it from one of the majority that confirmed.
+func (w *Waker) Listen(key string, since time.Time) *Wait {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || len(w.nodes) == 0 {
+		return nil
+	}
+	_, subscribed := w.keys[key]
+	if n, ok := w.named[key]; ok && subscribed && !since.IsZero() && n.at.After(since) {
+		e := &entry{ch: make(chan struct{}), n: 1, next: n.next}
+		close(e.ch)
+		w.keys[key] = w.clock.Now()
+		return &Wait{w: w, key: key, e: e}
+	}
+	if subscribed {
+		w.keys[key] = w.clock.Now()
+	} else {
+		w.subscribe(key)
+		if !since.IsZero() {
+			w.confirming[key] = 0
+		}
+	}
+	e := w.waiters[key]
+	if e == nil {
+		e = &entry{ch: make(chan struct{})}
+		w.waiters[key] = e
+	}
+	e.n++
+	return &Wait{w: w, key: key, e: e}
+}
+
+// C returns a channel that is closed when a node announces the key's
+// release; nil, which never fires, for a nil Wait.
+func (wt *Wait) C() <-chan struct{} {
+	if wt == nil {
+		return nil
+	}
+	return wt.e.ch
+}
+
+// Next returns the waiter that the announcement which closed C named as
+// next in line for the key: "" when it named nobody, or before C is
+// closed.
+func (wt *Wait) Next() string {
+	if wt == nil {
+		return ""
+	}
+	select {
+	case <-wt.e.ch:
+		return wt.e.next // written before the close
+	default:
+		return ""
+	}
+}
+
+// Close ends the wait. The key stays subscribed for the idle time from
+// now. It is safe on a nil Wait and to call more than once.
+func (wt *Wait) Close() {
+	if wt == nil {
+		return
+	}
+	w := wt.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if wt.done {
+		return
+	}
+	wt.done = true
+	if _, ok := w.keys[wt.key]; ok {
+		w.keys[wt.key] = w.clock.Now()
+	}
+	if wt.e.n--; wt.e.n == 0 && w.waiters[wt.key] == wt.e {
+		delete(w.waiters, wt.key)
+	}
+}
+
+// wake closes the channel of key's waits, naming next. Callers hold w.mu.
+func (w *Waker) wake(key, next string) {
+	if e := w.waiters[key]; e != nil {
+		e.next = next
+		close(e.ch)
+		delete(w.waiters, key)
+	}
+}
+
+// confirmed notes that s's node confirmed the subscription of channel,
+// and wakes the waits for a key whose subscription a majority of the
+// nodes have now confirmed, if it is in confirming (see Listen). Callers
+// hold w.mu.
+func (w *Waker) confirmed(s *sub, channel string) {
+	key, ok := strings.CutPrefix(channel, protocol.ReleasedChannel)
+	nodes, pending := w.confirming[key]
+	if !ok || !pending || s.idx >= 64 {
+		return
+	}
+	nodes |= 1 << s.idx
+	if bits.OnesCount64(nodes) <= len(w.nodes)/2 {
+		w.confirming[key] = nodes
+		return
+	}
+	delete(w.confirming, key)
+	w.wake(key, "")
+}
+
+// Named returns the waiter that the last announcement of key's release
+// (as stored) named as next in line, and when it came; "" when it named
+// nobody, or when none was heard since key was subscribed. A client that
+// has just released a key hears its own announcement, if it waited for the
+// key before: its next Lock can then let the named waiter go first.
+func (w *Waker) Named(key string) (next string, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.named[key]
+	return n.next, n.at
+}
+
+// Heard reports, without taking a lock, whether any key has an
+// announcement to report through Named.
+func (w *Waker) Heard() bool { return w.heard.Load() }
+
+// Waiting reports whether a wait for key (as stored) is under way.
+func (w *Waker) Waiting(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.waiters[key] != nil
+}
+
+// Confirming reports whether a wait for key (as stored) waits for a
+// majority of the nodes to confirm its new subscription (see Listen).
+func (w *Waker) Confirming(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.confirming[key]
+	return ok
+}
+
+// Waits returns how many keys have waits under way.
+func (w *Waker) Waits() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.waiters)
+}

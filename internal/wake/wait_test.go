@@ -1,0 +1,71 @@
+package wake
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
+)
+
+// TestWaitNil: a nil Wait, what Listen returns after Close, never fires,
+// names nobody and closes without harm.
+func TestWaitNil(t *testing.T) {
+	var wt *Wait
+	assert.Nil(t, wt.C())
+	select {
+	case <-wt.C():
+		t.Fatal("a nil Wait fired")
+	default:
+	}
+	assert.Empty(t, wt.Next())
+	wt.Close()
+	wt.Close()
+}
+
+// TestWaitClose: closing a Wait twice counts once, so that it does not end
+// another wait for the same key; the key's wait ends with the last Wait
+// closed.
+func TestWaitClose(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 1)
+	w := newWaker(t, c.clients, long)
+	a, b := listen(w, "k"), listen(w, "k")
+	a.Close()
+	a.Close()
+	assert.True(t, w.Waiting("k"), "a second Close ended another wait")
+	assert.Equal(t, 1, w.Waits())
+	b.Close()
+	assert.False(t, w.Waiting("k"))
+	assert.Zero(t, w.Waits())
+	b.Close()
+	assert.Equal(t, 1, w.Subscribed(), "the key stays subscribed for the idle time")
+}
+
+// TestWaitNext: Next names nobody before C is closed, and after it whom
+// the announcement named, for every Wait of the key, also once closed.
+func TestWaitNext(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 2)
+	w := newWaker(t, c.clients, long)
+	a, b := listen(w, "k"), listen(w, "k")
+	waitSubscribed(t, c.srv, "k")
+	assert.Empty(t, a.Next(), "before the announcement")
+	c.srv[1].Publish(protocol.ReleasedChannel+"k", "w1")
+	waitClosed(t, a.C(), "no wake on k's release")
+	require.True(t, closed(b.C()), "the waits for one key woke apart")
+	assert.Equal(t, "w1", a.Next())
+	assert.Equal(t, "w1", b.Next())
+	a.Close()
+	assert.Equal(t, "w1", a.Next(), "after Close")
+
+	// A later wait hears only what comes after it.
+	later := w.Listen("k", time.Now())
+	assert.False(t, closed(later.C()))
+	assert.Empty(t, later.Next(), "an earlier announcement named for a later wait")
+	later.Close()
+	b.Close()
+}
