@@ -124,3 +124,12 @@ func (h *handoff) isSole(token string) bool {
 	_, ok := h.sole[token]
 	return ok
 }
+
+// ledger returns what c's nodes told it of handoffs, nil when its strategy
+// is not the handoff.
+func (c *Client) ledger() *wake.Ledger {
+	if h, ok := c.wait.(*handoff); ok {
+		return h.ledger
+	}
+	return nil
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/redquorum/redquorum/internal/alloc"
 	"github.com/redquorum/redquorum/internal/node"
 	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/wake"
 	"github.com/redquorum/redquorum/quorum"
 )
 
@@ -21,7 +22,8 @@ import (
 // node").
 type handoff struct {
 	*inLine
-	live string // the Client's channel (protocol.LiveChannel and an id)
+	live   string       // the Client's channel (protocol.LiveChannel and an id)
+	ledger *wake.Ledger // what the nodes told on live
 
 	mu sync.Mutex
 	// sole holds the hand values of the locks that the nodes handed over
@@ -64,9 +66,9 @@ func (h *handoff) unlocked(l *Lock) {
 		// Every node that handed it over took its round's entry off the
 		// line: if all did, the Client's next waiter for the key need not
 		// look for its entries (see protocol.Cleared).
-		h.wake.ForgetSole(hand)
+		h.ledger.ForgetSole(hand)
 	} else {
-		h.wake.Forget(hand)
+		h.ledger.Forget(hand)
 	}
 }
 
@@ -97,7 +99,7 @@ type handWait struct {
 func (hw *handWait) join() join {
 	j := hw.inLineWait.join()
 	w, h := hw.w, hw.h
-	if len(w.keys) != 1 || !h.wake.Live() {
+	if len(w.keys) != 1 || !h.ledger.Live() {
 		return j
 	}
 	if hw.stored == "" {
@@ -105,7 +107,7 @@ func (hw *handWait) join() join {
 	}
 	j.on.Live, j.start = h.live, w.c.cfg.clock.Now()
 	if j.token != "" { // the first round
-		switch entries, cleared := h.wake.Joining(hw.stored); {
+		switch entries, cleared := h.ledger.Joining(hw.stored); {
 		case entries:
 			j.on.Entries = protocol.MayHave
 		case cleared:
@@ -115,7 +117,7 @@ func (hw *handWait) join() join {
 		j.token = protocol.NewToken(w.c.cfg.owner)
 	}
 	j.on.Prev = hw.current()
-	h.wake.Expect(j.token, hw.stored)
+	h.ledger.Expect(j.token, hw.stored)
 	hw.expected = true
 	return j
 }
@@ -130,7 +132,7 @@ func (hw *handWait) failed(j join, ttl time.Duration, calls *quorum.Round) {
 	if j.on.Prev != "" {
 		// The round took the previous one's entries off the line: a
 		// handoff to that one now is stray (see releaseStray).
-		hw.h.wake.Forget(j.on.Prev)
+		hw.h.ledger.Forget(j.on.Prev)
 	}
 	hw.hands = append(hw.hands, j.token)
 	hw.curStart, hw.ttl = j.start, ttl
@@ -160,7 +162,7 @@ func (hw *handWait) current() string {
 // the key over to the current round, and notes it for handed.
 func (hw *handWait) handedOver() bool {
 	cur := hw.current()
-	hw.gotHand = hw.gotHand || cur != "" && hw.h.wake.Handed(cur) >= hw.w.c.cfg.quorum
+	hw.gotHand = hw.gotHand || cur != "" && hw.h.ledger.Handed(cur) >= hw.w.c.cfg.quorum
 	return hw.gotHand
 }
 
@@ -172,7 +174,7 @@ func (hw *handWait) handedOver() bool {
 // which is released as stray, changes nothing here.)
 func (hw *handWait) heardHand(timer <-chan time.Time) <-chan time.Time {
 	cur := hw.current()
-	if cur != "" && hw.h.wake.Handed(cur) > 0 && !hw.handedOver() {
+	if cur != "" && hw.h.ledger.Handed(cur) > 0 && !hw.handedOver() {
 		cfg := hw.w.c.cfg
 		return cfg.clock.After(min(hw.grace(), cfg.yieldWindow))
 	}
@@ -208,7 +210,7 @@ func (hw *handWait) handed(ttl time.Duration) *Lock {
 		h.sole[r.acq.Token] = struct{}{}
 		h.mu.Unlock()
 	}
-	h.topUp(r, h.wake.HandedNodes(tok), hw.curCalls)
+	h.topUp(r, h.ledger.HandedNodes(tok), hw.curCalls)
 	return newLock(r)
 }
 
@@ -226,7 +228,7 @@ func (hw *handWait) done(l *Lock) {
 	if hw.expected {
 		for _, t := range append(hw.hands, hw.place, lockToken) {
 			if lockToken != protocol.HandPrefix+t {
-				hw.h.wake.Forget(t)
+				hw.h.ledger.Forget(t)
 			}
 		}
 	}
@@ -314,7 +316,7 @@ func (h *handoff) leave(key, token string, ttl time.Duration) {
 
 // releaseStray releases key (as stored) on node i, where a release handed
 // it over to the round with token, which no waiter of this Client expects
-// any more (see wake.Waker.SetStray): the round obtained the lock, or gave
+// any more (see wake.Ledger.SetStray): the round obtained the lock, or gave
 // up, while its entry was still in the node's line. The release hands the
 // key on to the next in line. It takes off only that hand value: the
 // handoff popped the round's entry, and an entry of the Client's that is

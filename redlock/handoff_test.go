@@ -52,9 +52,9 @@ func waitLive(t *testing.T, c *cluster, cl *Client, key string) {
 // (before, they join to be named only).
 func primeLive(t *testing.T, cl *Client) {
 	t.Helper()
-	ch := cl.waker().On(cl.stored("prime"))
-	require.Eventually(t, cl.waker().Live, 5*time.Second, time.Millisecond)
-	cl.waker().Done(cl.stored("prime"), ch)
+	ch := cl.waker().Listen(cl.stored("prime"), time.Time{})
+	require.Eventually(t, cl.ledger().Live, 5*time.Second, time.Millisecond)
+	ch.Close()
 }
 
 // entries returns the entries of key's queue on node i.
@@ -287,9 +287,9 @@ func TestHandoffStrayLate(t *testing.T) {
 	key := b.stored("k")
 	// b is subscribed to k from an earlier wait: its waiter's first round
 	// is its only one.
-	ch := b.waker().On(key)
-	require.Eventually(t, func() bool { return b.waker().Live() && !b.waker().Confirming(key) }, 5*time.Second, time.Millisecond)
-	b.waker().Done(key, ch)
+	ch := b.waker().Listen(key, time.Time{})
+	require.Eventually(t, func() bool { return b.ledger().Live() && !b.waker().Confirming(key) }, 5*time.Second, time.Millisecond)
+	ch.Close()
 	raw := make([]*redis.Client, len(s.Addrs))
 	for i, addr := range s.Addrs {
 		raw[i] = redis.NewClient(&redis.Options{Addr: addr})
@@ -316,7 +316,7 @@ func TestHandoffStrayLate(t *testing.T) {
 	require.NoError(t, <-ec)
 	tok, handed := strings.CutPrefix(lb.Token(), protocol.HandPrefix)
 	require.True(t, handed, "b's lock was handed over on the nodes")
-	require.Eventually(t, func() bool { return b.waker().Handed(tok) == len(s.Addrs) }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return b.ledger().Handed(tok) == len(s.Addrs) }, 5*time.Second, time.Millisecond,
 		"every node handed k over to b's waiter")
 	require.NoError(t, lb.Unlock(t.Context()))
 	settle(a)
@@ -552,13 +552,13 @@ func handoffPair(t *testing.T, c *cluster) (a, b *Client) {
 func drain(t *testing.T, c *cluster, cl *Client) {
 	t.Helper()
 	token := protocol.NewToken("")
-	cl.waker().Expect(token, "drain")
-	defer cl.waker().Forget(token)
+	cl.ledger().Expect(token, "drain")
+	defer cl.ledger().Forget(token)
 	hand := protocol.HandPrefix + token
 	for _, m := range c.srv {
 		m.Publish(cl.live(), fmt.Sprintf("%d:%sdrain", len(hand), hand))
 	}
-	require.Eventually(t, func() bool { return cl.waker().Handed(token) == len(c.srv) }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return cl.ledger().Handed(token) == len(c.srv) }, 5*time.Second, time.Millisecond,
 		"the nodes' messages reached the client")
 }
 
@@ -615,7 +615,7 @@ func TestHandoffCleared(t *testing.T) {
 				if tok, handed := strings.CutPrefix(lb.Token(), protocol.HandPrefix); cycle == 1 && !lost {
 					require.True(t, handed, "b's lock was handed over on the nodes")
 					require.True(t, b.wait.(*handoff).isSole(lb.token), "b's waiter made one round")
-					require.Eventually(t, func() bool { return b.waker().Handed(tok) == len(c.srv) }, 5*time.Second, time.Millisecond)
+					require.Eventually(t, func() bool { return b.ledger().Handed(tok) == len(c.srv) }, 5*time.Second, time.Millisecond)
 				}
 				require.NoError(t, lb.Unlock(t.Context()))
 				settle(a)

@@ -96,13 +96,13 @@ func (w *waiter) next(last *Error, hint time.Duration) (handover, error) {
 // ctx ends, MaxWait passes or the Client closes.
 func (w *waiter) listen(wk *wake.Waker, timer <-chan time.Time, since time.Time, last *Error) (next string, woken bool, err error) {
 	key := w.c.stored(w.keys[0])
-	ch := wk.OnSince(key, since) // closed when a node announces the key's release
-	defer wk.Done(key, ch)
+	wt := wk.Listen(key, since) // fires when a node announces the key's release
+	defer wt.Close()
 	select {
 	case <-timer:
 		return "", false, nil
-	case <-ch:
-		return wk.Next(ch), true, nil
+	case <-wt.C():
+		return wt.Next(), true, nil
 	case <-w.ctx.Done():
 		last.ctx = w.ctx.Err()
 		return "", false, last

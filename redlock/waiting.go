@@ -119,18 +119,19 @@ func (c *Client) newStrategy(clients []redis.UniversalClient) strategy {
 	inLine := &inLine{backoff: b}
 	switch {
 	case c.cfg.waiting == WaitBackoff:
-		b.wake = wake.New(clients, c.cfg.wakeIdle, c.cfg.clock)
+		b.wake = wake.New(clients, c.cfg.wakeIdle, c.cfg.clock, nil)
 		return b
 	case c.cfg.waiting == WaitInLine || c.cfg.fencing || c.sharded:
 		// A fenced lock needs its round's fence, and a Cluster or a Ring
 		// node no script that reaches the node's state: their waiters are
 		// only named.
-		b.wake = wake.New(clients, c.cfg.wakeIdle, c.cfg.clock)
+		b.wake = wake.New(clients, c.cfg.wakeIdle, c.cfg.clock, nil)
 		return inLine
 	}
 	h := &handoff{inLine: inLine, live: protocol.LiveChannel + protocol.NewToken("")}
 	c.proto.WithLive(h.live)
-	b.wake = wake.NewLive(clients, c.cfg.wakeIdle, c.cfg.clock, h.live)
-	b.wake.SetStray(h.releaseStray)
+	h.ledger = wake.NewLedger(h.live)
+	h.ledger.SetStray(h.releaseStray)
+	b.wake = wake.New(clients, c.cfg.wakeIdle, c.cfg.clock, h.ledger)
 	return h
 }

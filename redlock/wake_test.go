@@ -205,11 +205,11 @@ func TestWakeListenersStop(t *testing.T) {
 	c := newCluster(t, 3)
 	c.srv[2].Close()
 	b := c.client(t, nil)
-	ch := b.waker().On("k")
+	ch := b.waker().Listen("k", time.Time{})
 	require.NotNil(t, ch)
 	time.Sleep(150 * time.Millisecond) // the listener of node 2 fails and retries
 	require.NoError(t, b.Close())
-	assert.Nil(t, b.waker().On("k"), "no listener after Close")
+	assert.Nil(t, b.waker().Listen("k", time.Time{}), "no listener after Close")
 }
 
 // lockUnlock locks key through cl in a goroutine, for a second, and
@@ -294,10 +294,10 @@ func TestWakeListenersStopWhenIdle(t *testing.T) {
 		}
 		return n, all
 	}
-	ch := cl.waker().On("k")
-	other := cl.waker().On("other")
+	ch := cl.waker().Listen("k", time.Time{})
+	other := cl.waker().Listen("other", time.Time{})
 	require.Eventually(t, func() bool { n, all := subscribed("k"); return n == 3 && all == 6 }, 5*time.Second, time.Millisecond)
-	cl.waker().Done("other", other)
+	other.Close()
 	// "other" is dropped once idle; "k", still waited for, stays.
 	require.Eventually(t, func() bool { n, _ := subscribed("other"); return n == 0 }, 5*time.Second, time.Millisecond, "an idle key still subscribed")
 	time.Sleep(4 * wakeIdle)
@@ -305,14 +305,14 @@ func TestWakeListenersStopWhenIdle(t *testing.T) {
 	assert.Equal(t, 3, n, "unsubscribed while a Lock waits")
 	assert.Equal(t, 3, all, "only the waited-for key")
 	assert.True(t, running())
-	cl.waker().Done("k", ch)
+	ch.Close()
 	require.Eventually(t, func() bool { return !running() }, 5*time.Second, time.Millisecond, "connections still open")
 	require.Eventually(t, func() bool { _, all := subscribed("k"); return all == 0 }, 5*time.Second, time.Millisecond, "subscriptions left on the nodes")
 
 	holder := c.client(t, nil)
 	l, err := holder.TryLock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
-	ch = cl.waker().On("k")
+	ch = cl.waker().Listen("k", time.Time{})
 	require.True(t, running())
 	// The subscriptions are made in the background: unlock once they are.
 	require.Eventually(t, func() bool { n, _ := subscribed("k"); return n == 3 }, 5*time.Second, time.Millisecond)
@@ -322,11 +322,11 @@ func TestWakeListenersStopWhenIdle(t *testing.T) {
 	require.ErrorIs(t, err, ErrTaken)
 	require.NoError(t, l.Unlock(t.Context()))
 	select {
-	case <-ch:
+	case <-ch.C():
 	case <-time.After(5 * time.Second):
 		t.Fatal("no wake after subscribing again")
 	}
-	cl.waker().Done("k", ch)
+	ch.Close()
 }
 
 // TestWakeAllRings: a Client whose nodes are all Rings subscribes to nothing

@@ -39,7 +39,6 @@ type Waker struct {
 	// heard is set while named has an entry, so that Heard needs no lock.
 	heard atomic.Bool
 	wg    sync.WaitGroup // the listeners, the idle loop, the (un)subscribing goroutines and stray calls
-	old   oldWaits       // see compat.go
 }
 
 // sub is one node's pub/sub connection. Its mu orders the connection's
