@@ -7,14 +7,20 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/redlock"
 )
 
 // TestChaos is the main suite: two processes of four contenders each lock
 // eight keys until 10,000 acquisitions have succeeded, while every kind of
-// fault hits a minority of the five lock nodes. No checker may find two
+// fault hits a minority of the five lock nodes. The first process waits
+// with WaitDefault, the second with WaitInLine. No checker may find two
 // holders at once, and no lock key may outlive its TTL.
 func TestChaos(t *testing.T) {
-	r := Run(t, Options{Faults: AllFaults, MinDuration: 20 * time.Second})
+	r := Run(t, Options{
+		Faults: AllFaults, MinDuration: 20 * time.Second,
+		Waiting: []redlock.Waiting{redlock.WaitDefault, redlock.WaitInLine},
+	})
 	assert.GreaterOrEqual(t, r.Acquisitions, 10000, "successful acquisitions under faults")
 	require.Len(t, r.ByProc, 2)
 	assert.Positive(t, r.ByProc[1], "acquisitions by the second OS process")
@@ -30,11 +36,17 @@ func TestChaos(t *testing.T) {
 
 // TestChaosHotKey is the hot-key phase across processes: four OS
 // processes of one contender each lock one key, so that every handoff goes
-// from one process to another, through the queue of waiters on the nodes
-// (a release names the next in line), while every kind of fault hits a
-// minority of the nodes.
+// from one process to another, while every kind of fault hits a minority of
+// the nodes. The deployment is mixed: process 0 waits with WaitHandoff, 1
+// with WaitInLine, 2 with WaitBackoff, and 3 runs the previous release
+// (previousRelease) with its default options, as during a rolling deploy.
+// Safety must not depend on how a Client waits or on its release.
 func TestChaosHotKey(t *testing.T) {
-	r := Run(t, Options{Procs: 4, Workers: 1, Keys: 1, Faults: AllFaults, Target: 500, MinDuration: 15 * time.Second})
+	r := Run(t, Options{
+		Procs: 4, Workers: 1, Keys: 1, Faults: AllFaults, Target: 500, MinDuration: 15 * time.Second,
+		Waiting:  []redlock.Waiting{redlock.WaitHandoff, redlock.WaitInLine, redlock.WaitBackoff, redlock.WaitDefault},
+		Previous: []int{3},
+	})
 	assert.GreaterOrEqual(t, r.Acquisitions, 500, "successful acquisitions under faults")
 	require.Len(t, r.ByProc, 4)
 	for p, n := range r.ByProc {

@@ -61,6 +61,15 @@
 // hand out held locks when the guard is off (the negative control) and that
 // the guard prevents it.
 //
+// # Mixed deployments
+//
+// Safety must not depend on how a Client waits, nor on its release. With
+// Options.Waiting, the processes of a run wait with different strategies
+// (redlock.Options.Waiting); with Options.Previous, some of them run the
+// chaos test binary of the previous release, which the first run that needs
+// it builds from the repository (git archive of the commit, then go test
+// -c). TestChaosHotKey mixes both on one key.
+//
 // # Assumptions of the suite
 //
 // The lock's assumptions (README) hold during the run: at most a minority of

@@ -36,7 +36,9 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(childEnv); cfg != "" {
 		os.Exit(child(cfg))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removePrevious()
+	os.Exit(code)
 }
 
 // FaultKind is one kind of fault the schedule injects into a lock node.
@@ -121,6 +123,16 @@ type Options struct {
 	// (redlock's minute would keep every killed node out for the rest of
 	// the run).
 	Client redlock.Options
+	// Waiting gives process p the strategy Waiting[p % len(Waiting)], so
+	// that Clients that wait differently share the keys; every process
+	// keeps Client.Waiting when it is empty.
+	Waiting []redlock.Waiting
+	// Previous lists the processes that run the chaos test binary of the
+	// previous release (previousRelease) instead of this one, as during a
+	// rolling deploy. Their Client is that release's, configured with the
+	// fields of Client it knows. Process 0 is the test's own and always
+	// runs this release.
+	Previous []int
 	// Split cuts process 0 off from the last Nodes/2 nodes and process 1
 	// from the first Nodes/2 for the whole run (their connections are
 	// refused): the two see different majorities. It needs Procs = 2. With
@@ -182,6 +194,24 @@ func (o *Options) cutOff(p, i int) bool {
 	return i < o.Nodes/2
 }
 
+// client returns the redlock configuration of process p.
+func (o *Options) client(p int) redlock.Options {
+	c := o.Client
+	if len(o.Waiting) > 0 {
+		c.Waiting = o.Waiting[p%len(o.Waiting)]
+	}
+	return c
+}
+
+// role names what process p runs, for the summary line: its Waiting, or the
+// previous release.
+func (o *Options) role(p int) string {
+	if slices.Contains(o.Previous, p) {
+		return "previous@" + previousRelease
+	}
+	return o.client(p).Waiting.String()
+}
+
 // Result is what a [Run] observed.
 type Result struct {
 	History      []Attempt
@@ -200,6 +230,7 @@ type Result struct {
 	Leftover   []string // "node: key" of every key found on a lock node once the TTLs had passed
 	Resource   int      // reads and writes of the resource that failed (timeouts near Until)
 	ByProc     []int    // successful acquisitions per process; [0] is this one
+	Roles      []string // per process: its Waiting, or the previous release
 	Refused    int      // pauses Docker refused to apply (not counted in Faults)
 
 	LockWait, Held time.Duration // summed over contenders: time in Lock, and from Lock to the end of Unlock
@@ -214,8 +245,15 @@ func (r *Result) String() string {
 			kinds = append(kinds, fmt.Sprintf("%s=%d", k, r.Faults[k]))
 		}
 	}
-	return fmt.Sprintf("%d acquisitions (by process: %v), %d failed attempts in %v (%.0f/s; contenders spent %v in Lock, %v holding); faults: %s (refused by Docker: %d); violations: overlaps=%d oversold=%d porcupine=%s; leftover keys=%d; min stock=%d; resource errors=%d",
-		r.Acquisitions, r.ByProc, r.Failures, r.Duration.Round(time.Millisecond), float64(r.Acquisitions)/r.Duration.Seconds(),
+	byProc := make([]string, len(r.ByProc))
+	for p, n := range r.ByProc {
+		byProc[p] = strconv.Itoa(n)
+		if p < len(r.Roles) {
+			byProc[p] = r.Roles[p] + "=" + byProc[p]
+		}
+	}
+	return fmt.Sprintf("%d acquisitions (by process: %s), %d failed attempts in %v (%.0f/s; contenders spent %v in Lock, %v holding); faults: %s (refused by Docker: %d); violations: overlaps=%d oversold=%d porcupine=%s; leftover keys=%d; min stock=%d; resource errors=%d",
+		r.Acquisitions, strings.Join(byProc, " "), r.Failures, r.Duration.Round(time.Millisecond), float64(r.Acquisitions)/r.Duration.Seconds(),
 		r.LockWait.Round(time.Second), r.Held.Round(time.Second), strings.Join(kinds, " "), r.Refused,
 		len(r.Overlaps), r.Oversold, verdict(r.Linearizable), len(r.Leftover), r.MinStock, r.Resource)
 }
@@ -230,7 +268,10 @@ func verdict(c porcupine.CheckResult) string {
 	return "unknown(timeout)"
 }
 
-// procConfig is one contender process's part of a run.
+// procConfig is one contender process's part of a run. The previous
+// release's child reads it too (Options.Previous), and encoding/json ignores
+// the fields it does not know: add fields, never rename or retype one, here
+// or in redlock.Options.
 type procConfig struct {
 	Proc        int
 	Procs       int      // the run's contender processes, which start together
@@ -273,6 +314,13 @@ func Run(t *testing.T, o Options) *Result {
 	}
 	if slices.Contains(o.Faults, Failover) && !o.Replicated {
 		t.Fatal("chaos: the Failover fault needs Replicated")
+	}
+	var previous string // the previous release's binary
+	for _, p := range o.Previous {
+		if p < 1 || p >= o.Procs {
+			t.Fatalf("chaos: Previous lists process %d; the previous release runs in processes 1 to %d", p, o.Procs-1)
+		}
+		previous = previousBinary(t)
 	}
 	leakcheck.Check(t)
 	var rigOpts []rig.Option
@@ -340,7 +388,7 @@ func Run(t *testing.T, o Options) *Result {
 			Proc: p, Procs: o.Procs, Nodes: addrs, Resource: resNode.Addr(), Keys: keys, Workers: o.Workers,
 			TTL: o.TTL, Hold: o.Hold, Target: o.Target, Start: start,
 			MinDuration: o.MinDuration, MaxDuration: o.MaxDuration,
-			Client: o.Client,
+			Client: o.client(p),
 			Out:    filepath.Join(dir, fmt.Sprintf("proc%d.json", p)),
 		}
 	}
@@ -349,7 +397,11 @@ func Run(t *testing.T, o Options) *Result {
 	for _, cfg := range cfgs[1:] {
 		b, err := json.Marshal(cfg)
 		require.NoError(t, err)
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+		bin := os.Args[0]
+		if slices.Contains(o.Previous, cfg.Proc) {
+			bin = previous
+		}
+		cmd := exec.CommandContext(ctx, bin, "-test.run=^$")
 		cmd.Env = append(os.Environ(), childEnv+"="+string(b))
 		var buf bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &buf, &buf
@@ -361,7 +413,7 @@ func Run(t *testing.T, o Options) *Result {
 	for i, cmd := range children {
 		err := cmd.Wait()
 		if err != nil {
-			t.Errorf("chaos: contender process %d: %v\n%s", i+1, err, stderr[i])
+			t.Errorf("chaos: contender process %d (%s): %v\n%s", i+1, o.role(i+1), err, stderr[i])
 			continue
 		}
 		var r procResult
@@ -370,7 +422,7 @@ func Run(t *testing.T, o Options) *Result {
 			err = json.Unmarshal(b, &r)
 		}
 		if err != nil {
-			t.Errorf("chaos: result of contender process %d: %v\n%s", i+1, err, stderr[i])
+			t.Errorf("chaos: result of contender process %d (%s): %v\n%s", i+1, o.role(i+1), err, stderr[i])
 			continue
 		}
 		results = append(results, r)
@@ -392,10 +444,13 @@ func Run(t *testing.T, o Options) *Result {
 	r.Refused = f.refused
 	for i, pr := range results {
 		if pr.Err != "" {
-			t.Errorf("chaos: contender process %d: %s", i, pr.Err)
+			t.Errorf("chaos: contender process %d (%s): %s", i, o.role(i), pr.Err)
 		}
 		r.History = append(r.History, pr.History...)
 		r.ByProc = append(r.ByProc, 0)
+		if len(results) == o.Procs { // else a child failed, and the indices moved
+			r.Roles = append(r.Roles, o.role(i))
+		}
 		for _, a := range pr.History {
 			if a.OK {
 				r.ByProc[i]++
