@@ -18,14 +18,14 @@ type backoff struct {
 	wake *wake.Waker
 }
 
-func (b *backoff) wait(w *waiter) waiting                    { return &backoffWait{w: w, wake: b.wake} }
+func (b *backoff) wait() waiting                             { return &backoffWait{wake: b.wake} }
 func (b *backoff) refused(handover) (protocol.Release, bool) { return protocol.Release{}, false }
 func (b *backoff) unlocked(*Lock)                            {}
 func (b *backoff) close()                                    { b.wake.Close() }
 
 // backoffWait is one Lock call's backoff.
 type backoffWait struct {
-	w    *waiter
+	w    waiter
 	wake *wake.Waker
 }
 
@@ -35,6 +35,7 @@ func (bw *backoffWait) failed(join, time.Duration, *quorum.Round) {}
 func (bw *backoffWait) delay(d time.Duration) time.Duration       { return d }
 func (bw *backoffWait) handed(time.Duration) *Lock                { return nil }
 func (bw *backoffWait) done(*Lock)                                {}
+func (bw *backoffWait) base() *waiter                             { return &bw.w }
 
 // sleep waits for timer, or for an announcement of the key's release, and
 // then for a jitter (see waiter.jitter).

@@ -31,8 +31,8 @@ type handoff struct {
 	sole map[string]struct{}
 }
 
-func (h *handoff) wait(w *waiter) waiting {
-	hw := &handWait{inLineWait: &inLineWait{w: w, s: h.inLine}, h: h}
+func (h *handoff) wait() waiting {
+	hw := &handWait{inLineWait: inLineWait{s: h.inLine}, h: h}
 	hw.hooks = hw
 	return hw
 }
@@ -74,7 +74,7 @@ func (h *handoff) unlocked(l *Lock) {
 
 // handWait is one Lock call's wait for a handoff on the node.
 type handWait struct {
-	*inLineWait
+	inLineWait
 	h *handoff
 	// hands holds the tokens of the failed rounds that joined the line for
 	// a handoff, the last one current; curStart is when that one was
@@ -98,7 +98,7 @@ type handWait struct {
 // token (with protocol.HandPrefix) instead of deleting it.
 func (hw *handWait) join() join {
 	j := hw.inLineWait.join()
-	w, h := hw.w, hw.h
+	w, h := &hw.w, hw.h
 	if len(w.keys) != 1 || !h.ledger.Live() {
 		return j
 	}
@@ -192,7 +192,7 @@ func (hw *handWait) handed(ttl time.Duration) *Lock {
 		return nil
 	}
 	hw.gotHand = false
-	w, h := hw.w, hw.h
+	w, h := &hw.w, hw.h
 	c := w.c
 	now := c.cfg.clock.Now()
 	validity := clock.Validity(ttl, now.Sub(hw.curStart), c.cfg.drift)

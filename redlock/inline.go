@@ -18,15 +18,15 @@ type inLine struct {
 	*backoff
 }
 
-func (s *inLine) wait(w *waiter) waiting {
-	iw := &inLineWait{w: w, s: s}
+func (s *inLine) wait() waiting {
+	iw := &inLineWait{s: s}
 	iw.hooks = iw
 	return iw
 }
 
 // inLineWait is one Lock call's place in line.
 type inLineWait struct {
-	w *waiter
+	w waiter
 	s *inLine
 	// place is the waiter's id in the line: the token of its first round,
 	// "" until then.
@@ -53,6 +53,7 @@ func (iw *inLineWait) failed(join, time.Duration, *quorum.Round)     {}
 func (iw *inLineWait) delay(d time.Duration) time.Duration           { return d }
 func (iw *inLineWait) handed(time.Duration) *Lock                    { return nil }
 func (iw *inLineWait) done(*Lock)                                    {}
+func (iw *inLineWait) base() *waiter                                 { return &iw.w }
 
 // ticketStep is the resolution of the tickets, in ms. Waiters that began
 // within one step are ordered by id; the coarser step lets the Locks of a
@@ -81,7 +82,7 @@ func (iw *inLineWait) join() join {
 // unlocks and locks again at once would usually beat the named waiter,
 // which needs the announcement and a round.
 func (iw *inLineWait) first() error {
-	w, wk := iw.w, iw.s.wake
+	w, wk := &iw.w, iw.s.wake
 	if !wk.Heard() {
 		return nil // the common case, without a lock or the key's name
 	}
@@ -105,7 +106,7 @@ func (iw *inLineWait) first() error {
 // sleep then ends at the next announcement, or when the grace has passed,
 // so that a waiter that died or gave up stalls the key no longer than that.
 func (iw *inLineWait) sleep(timer <-chan time.Time, last *Error) error {
-	w := iw.w
+	w := &iw.w
 	cur := iw.hooks.current()
 	since := w.start // nothing listened while the round was out
 	for {

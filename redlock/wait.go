@@ -36,8 +36,9 @@ type waiter struct {
 func (c *Client) newWaiter(ctx context.Context, keys []string) *waiter {
 	_, hasDeadline := ctx.Deadline()
 	now := c.cfg.clock.Now()
-	w := &waiter{c: c, ctx: ctx, keys: keys, hasDeadline: hasDeadline, began: now, giveUpAt: now.Add(c.cfg.maxWait)}
-	w.s = c.wait.wait(w)
+	s := c.wait.wait()
+	w := s.base()
+	*w = waiter{c: c, ctx: ctx, keys: keys, s: s, hasDeadline: hasDeadline, began: now, giveUpAt: now.Add(c.cfg.maxWait)}
 	return w
 }
 

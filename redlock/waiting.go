@@ -71,8 +71,9 @@ func (c *config) checkWaiting(w Waiting) error {
 // strategies are backoff (backoff.go), inLine (inline.go) and handoff
 // (handoff.go), each over the one before; see docs/ARCHITECTURE.md.
 type strategy interface {
-	// wait begins the waiting of one Lock call, w.
-	wait(w *waiter) waiting
+	// wait returns the waiting of one Lock call, with its waiter (one
+	// allocation for both).
+	wait() waiting
 	// refused returns the release (but for its keys) that the release of
 	// h sends to a node that refused h's acquire, and false for none: the
 	// lock never held the keys there.
@@ -103,6 +104,8 @@ type waiting interface {
 	handed(ttl time.Duration) *Lock
 	// done is told that the Lock call returns l, or nil when it failed.
 	done(l *Lock)
+	// base returns the Lock call's waiter.
+	base() *waiter
 }
 
 // join is what one round of a waiter tells the strategy on the nodes.
