@@ -1,37 +1,47 @@
 -- acquire: take every key of KEYS[1..n-1] for token ARGV[1] for ARGV[2]
 -- ms, all or none. KEYS[n], the last, is the node's state, a hash without
--- expiry: the client's key prefix, then "@STATE@" (then, on a Cluster
--- node, the slot's tag), with
---   g = the node time in ms until which the node is in its restart guard
---       (0: established),
---   id = the token of the round that created the state,
---   f = the fence counter (absent: unknown, after the node lost its data),
---   r = the replication ID of the server whose data holds the state (see
---       check.lua and newstate.lua).
--- ARGV[3] is the restart guard in ms (0: off). ARGV[4 .. 3+L] belong to
--- the waiting strategy (L = strategy.argc, see strategy.lua). Then, each optional
--- ('' or left out: none):
--- ARGV[4+L], the id of a guarded state to establish at once (only a
---   client that saw every node guarded at once sends it: a new deployment);
--- ARGV[5+L], the token of an earlier lock of the same client that this
---   round takes over: a key that holds it counts as free.
--- A tombstone of another token ("@GONE@" .. token, see release.lua) counts
--- as free. A key's mark (value.lua) stays when the round sets the key.
--- Returns
---   0 when every key now holds our token (newly set, or already ours: a
---     lost reply or a retry, in which case the TTL is reset), or, when
---     the client is fenced, {0, f} with f = -1 when the counter is unknown;
---   the largest remaining TTL in ms (≥ 1) of the keys that another token
---     holds, or -1 when one of them has no expiry;
---   -3 when a key holds the tombstone of this very token: the round gave
---     up on this node and released it before this request arrived;
---   {-2, ms left in the guard, id} when the node is in its restart guard.
--- The restart guard is read only before a grant: a round that finds the
--- keys taken is refused either way.
+-- expiry (the client's key prefix, "@STATE@", and on a Cluster node the
+-- slot's tag): g = the node time in ms until which the node is in its
+-- restart guard (0: established); id = the token of the round that made
+-- the state; f = the fence counter (absent: unknown, after a loss of data);
+-- r = the replication ID of the server that holds it (see check.lua).
+-- ARGV[3] is the restart guard in ms (0: off); ARGV[4 .. 3+argc] belong to
+-- the waiting strategy (argc = 0 without one). Optional, '' for none:
+-- ARGV[4+argc], the id of a guarded state to establish at once (sent only
+-- by a client that saw every node guarded at once: a new deployment), and
+-- ARGV[5+argc], the token of an earlier lock of the same client that this
+-- round takes over: a key that holds it counts as free, as does another
+-- token's tombstone ("@GONE@" .. token, see release.lua). A key's mark
+-- (value.lua) stays when the round sets the key.
+-- Returns 0 when every key now holds our token (newly set, or already
+-- ours: a lost reply or a retry, which resets the TTL), or, for a fenced
+-- client, {0, f} (f = -1: unknown); the largest TTL in ms (≥ 1) left to the
+-- keys another token holds, or -1 when one has no expiry; -3 when a key
+-- holds this very token's tombstone (the round gave up on this node and
+-- released it before this request came); {-2, ms left, id} when the node
+-- is in its restart guard, which is read only before a grant.
+-- Each "--@name" line is where a waiting strategy's code for that hook goes
+-- (see announce.lua); without a strategy it is only a comment. No hook
+-- decides a grant. value.lua and newstate.lua are inserted after the usual
+-- case, which needs neither.
 local state, token, ttl, guard = KEYS[#KEYS], ARGV[1], ARGV[2], tonumber(ARGV[3])
 local fenced = @FENCED@ -- the client's locks carry fences
-strategy.acquire()
-local establish, over = ARGV[4 + strategy.argc] or '', ARGV[5 + strategy.argc]
+local argc = 0
+--@acquire
+-- The usual case, a single free key on an established node, in one call
+-- and a read; SET ... GET returns the value of a key that exists. (NX with
+-- GET needs Redis 7.0: before, the error leaves first unknown.)
+local first
+if #KEYS == 2 then
+  first = redis.pcall('SET', KEYS[1], token, 'NX', 'PX', ttl, 'GET')
+  if first == false and not fenced and (guard <= 0 or redis.call('HGET', state, 'g') == '0') then
+    --@granted
+    return 0
+  end
+end
+@VALUE@
+@NEWSTATE@
+local establish, over = ARGV[4 + argc] or '', ARGV[5 + argc]
 if over == '' then over = nil end
 
 -- guarded returns the reply for a node in its restart guard, or nil when
@@ -64,7 +74,7 @@ end
 
 -- granted is the reply once every key holds the token.
 local function granted()
-  if strategy.granted then strategy.granted() end
+  --@granted
   if not fenced then return 0 end
   local f = redis.call('HGET', state, 'f')
   if f then return {0, tonumber(f)} end
@@ -72,38 +82,33 @@ local function granted()
   return {0, 0}
 end
 
--- The usual case, a single free key, in one call; SET ... GET returns the
--- value of a key that exists. (NX with GET needs Redis 7.0: before, the
--- error leaves first unknown.)
-local first
-if #KEYS == 2 then
-  first = redis.pcall('SET', KEYS[1], token, 'NX', 'PX', ttl, 'GET')
-  if first == false then
-    local g = guarded()
-    if g then
-      redis.call('DEL', KEYS[1]) -- taken back in the same script: nobody saw it
-      return g
-    end
-    return granted()
+if first == false then -- the single key, set above
+  local g = guarded()
+  if g then
+    redis.call('DEL', KEYS[1]) -- taken back in the same script: nobody saw it
+    return g
   end
-  if type(first) ~= 'string' then first = nil end
+  return granted()
 end
+if type(first) ~= 'string' then first = nil end
 local wait, marks = 0, {}
 for i = 1, #KEYS - 1 do
-  local v = first
-  if i > 1 or not v then v = redis.call('GET', KEYS[i]) end
+  local key, v = KEYS[i], first
+  if i > 1 or not v then v = redis.call('GET', key) end
   local h, mark = holder(v)
   marks[i] = mark
   if h == '@GONE@' .. token then return -3 end
-  if h and h ~= token and h ~= over and string.sub(h, 1, #'@GONE@') ~= '@GONE@' and not strategy.ours(h) then
-    local left = redis.call('PTTL', KEYS[i])
+  local free = not h or h == token or h == over or string.sub(h, 1, #'@GONE@') == '@GONE@'
+  --@free
+  if not free then
+    local left = redis.call('PTTL', key)
     if left == -1 then return -1 end
-    strategy.refused(KEYS[i], v, mark)
+    --@refused
     wait = math.max(wait, left, 1)
   end
 end
 if wait > 0 then
-  strategy.waits(wait)
+  --@waits
   return wait
 end
 local g = guarded()

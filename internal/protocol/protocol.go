@@ -85,26 +85,6 @@ func SlotStateKey(prefix, key string, tags *hashslot.Tags) string {
 	return prefix + StateKey + ":{" + tags.Tag(hashslot.Slot(key)) + "}"
 }
 
-// Strategy is the part of a waiting strategy that runs on the nodes: hooks
-// in the kernel's acquire and release scripts (see strategy.lua), each
-// strategy over the one before it.
-type Strategy uint8
-
-const (
-	// Kernel is no waiting strategy: a refused acquire leaves the keys as
-	// they are, and a release tells nobody.
-	Kernel Strategy = iota
-	// Announce marks a key that refused an acquire, and announces the
-	// release of a marked key (announce.lua).
-	Announce
-	// InLine also keeps each key's waiters in line on the node, and the
-	// announcement names the first in line (inline.lua).
-	InLine
-	// Handoff also hands a released key over on the node to the first in
-	// line whose client listens (handoff.lua).
-	Handoff
-)
-
 var (
 	//go:embed acquire.lua
 	acquireLua string
@@ -120,8 +100,6 @@ var (
 	newStateLua string
 	//go:embed value.lua
 	valueLua string
-	//go:embed strategy.lua
-	strategyLua string
 	//go:embed announce.lua
 	announceLua string
 	//go:embed inline.lua
@@ -143,15 +121,10 @@ func names() *strings.Replacer {
 
 // newScript returns the script made of parts, in order.
 func newScript(parts ...string) script {
-	src := names().Replace(strings.Join(parts, "\n"))
+	included := strings.NewReplacer("@VALUE@", valueLua, "@NEWSTATE@", newStateLua)
+	src := names().Replace(included.Replace(strings.Join(parts, "\n")))
 	sum := sha1.Sum([]byte(src))
 	return script{src: src, sha: hex.EncodeToString(sum[:])}
-}
-
-// strategyParts returns the Lua of strategy s: the seam, then each
-// strategy up to s.
-func strategyParts(s Strategy) []string {
-	return append([]string{strategyLua}, []string{announceLua, inLineLua, handoffLua}[:s]...)
 }
 
 // Protocol builds one client's commands: the scripts, and the arguments that
@@ -162,7 +135,7 @@ type Protocol struct {
 	acquire, release, extend, fence, check script
 
 	strategy Strategy
-	argc     int // the strategy's acquire arguments (see strategy.lua)
+	argc     int // the strategy's acquire arguments (see acquire.lua)
 	guard    any // the restart guard in ms; 0: off
 	none     any // "": an optional argument not sent
 	state    any // the plain state key, for an announced release
@@ -178,10 +151,10 @@ type Protocol struct {
 // waits with strategy s, and whose keys are stored after prefix.
 func New(guard time.Duration, fencing bool, s Strategy, prefix string) *Protocol {
 	fenced := strings.NewReplacer("@FENCED@", strconv.FormatBool(fencing))
-	own := strategyParts(s)
+	hooks := strategyHooks(s)
 	p := &Protocol{
-		acquire:  newScript(append(append([]string{valueLua, newStateLua}, own...), fenced.Replace(acquireLua))...),
-		release:  newScript(append(append([]string{valueLua}, own...), releaseLua)...),
+		acquire:  newScript(hooks.fill(fenced.Replace(acquireLua))),
+		release:  newScript(hooks.fill(releaseLua)),
 		extend:   newScript(valueLua, newStateLua, extendLua),
 		fence:    newScript(valueLua, fenceLua),
 		check:    newScript(checkLua),

@@ -6,19 +6,34 @@
 -- if the network still delivers it (a partition that delayed it beyond
 -- the round's timeout), is refused by acquire.lua instead of leaving a key
 -- that nobody holds. Every other token takes a tombstone for a free key.
--- ARGV[3..] belong to the waiting strategy (see strategy.lua), which may hand a
--- key over instead of its deletion, and tells waiters.
+-- ARGV[3..] belong to the waiting strategy, whose hooks ("--@name", see
+-- acquire.lua) may hand a key over instead of its deletion (kept), and
+-- tell waiters. value.lua is inserted after the usual case.
 local token, ttl = ARGV[1], tonumber(ARGV[2])
-strategy.release()
+-- The usual case: a single key that holds the token, unmarked (no waiter
+-- found it held: nobody to tell), is deleted, and that is all.
+local first
+if #KEYS == 1 then
+  first = redis.call('GET', KEYS[1])
+  if first == token then return redis.call('DEL', KEYS[1]) end
+end
+@VALUE@
+--@release
 local n = 0
 for i = 1, #KEYS do
-  local v = redis.call('GET', KEYS[i])
+  local key, v = KEYS[i], first
+  first = nil
+  if v == nil then v = redis.call('GET', key) end
   local h, mark = holder(v)
-  if h == token or (h and strategy.mine(h)) then
-    if not strategy.released(KEYS[i], mark ~= '') then redis.call('DEL', KEYS[i]) end
+  local mine = h == token
+  --@mine
+  if mine then
+    local kept = false
+    --@released
+    if not kept then redis.call('DEL', key) end
     n = n + 1
   elseif not v and ttl > 0 then
-    redis.call('SET', KEYS[i], '@GONE@' .. token, 'PX', ttl)
+    redis.call('SET', key, '@GONE@' .. token, 'PX', ttl)
   end
 end
 if n == #KEYS then return 1 end
