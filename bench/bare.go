@@ -37,13 +37,9 @@ import (
 //     bare-scripts is what the scripts cost the nodes.
 //
 // They never wait for a key: use them only in the 1-caller scenario
-// (--only distinct-1), where no two rounds share a key.
-func bareImpl(name string, kind bareKind) loadtest.Impl {
-	return bareImplTimeout(name, kind, redlock.DefaultNodeTimeout)
-}
-
-// bareImplTimeout is bareImpl with calls that time out after timeout.
-func bareImplTimeout(name string, kind bareKind, timeout time.Duration) loadtest.Impl {
+// (--only distinct-1), where no two rounds share a key. Their calls time
+// out after timeout.
+func bareImpl(name string, kind bareKind, timeout time.Duration) loadtest.Impl {
 	return loadtest.Impl{Name: name, New: func(addrs []string) (loadtest.Locker, func(), error) {
 		nodes := redlock.NewNodes(addrs...)
 		closeNodes := func() {

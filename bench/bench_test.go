@@ -4,13 +4,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redquorum/redquorum/internal/testkit/loadtest"
 	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
 // BenchmarkLockUnlock measures one lock+unlock by one caller through each
 // library, and through redquorum on node clients built with go-redis's
-// defaults (redquorum-user), on the same five redis-server processes:
+// defaults (redquorum-user) with each waiting strategy, on the same five
+// redis-server processes:
 //
 //	cd bench && go test -run - -bench . -benchmem
 func BenchmarkLockUnlock(b *testing.B) {
@@ -19,7 +19,11 @@ func BenchmarkLockUnlock(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(srv.Stop)
-	for _, impl := range []loadtest.Impl{redsyncImpl(), loadtest.Redquorum(nil), loadtest.RedquorumUser(nil)} {
+	impls, err := implsNamed(allImpls(nil), []string{"redsync", "redquorum", "redquorum-user", "redquorum-user-backoff", "redquorum-user-inline"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, impl := range impls {
 		b.Run(impl.Name, func(b *testing.B) {
 			l, closeFn, err := impl.New(srv.Addrs)
 			if err != nil {

@@ -3,21 +3,68 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/redquorum/redquorum/internal/testkit/loadtest"
 )
 
-// figure is one number compared between the two implementations.
+// figure is one number compared between two implementations.
 type figure struct {
 	name      string
 	base, our float64
 	unit      string // "ms", "µs", "/s", "B", "" (count) or "ratio"
+	// baseCoarse and ourCoarse mark node CPU figures from few clock ticks.
+	baseCoarse, ourCoarse bool
 }
 
-// compare prints a Markdown table: each figure for base and ours, and their
-// ratio.
-func compare(w io.Writer, results []loadtest.Result, baseName, ourName string) {
+// compare prints a Markdown table: each figure for base, then for each of
+// ours its value and its ratio to base's. A figure that an implementation
+// lacks (a scenario it did not run) shows as "-".
+func compare(w io.Writer, results []loadtest.Result, baseName string, ours ...string) {
+	var names []string // in the order of their first appearance
+	rows := map[string][]*figure{}
+	for k, our := range ours {
+		for _, f := range figures(results, baseName, our) {
+			if rows[f.name] == nil {
+				names = append(names, f.name)
+				rows[f.name] = make([]*figure, len(ours))
+			}
+			rows[f.name][k] = &f
+		}
+	}
+	fmt.Fprintf(w, "| figure | %s |", baseName)
+	for _, our := range ours {
+		fmt.Fprintf(w, " %s | ratio |", our)
+	}
+	fmt.Fprintf(w, "\n|---|---:|%s\n", strings.Repeat("---:|---:|", len(ours)))
+	coarse := false
+	for _, name := range names {
+		row := rows[name]
+		i := slices.IndexFunc(row, func(f *figure) bool { return f != nil })
+		fmt.Fprintf(w, "| %s | %s |", name, num(row[i].base, row[i].unit, row[i].baseCoarse))
+		for _, f := range row {
+			if f == nil {
+				fmt.Fprint(w, " - | - |")
+				continue
+			}
+			ratio := "-"
+			if f.base != 0 {
+				ratio = fmt.Sprintf("%.2f", f.our/f.base)
+			}
+			fmt.Fprintf(w, " %s | %s |", num(f.our, f.unit, f.ourCoarse), ratio)
+			coarse = coarse || f.baseCoarse || f.ourCoarse
+		}
+		fmt.Fprintln(w)
+	}
+	if coarse {
+		fmt.Fprintf(w, "\n~: node CPU from fewer than %d clock ticks of 10 ms, coarse: run longer.\n", loadtest.CoarseTicks)
+	}
+}
+
+// figures returns each figure of our and of baseName in the scenarios both
+// ran.
+func figures(results []loadtest.Result, baseName, our string) []figure {
 	get := func(impl, id string) *loadtest.Result {
 		for i := range results {
 			if results[i].Impl == impl && results[i].Scenario == id {
@@ -31,38 +78,51 @@ func compare(w io.Writer, results []loadtest.Result, baseName, ourName string) {
 		return d / 1e6
 	}
 	var figs []figure
-	if b, o := get(baseName, "distinct-1"), get(ourName, "distinct-1"); b != nil && o != nil {
+	if b, o := get(baseName, "distinct-1"), get(our, "distinct-1"); b != nil && o != nil {
 		figs = append(figs,
-			figure{"1 caller: lock+unlock p50", ms(b, 50), ms(o, 50), "ms"},
-			figure{"1 caller: lock+unlock p99", ms(b, 99), ms(o, 99), "ms"},
-			figure{"1 caller: lock+unlock p99.9", ms(b, 99.9), ms(o, 99.9), "ms"},
-			figure{"1 caller: allocations per lock+unlock", b.AllocsPerOp, o.AllocsPerOp, ""},
-			figure{"1 caller: bytes allocated per lock+unlock", b.BytesPerOp, o.BytesPerOp, "B"},
+			figure{name: "1 caller: lock+unlock p50", base: ms(b, 50), our: ms(o, 50), unit: "ms"},
+			figure{name: "1 caller: lock+unlock p99", base: ms(b, 99), our: ms(o, 99), unit: "ms"},
+			figure{name: "1 caller: lock+unlock p99.9", base: ms(b, 99.9), our: ms(o, 99.9), unit: "ms"},
+			figure{name: "1 caller: allocations per lock+unlock", base: b.AllocsPerOp, our: o.AllocsPerOp},
+			figure{name: "1 caller: bytes allocated per lock+unlock", base: b.BytesPerOp, our: o.BytesPerOp, unit: "B"},
 		)
-		if bs, os := get(baseName, "slow-1"), get(ourName, "slow-1"); bs != nil && os != nil {
-			figs = append(figs,
-				figure{"1 caller, one node slow: lock+unlock p50", ms(bs, 50), ms(os, 50), "ms"},
-				figure{"1 caller, one node slow: lock+unlock p99", ms(bs, 99), ms(os, 99), "ms"},
-			)
-		}
+	}
+	if b, o := get(baseName, "slow-1"), get(our, "slow-1"); b != nil && o != nil {
+		figs = append(figs,
+			figure{name: "1 caller, one node slow: lock+unlock p50", base: ms(b, 50), our: ms(o, 50), unit: "ms"},
+			figure{name: "1 caller, one node slow: lock+unlock p99", base: ms(b, 99), our: ms(o, 99), unit: "ms"},
+		)
 	}
 	for _, r := range results {
-		if r.Impl != ourName || !strings.HasPrefix(r.Scenario, "distinct-") || r.Callers == 1 {
+		b := get(baseName, r.Scenario)
+		if r.Impl != our || b == nil {
 			continue
 		}
+		figs = append(figs, scenarioFigures(b, &r, ms)...)
+	}
+	for _, r := range results {
 		b := get(baseName, r.Scenario)
+		if r.Impl != our || b == nil || r.NodeCPU == nil || b.NodeCPU == nil {
+			continue
+		}
+		figs = append(figs, figure{name: r.Title + ": node CPU per operation", base: b.NodeCPU.PerOp, our: r.NodeCPU.PerOp,
+			unit: "µs", baseCoarse: b.NodeCPU.Coarse(), ourCoarse: r.NodeCPU.Coarse()})
+	}
+	return figs
+}
+
+// scenarioFigures returns the figures of the multi-caller scenario of b
+// and r (nothing for the 1-caller ones).
+func scenarioFigures(b, r *loadtest.Result, ms func(*loadtest.Result, float64) float64) []figure {
+	switch {
+	case strings.HasPrefix(r.Scenario, "distinct-") && r.Callers > 1:
 		n := fmt.Sprintf("%d callers, distinct keys: ", r.Callers)
-		figs = append(figs,
-			figure{n + "lock+unlock/s", b.PerSec, r.PerSec, "/s"},
-			figure{n + "lock+unlock p50", ms(b, 50), ms(&r, 50), "ms"},
-			figure{n + "lock+unlock p99", ms(b, 99), ms(&r, 99), "ms"},
-		)
-	}
-	for _, r := range results {
-		if r.Impl != ourName || !strings.HasPrefix(r.Scenario, "hotkey-") {
-			continue
+		return []figure{
+			{name: n + "lock+unlock/s", base: b.PerSec, our: r.PerSec, unit: "/s"},
+			{name: n + "lock+unlock p50", base: ms(b, 50), our: ms(r, 50), unit: "ms"},
+			{name: n + "lock+unlock p99", base: ms(b, 99), our: ms(r, 99), unit: "ms"},
 		}
-		b := get(baseName, r.Scenario)
+	case strings.HasPrefix(r.Scenario, "hotkey-"):
 		n := fmt.Sprintf("hot key, %d contenders: ", r.Callers)
 		if strings.HasSuffix(r.Scenario, "-clients") {
 			n = fmt.Sprintf("hot key, %d separate clients: ", r.Callers)
@@ -70,73 +130,46 @@ func compare(w io.Writer, results []loadtest.Result, baseName, ourName string) {
 		if strings.HasSuffix(r.Scenario, "-procs") {
 			n = fmt.Sprintf("hot key, %d separate processes: ", r.Callers)
 		}
-		figs = append(figs,
-			figure{n + "acquisitions/s", b.PerSec, r.PerSec, "/s"},
-			figure{n + "wait p50", ms(b, 50), ms(&r, 50), "ms"},
-			figure{n + "wait p99", ms(b, 99), ms(&r, 99), "ms"},
-			figure{n + "handoff p50 (Unlock called to next Lock returned)", float64(b.Handoff.P50) / 1e6, float64(r.Handoff.P50) / 1e6, "ms"},
-			figure{n + "handoff mean", float64(b.Handoff.Mean) / 1e6, float64(r.Handoff.Mean) / 1e6, "ms"},
-			figure{n + "hold mean (Lock returned to Unlock called; 1 ms asked)", float64(b.Hold.Mean) / 1e6, float64(r.Hold.Mean) / 1e6, "ms"},
-			figure{n + "smallest share / largest", b.ShareRatio(), r.ShareRatio(), "ratio"},
-			figure{n + "failed Lock calls", float64(b.Errors), float64(r.Errors), ""},
-			figure{n + "overlapping holds", float64(b.Overlaps), float64(r.Overlaps), ""},
-		)
-	}
-	for _, r := range results {
-		if r.Impl != ourName || !strings.HasPrefix(r.Scenario, "shared-") {
-			continue
+		return []figure{
+			{name: n + "acquisitions/s", base: b.PerSec, our: r.PerSec, unit: "/s"},
+			{name: n + "wait p50", base: ms(b, 50), our: ms(r, 50), unit: "ms"},
+			{name: n + "wait p99", base: ms(b, 99), our: ms(r, 99), unit: "ms"},
+			{name: n + "handoff p50 (Unlock called to next Lock returned)", base: float64(b.Handoff.P50) / 1e6, our: float64(r.Handoff.P50) / 1e6, unit: "ms"},
+			{name: n + "handoff mean", base: float64(b.Handoff.Mean) / 1e6, our: float64(r.Handoff.Mean) / 1e6, unit: "ms"},
+			{name: n + "hold mean (Lock returned to Unlock called; 1 ms asked)", base: float64(b.Hold.Mean) / 1e6, our: float64(r.Hold.Mean) / 1e6, unit: "ms"},
+			{name: n + "smallest share / largest", base: b.ShareRatio(), our: r.ShareRatio(), unit: "ratio"},
+			{name: n + "failed Lock calls", base: float64(b.Errors), our: float64(r.Errors)},
+			{name: n + "overlapping holds", base: float64(b.Overlaps), our: float64(r.Overlaps)},
 		}
-		b := get(baseName, r.Scenario)
+	case strings.HasPrefix(r.Scenario, "shared-"):
 		n := strings.TrimSuffix(r.Title, " (wait)") + ": "
-		figs = append(figs,
-			figure{n + "acquisitions/s", b.PerSec, r.PerSec, "/s"},
-			figure{n + "wait p50", ms(b, 50), ms(&r, 50), "ms"},
-			figure{n + "wait p99", ms(b, 99), ms(&r, 99), "ms"},
-			figure{n + "failed Lock calls", float64(b.Errors), float64(r.Errors), ""},
-		)
-	}
-	figs = append(figs, nodeCPUFigures(results, baseName, ourName, get)...)
-	fmt.Fprintf(w, "| figure | %s | %s | ratio |\n|---|---:|---:|---:|\n", baseName, ourName)
-	for _, f := range figs {
-		ratio := "-"
-		if f.base != 0 {
-			ratio = fmt.Sprintf("%.2f", f.our/f.base)
+		return []figure{
+			{name: n + "acquisitions/s", base: b.PerSec, our: r.PerSec, unit: "/s"},
+			{name: n + "wait p50", base: ms(b, 50), our: ms(r, 50), unit: "ms"},
+			{name: n + "wait p99", base: ms(b, 99), our: ms(r, 99), unit: "ms"},
+			{name: n + "failed Lock calls", base: float64(b.Errors), our: float64(r.Errors)},
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", f.name, num(f.base, f.unit), num(f.our, f.unit), ratio)
 	}
+	return nil
 }
 
-// nodeCPUFigures returns, for each scenario that both implementations ran
-// with the nodes' CPU time measured, the node CPU per operation; its name
-// says when either figure is coarse (from few clock ticks).
-func nodeCPUFigures(results []loadtest.Result, baseName, ourName string, get func(impl, id string) *loadtest.Result) []figure {
-	var figs []figure
-	for _, r := range results {
-		b := get(baseName, r.Scenario)
-		if r.Impl != ourName || b == nil || r.NodeCPU == nil || b.NodeCPU == nil {
-			continue
-		}
-		name := r.Title + ": node CPU per operation"
-		if b.NodeCPU.Coarse() || r.NodeCPU.Coarse() {
-			name += fmt.Sprintf(" (coarse: %d and %d ticks of 10 ms)", b.NodeCPU.Ticks, r.NodeCPU.Ticks)
-		}
-		figs = append(figs, figure{name, b.NodeCPU.PerOp, r.NodeCPU.PerOp, "µs"})
-	}
-	return figs
-}
-
-func num(v float64, unit string) string {
+// num formats v in unit, with a "~" in front when it is coarse.
+func num(v float64, unit string, coarse bool) string {
+	s := fmt.Sprintf("%.0f", v)
 	switch unit {
 	case "ms":
-		return fmt.Sprintf("%.3g ms", v)
+		s = fmt.Sprintf("%.3g ms", v)
 	case "µs":
-		return fmt.Sprintf("%.0f µs", v)
+		s = fmt.Sprintf("%.0f µs", v)
 	case "/s":
-		return fmt.Sprintf("%.0f/s", v)
+		s = fmt.Sprintf("%.0f/s", v)
 	case "B":
-		return fmt.Sprintf("%.0f B", v)
+		s = fmt.Sprintf("%.0f B", v)
 	case "ratio":
-		return fmt.Sprintf("%.2f", v)
+		s = fmt.Sprintf("%.2f", v)
 	}
-	return fmt.Sprintf("%.0f", v)
+	if coarse {
+		s = "~" + s
+	}
+	return s
 }

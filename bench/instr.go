@@ -14,8 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/loadtest"
 	"github.com/redquorum/redquorum/redlock"
@@ -34,17 +32,9 @@ import (
 func nodeInstructions(ctx context.Context, names []string, n int) error {
 	// Under valgrind the server is some 50 times slower: the node timeouts
 	// are long, so that no call is retried.
-	opts := &redlock.Options{NodeTimeout: 2 * time.Second}
-	all := []loadtest.Impl{redsyncImpl(), loadtest.Redquorum(opts), loadtest.RedquorumUser(opts),
-		bareImplTimeout("bare-scripts", bareScripts, 2*time.Second), bareImplTimeout("bare-min", bareMin, 2*time.Second), bareImplTimeout("bare-pipe", barePipe, 2*time.Second),
-		bareImplTimeout("bare-noop", bareNoop, 2*time.Second)}
-	var impls []loadtest.Impl
-	for _, name := range names {
-		i := slices.IndexFunc(all, func(i loadtest.Impl) bool { return i.Name == name })
-		if i < 0 {
-			return fmt.Errorf("--impl %q: no such implementation", name)
-		}
-		impls = append(impls, all[i])
+	impls, err := implsNamed(allImpls(&redlock.Options{NodeTimeout: 2 * time.Second}), names)
+	if err != nil {
+		return fmt.Errorf("--impl: %w", err)
 	}
 	for _, tool := range []string{"valgrind", "callgrind_control", "redis-server"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -61,32 +51,31 @@ func nodeInstructions(ctx context.Context, names []string, n int) error {
 		fmt.Printf("callgrind dumps kept in %s\n", dir)
 	}
 	fmt.Printf("instructions that one redis-server (under callgrind) runs per lock+unlock, %d sequential operations on distinct keys\n\n", n)
-	fmt.Printf("%-16s %14s\n", "impl", "instructions/op")
+	fmt.Printf("%-24s %14s\n", "impl", "instructions/op")
 	for _, im := range impls {
 		per, err := instructionsPerOp(ctx, im, n, dir)
 		if err != nil {
 			return fmt.Errorf("%s: %w", im.Name, err)
 		}
-		fmt.Printf("%-16s %14.0f\n", im.Name, per)
+		fmt.Printf("%-24s %14.0f\n", im.Name, per)
 	}
-	if !slices.ContainsFunc(impls, func(i loadtest.Impl) bool { return strings.HasPrefix(i.Name, "redquorum") }) {
-		return nil
+	var strategies []protocol.Strategy
+	for _, im := range impls {
+		if st, ok := strategyOf(im.Name); ok && !slices.Contains(strategies, st) {
+			strategies = append(strategies, st)
+		}
 	}
-	figures, err := contendedInstructions(ctx, dir, n)
-	if err != nil {
-		return fmt.Errorf("contended: %w", err)
-	}
-	fmt.Printf("\nredquorum's scripts on a hot key, %d of each (see contendedInstructions)\n\n", n)
-	for _, f := range figures {
-		fmt.Printf("%-60s %14.0f\n", f.name, f.per)
+	for _, st := range strategies {
+		counts, err := contendedInstructions(ctx, dir, n, st)
+		if err != nil {
+			return fmt.Errorf("contended, %s: %w", strategyNames[st], err)
+		}
+		fmt.Printf("\nredquorum's scripts on a hot key, waiting %s, %d of each (see contendedInstructions)\n\n", strategyNames[st], n)
+		for _, c := range counts {
+			fmt.Printf("%-64s %14.0f\n", c.name, c.per)
+		}
 	}
 	return nil
-}
-
-// count is one line of contendedInstructions: instructions per operation.
-type count struct {
-	name string
-	per  float64
 }
 
 // instructionsPerOp starts a redis-server under callgrind, runs n
@@ -174,126 +163,6 @@ func underCallgrind(ctx context.Context, dir, name string, n int, setup func(add
 		return 0, err
 	}
 	return float64(total) / float64(n), nil
-}
-
-// contendedInstructions returns the instructions one redis-server runs
-// for the scripts of a hot key that the uncontended lock+unlock never
-// runs, over n of each, as redquorum sends them (internal/protocol):
-//
-//   - a waiter's later round that joins the key's queue for a handoff while
-//     another token holds the key (seven waiters of seven clients taking
-//     turns, each round replacing its waiter's previous entry);
-//   - a waiter's first round that joins, of a client that waited for the
-//     key lately, which looks for the client's entries (Acquire.Queued),
-//     and the same round of a client that knows it has none left
-//     (Acquire.Cleared): each waiter's previous entry is taken off before
-//     its next round, as a handoff's ZPOPMIN does, by a ZREM that both
-//     figures count;
-//   - an unlock's release that hands the key over to the first of the
-//     queue (with the SET and ZADD that put the lock and the waiter back
-//     before each, the same for every version of the scripts).
-func contendedInstructions(ctx context.Context, dir string, n int) ([]count, error) {
-	var figures []count
-	for _, round := range []struct {
-		name           string
-		first, cleared bool
-	}{
-		{"a waiter's round that joins the queue", false, false},
-		{"a waiter's first round that joins, looking for old entries", true, false},
-		{"a waiter's first round that joins, its client cleared", true, true},
-	} {
-		per, err := joinInstructions(ctx, dir, n, round.first, round.cleared)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", round.name, err)
-		}
-		figures = append(figures, count{round.name, per})
-	}
-	per, err := handoffInstructions(ctx, dir, n)
-	if err != nil {
-		return nil, err
-	}
-	return append(figures, count{"a release that hands the key over", per}), nil
-}
-
-// joinInstructions counts the join rounds of contendedInstructions: later
-// rounds, or first rounds (looking for the client's old entries unless
-// cleared).
-func joinInstructions(ctx context.Context, dir string, n int, first, cleared bool) (float64, error) {
-	const waiters = 7
-	return underCallgrind(ctx, dir, fmt.Sprintf("join-%v-%v", first, cleared), n, func(addr string) (func(string, int) error, func(), error) {
-		c := redis.NewClient(redlock.NodeOptions(addr))
-		if err := c.HSet(ctx, protocol.StateKey, "g", "0").Err(); err != nil {
-			return nil, nil, err
-		}
-		if err := c.Set(ctx, "hot", "holder", time.Hour).Err(); err != nil {
-			return nil, nil, err
-		}
-		ps := make([]*protocol.Protocol, waiters)
-		ids, prev, entries := make([]string, waiters), make([]string, waiters), make([]string, waiters)
-		for w := range ps {
-			ps[w] = protocol.New(redlock.DefaultRestartGuard, false, protocol.Handoff, "").WithLive(protocol.LiveChannel + strconv.Itoa(w))
-			ids[w] = protocol.NewToken("bench") // a waiter's id is as long as its rounds' tokens
-		}
-		return func(_ string, i int) error {
-			w := i % waiters
-			live := protocol.LiveChannel + strconv.Itoa(w)
-			token := protocol.NewToken("bench")
-			a := protocol.Acquire{Keys: []string{"hot", protocol.StateKey}, Token: token, TTL: 10 * time.Second,
-				Join: protocol.Join{Place: ids[w], Ticket: int64(w), Live: live, Prev: prev[w], Entries: protocol.MayHave}}
-			if first {
-				if entries[w] != "" {
-					if err := c.ZRem(ctx, protocol.QueuePrefix+"hot", entries[w]).Err(); err != nil {
-						return err
-					}
-				}
-				a.Join.Place, a.Join.Prev, a.Join.Entries = token, "", protocol.MayHave
-				if cleared {
-					a.Join.Entries = protocol.Cleared
-				}
-				entries[w] = token + "|" + token + "|10000|" + live
-			}
-			r, err := ps[w].Run(ctx, c, ps[w].AcquireCmd(a))
-			if err != nil {
-				return err
-			}
-			if reply, err := protocol.DecodeAcquire(r); err != nil || reply.Outcome != protocol.Taken {
-				return fmt.Errorf("join round: %v, %v", reply, err)
-			}
-			prev[w] = token
-			return nil
-		}, func() { _ = c.Close() }, nil
-	})
-}
-
-// handoffInstructions counts the handoff releases of contendedInstructions.
-func handoffInstructions(ctx context.Context, dir string, n int) (float64, error) {
-	return underCallgrind(ctx, dir, "handoff", n, func(addr string) (func(string, int) error, func(), error) {
-		c := redis.NewClient(redlock.NodeOptions(addr))
-		if err := c.HSet(ctx, protocol.StateKey, "g", "0").Err(); err != nil {
-			return nil, nil, err
-		}
-		live := protocol.LiveChannel + "waiter"
-		sub := c.Subscribe(ctx, live) // the waiter's client, which a handoff needs
-		if _, err := sub.Receive(ctx); err != nil {
-			return nil, nil, err
-		}
-		p := protocol.New(redlock.DefaultRestartGuard, false, protocol.Handoff, "")
-		id, token := protocol.NewToken("bench"), protocol.NewToken("bench")
-		entry := id + "|" + token + "|10000|" + live
-		return func(string, int) error {
-			if err := c.Set(ctx, "hot", protocol.WaitedPrefix+"holder", time.Hour).Err(); err != nil {
-				return err
-			}
-			if err := c.ZAdd(ctx, protocol.QueuePrefix+"hot", redis.Z{Score: 1, Member: entry}).Err(); err != nil {
-				return err
-			}
-			v, err := p.RunInt(ctx, c, p.Release(protocol.Release{Keys: []string{"hot"}, Token: "holder", TTL: 10 * time.Second, Announce: true}))
-			if err == nil && (v != 1 || c.Get(ctx, "hot").Val() != protocol.WaitedPrefix+protocol.HandPrefix+token) {
-				err = fmt.Errorf("release: %d, key %q: not handed over", v, c.Get(ctx, "hot").Val())
-			}
-			return err
-		}, func() { _ = sub.Close(); _ = c.Close() }, nil
-	})
 }
 
 // callgrindTotal reads the instruction count ("summary:" or "totals:") of

@@ -10,12 +10,14 @@
 //	cd bench && go run . [--duration 5s] [--callers 8] [--slow-node 20ms] [--json FILE] [--svg FILE]
 //
 // --only and --impl narrow a run to some scenarios (by ID, comma-separated)
-// or one library, and --cpuprofile and --memprofile write profiles of the whole run:
+// or implementations (by name; one for each waiting strategy of redquorum,
+// see waitings), and --cpuprofile and --memprofile write profiles of the whole run:
 // for working on one figure. Such partial runs do not write results/ unless
 // asked to.
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -33,8 +35,10 @@ import (
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 
+	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/loadtest"
 	"github.com/redquorum/redquorum/internal/testkit/redisproc"
+	"github.com/redquorum/redquorum/redlock"
 )
 
 func main() {
@@ -53,18 +57,86 @@ func main() {
 	}
 }
 
-// runWorker runs the caller of spec in this process.
+// runWorker runs the caller of spec in this process. The worker finds its
+// implementation by name, so the name alone must say everything that sets
+// it apart, the waiting strategy included.
 func runWorker(ctx context.Context, spec loadtest.WorkerSpec) error {
-	i := slices.IndexFunc(allImpls(), func(i loadtest.Impl) bool { return i.Name == spec.Impl })
-	if i < 0 {
-		return fmt.Errorf("worker: no implementation %q", spec.Impl)
+	im, err := implsNamed(allImpls(nil), []string{spec.Impl})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
 	}
-	return loadtest.RunWorker(ctx, allImpls()[i], spec)
+	return loadtest.RunWorker(ctx, im[0], spec)
 }
 
-// allImpls returns every implementation the bench knows.
-func allImpls() []loadtest.Impl {
-	return []loadtest.Impl{redsyncImpl(), loadtest.Redquorum(nil), loadtest.RedquorumUser(nil), bareImpl("bare-scripts", bareScripts), bareImpl("bare-min", bareMin), bareImpl("bare-noop", bareNoop), bareImpl("bare-pipe", barePipe)}
+// waitings are the waiting strategies that get implementations of their
+// own, named after redquorum's with the suffix, and the scripts each sends
+// to the bench's nodes (plain, without fencing; see redlock's
+// config.protocol). redquorum and redquorum-user wait with WaitDefault,
+// which is WaitHandoff on such nodes; the "-handoff" ones pin that
+// strategy.
+var waitings = []struct {
+	suffix   string
+	w        redlock.Waiting
+	strategy protocol.Strategy
+}{{"-backoff", redlock.WaitBackoff, protocol.Announce}, {"-inline", redlock.WaitInLine, protocol.InLine}, {"-handoff", redlock.WaitHandoff, protocol.Handoff}}
+
+// strategyOf returns the strategy of the scripts that the implementation
+// name sends, and false when it is not redquorum.
+func strategyOf(name string) (protocol.Strategy, bool) {
+	if !strings.HasPrefix(name, "redquorum") {
+		return 0, false
+	}
+	for _, wt := range waitings {
+		if strings.HasSuffix(name, wt.suffix) {
+			return wt.strategy, true
+		}
+	}
+	return protocol.Handoff, true
+}
+
+// allImpls returns every implementation the bench knows, redquorum's with
+// opts (nil for the defaults; its NodeTimeout also bounds the bare ones'
+// calls).
+func allImpls(opts *redlock.Options) []loadtest.Impl {
+	var o redlock.Options
+	if opts != nil {
+		o = *opts
+	}
+	timeout := cmp.Or(o.NodeTimeout, redlock.DefaultNodeTimeout)
+	impls := []loadtest.Impl{redsyncImpl(), loadtest.Redquorum(opts), loadtest.RedquorumUser(opts)}
+	for _, wt := range waitings {
+		ow := o
+		ow.Waiting = wt.w
+		for _, im := range []loadtest.Impl{loadtest.Redquorum(&ow), loadtest.RedquorumUser(&ow)} {
+			im.Name += wt.suffix
+			impls = append(impls, im)
+		}
+	}
+	return append(impls, bareImpl("bare-scripts", bareScripts, timeout), bareImpl("bare-min", bareMin, timeout),
+		bareImpl("bare-pipe", barePipe, timeout), bareImpl("bare-noop", bareNoop, timeout))
+}
+
+// implsNamed returns the implementations of all named by names, in that
+// order.
+func implsNamed(all []loadtest.Impl, names []string) ([]loadtest.Impl, error) {
+	var impls []loadtest.Impl
+	for _, name := range names {
+		i := slices.IndexFunc(all, func(i loadtest.Impl) bool { return i.Name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("no implementation %q: want one of %s", name, implNames(all))
+		}
+		impls = append(impls, all[i])
+	}
+	return impls, nil
+}
+
+// implNames returns the names of impls, comma-separated.
+func implNames(impls []loadtest.Impl) string {
+	names := make([]string, len(impls))
+	for i, im := range impls {
+		names[i] = im.Name
+	}
+	return strings.Join(names, ", ")
 }
 
 func run(ctx context.Context) error {
@@ -80,7 +152,7 @@ func run(ctx context.Context) error {
 	mdFile := flag.String("md", "results/latest.md", "write the comparison table (Markdown) here (empty: don't)")
 	rounds := flag.Int("rounds", 3, "split each scenario into this many short runs per library, alternating the libraries, and pool them (so that both see the same drift in machine load)")
 	only := flag.String("only", "", "run only these scenarios, by ID, comma-separated (distinct-1, distinct-8, hotkey-8, hotkey-8-clients, hotkey-8-procs, shared-8-clients, slow-1)")
-	implName := flag.String("impl", "", "run only these, comma-separated: redsync, redquorum, redquorum-user (on node clients built as a user would, loadtest.UserClients), and the floors bare-scripts, bare-min, bare-pipe and bare-noop (see bare.go; 1-caller scenario only)")
+	implName := flag.String("impl", "", "run only these, comma-separated, and compare each to the first: "+implNames(allImpls(nil))+". redquorum-user is redquorum on node clients built as a user would (loadtest.UserClients); a suffix -backoff, -inline or -handoff sets Options.Waiting (none: WaitDefault, here WaitHandoff); the bare- ones are floors, not locks (see bare.go; 1-caller scenario only)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run here")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the run here")
 	holdBlocking := flag.Bool("hold-blocking", false, "diagnostic: the hot-key and shared-key holders block their thread in the kernel (nanosleep) for their 1 ms instead of sleeping on a Go timer, which waits in whole milliseconds once the process is woken during the sleep (see loadtest.Scenario.HoldBlocking)")
@@ -101,16 +173,11 @@ func run(ctx context.Context) error {
 		}
 		return nodeInstructions(ctx, names, *instr)
 	}
-	impls := allImpls()[:2]
+	impls := allImpls(nil)[:2]
 	if *implName != "" {
-		all := allImpls()
-		impls = nil
-		for _, name := range strings.Split(*implName, ",") {
-			i := slices.IndexFunc(all, func(i loadtest.Impl) bool { return i.Name == name })
-			if i < 0 {
-				return fmt.Errorf("--impl %q: want redsync, redquorum, redquorum-user, bare-scripts, bare-min, bare-pipe or bare-noop", name)
-			}
-			impls = append(impls, all[i])
+		var err error
+		if impls, err = implsNamed(allImpls(nil), strings.Split(*implName, ",")); err != nil {
+			return fmt.Errorf("--impl: %w", err)
 		}
 	}
 	srv, err := redisproc.Start(ctx, *nodes)
@@ -196,8 +263,12 @@ func run(ctx context.Context) error {
 	}
 	fmt.Println()
 	var table strings.Builder
-	if len(impls) >= 2 { // each figure of the second against the first
-		compare(&table, results, impls[0].Name, impls[1].Name)
+	if len(impls) >= 2 { // each figure of the others against the first
+		var ours []string
+		for _, im := range impls[1:] {
+			ours = append(ours, im.Name)
+		}
+		compare(&table, results, impls[0].Name, ours...)
 	}
 	fmt.Print(table.String())
 	if *mdFile != "" {
@@ -207,6 +278,14 @@ func run(ctx context.Context) error {
 	}
 	if *jsonFile != "" {
 		cmd := "cd bench && go run . " + fmt.Sprintf("--duration %v --rounds %d --callers %d --slow-node %v", *duration, *rounds, *callers, *slow)
+		for _, f := range []struct{ name, v string }{{"impl", *implName}, {"only", *only}} {
+			if f.v != "" {
+				cmd += fmt.Sprintf(" --%s %s", f.name, f.v)
+			}
+		}
+		if *holdBlocking {
+			cmd += " --hold-blocking"
+		}
 		if err := loadtest.WriteJSON(*jsonFile, loadtest.Report{Env: env, Command: cmd, Results: results}); err != nil {
 			return err
 		}

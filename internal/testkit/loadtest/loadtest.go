@@ -196,10 +196,10 @@ func (r *Runner) progress(name string, sc Scenario) (stop func()) {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
-			fmt.Fprintf(r.Progress, "\r  %-10s %-55s %3.0f/%.0fs", name, sc.Title, time.Since(start).Seconds(), sc.Duration.Seconds())
+			fmt.Fprintf(r.Progress, "\r  %-22s %-55s %3.0f/%.0fs", name, sc.Title, time.Since(start).Seconds(), sc.Duration.Seconds())
 			select {
 			case <-done:
-				fmt.Fprintf(r.Progress, "\r  %-10s %-55s done\n", name, sc.Title)
+				fmt.Fprintf(r.Progress, "\r  %-22s %-55s done\n", name, sc.Title)
 				return
 			case <-t.C:
 			}

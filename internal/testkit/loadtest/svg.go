@@ -36,7 +36,7 @@ func WriteSVG(path, title string, results []Result) error {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="%d" y="20" font-size="14" font-weight="bold">%s</text>`+"\n", left, html.EscapeString(title))
 	for i, name := range impls {
-		x := left + i*140
+		x := left + i*170 // room for names like redquorum-user-backoff
 		fmt.Fprintf(&b, `<line x1="%d" y1="34" x2="%d" y2="34" stroke="%s" stroke-width="2"/><text x="%d" y="38">%s</text>`+"\n", x, x+20, palette[i%len(palette)], x+25, html.EscapeString(name))
 	}
 	for si, id := range scenarios {

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/redlock"
+)
+
+// strategyNames names the scripts' strategies as Options.Waiting does.
+var strategyNames = map[protocol.Strategy]string{protocol.Announce: "WaitBackoff", protocol.InLine: "WaitInLine", protocol.Handoff: "WaitHandoff"}
+
+// count is one line of contendedInstructions: instructions per operation.
+type count struct {
+	name string
+	per  float64
+}
+
+// contendedInstructions returns the instructions one redis-server runs
+// for the scripts of a hot key that the uncontended lock+unlock never
+// runs, over n of each, as a client waiting with strategy st sends them
+// (internal/protocol):
+//
+//   - a waiter's later round, refused while another token holds the key
+//     (seven waiters of seven clients taking turns): with WaitInLine and
+//     WaitHandoff it joins the key's line, replacing its waiter's previous
+//     entry;
+//   - with WaitInLine and WaitHandoff, a waiter's first round, which joins
+//     too; with WaitHandoff, both as the round of a client that may have
+//     entries left (protocol.MayHave), which looks for them, and as that
+//     of a client that knows it has none (protocol.Cleared). Each waiter's
+//     previous entry is taken off before its next first round, as the
+//     release that named or handed over to it did, by a ZREM that every
+//     first-round figure counts;
+//   - an unlock's release of the key that a waiter marked, announced: it
+//     hands the key over (WaitHandoff), names the first in line
+//     (WaitInLine) or names nobody (WaitBackoff). Each is counted with
+//     the SET and ZADD that put the lock and a waiter back before it, and
+//     the GET that checks it after, the same for every strategy.
+func contendedInstructions(ctx context.Context, dir string, n int, st protocol.Strategy) ([]count, error) {
+	type join struct {
+		name           string
+		first, cleared bool
+	}
+	var joins []join
+	release := "a release that hands the key over"
+	switch st {
+	case protocol.Handoff:
+		joins = []join{{"a waiter's round that joins the line for a handoff", false, false},
+			{"a waiter's first round that joins, looking for old entries", true, false},
+			{"a waiter's first round that joins, its client cleared", true, true}}
+	case protocol.InLine:
+		joins = []join{{"a waiter's round that joins the line", false, false}, {"a waiter's first round that joins the line", true, false}}
+		release = "a release that names the first in line"
+	default:
+		joins = []join{{"a waiter's round refused (the key marked)", false, false}}
+		release = "a release announced to the waiters"
+	}
+	var counts []count
+	for _, j := range joins {
+		per, err := joinInstructions(ctx, dir, n, st, j.first, j.cleared)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", j.name, err)
+		}
+		counts = append(counts, count{j.name, per})
+	}
+	per, err := releaseInstructions(ctx, dir, n, st)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", release, err)
+	}
+	return append(counts, count{release, per}), nil
+}
+
+// joinInstructions counts the refused rounds of contendedInstructions:
+// later rounds, or first rounds (of a client that may have entries left
+// unless cleared).
+func joinInstructions(ctx context.Context, dir string, n int, st protocol.Strategy, first, cleared bool) (float64, error) {
+	const waiters = 7
+	name := fmt.Sprintf("join-%s-%v-%v", strategyNames[st], first, cleared)
+	return underCallgrind(ctx, dir, name, n, func(addr string) (func(string, int) error, func(), error) {
+		c := redis.NewClient(redlock.NodeOptions(addr))
+		if err := c.HSet(ctx, protocol.StateKey, "g", "0").Err(); err != nil {
+			return nil, nil, err
+		}
+		if err := c.Set(ctx, "hot", "holder", time.Hour).Err(); err != nil {
+			return nil, nil, err
+		}
+		ps := make([]*protocol.Protocol, waiters)
+		ids, prev, entries := make([]string, waiters), make([]string, waiters), make([]string, waiters)
+		for w := range ps {
+			ps[w] = protocol.New(redlock.DefaultRestartGuard, false, st, "")
+			if st == protocol.Handoff {
+				ps[w].WithLive(protocol.LiveChannel + strconv.Itoa(w))
+			}
+			ids[w] = protocol.NewToken("bench") // a waiter's id is as long as its rounds' tokens
+		}
+		return func(_ string, i int) error {
+			w := i % waiters
+			token := protocol.NewToken("bench")
+			j := protocol.Join{Place: ids[w], Ticket: int64(w), Entries: protocol.MayHave}
+			if st == protocol.Handoff {
+				j.Live, j.Prev = protocol.LiveChannel+strconv.Itoa(w), prev[w]
+			}
+			if first {
+				if entries[w] != "" {
+					if err := c.ZRem(ctx, protocol.QueuePrefix+"hot", entries[w]).Err(); err != nil {
+						return err
+					}
+				}
+				j.Place, j.Prev, j.Entries, entries[w] = token, "", protocol.NoWait, token
+				switch {
+				case st == protocol.Handoff && cleared:
+					j.Entries = protocol.Cleared
+				case st == protocol.Handoff:
+					j.Entries = protocol.MayHave
+				}
+				if st == protocol.Handoff {
+					entries[w] = token + "|" + token + "|10000|" + j.Live
+				}
+			}
+			a := protocol.Acquire{Keys: []string{"hot", protocol.StateKey}, Token: token, TTL: 10 * time.Second, Join: j}
+			r, err := ps[w].Run(ctx, c, ps[w].AcquireCmd(a))
+			if err != nil {
+				return err
+			}
+			if reply, err := protocol.DecodeAcquire(r); err != nil || reply.Outcome != protocol.Taken {
+				return fmt.Errorf("join round: %v, %v", reply, err)
+			}
+			prev[w] = token
+			return nil
+		}, func() { _ = c.Close() }, nil
+	})
+}
+
+// releaseInstructions counts the announced releases of
+// contendedInstructions.
+func releaseInstructions(ctx context.Context, dir string, n int, st protocol.Strategy) (float64, error) {
+	return underCallgrind(ctx, dir, "release-"+strategyNames[st], n, func(addr string) (func(string, int) error, func(), error) {
+		c := redis.NewClient(redlock.NodeOptions(addr))
+		if err := c.HSet(ctx, protocol.StateKey, "g", "0").Err(); err != nil {
+			return nil, nil, err
+		}
+		// The waiter's client: it listens on its own channel for a
+		// handoff, which needs it, and otherwise for the announcement.
+		id, token, live := protocol.NewToken("bench"), protocol.NewToken("bench"), protocol.LiveChannel+"waiter"
+		entry, channel := id, protocol.ReleasedChannel+"hot"
+		if st == protocol.Handoff {
+			entry, channel = id+"|"+token+"|10000|"+live, live
+		}
+		sub := c.Subscribe(ctx, channel)
+		if _, err := sub.Receive(ctx); err != nil {
+			return nil, nil, err
+		}
+		p := protocol.New(redlock.DefaultRestartGuard, false, st, "")
+		return func(string, int) error {
+			if err := c.Set(ctx, "hot", protocol.WaitedPrefix+"holder", time.Hour).Err(); err != nil {
+				return err
+			}
+			if err := c.ZAdd(ctx, protocol.QueuePrefix+"hot", redis.Z{Score: 1, Member: entry}).Err(); err != nil {
+				return err
+			}
+			v, err := p.RunInt(ctx, c, p.Release(protocol.Release{Keys: []string{"hot"}, Token: "holder", TTL: 10 * time.Second, Announce: true}))
+			if err != nil {
+				return err
+			}
+			left, err := c.Get(ctx, "hot").Result()
+			if errors.Is(err, redis.Nil) {
+				left, err = "", nil
+			}
+			want := ""
+			if st == protocol.Handoff {
+				want = protocol.WaitedPrefix + protocol.HandPrefix + token
+			}
+			if err == nil && (v != 1 || left != want) {
+				err = fmt.Errorf("release: %d, key %q, want 1 and %q", v, left, want)
+			}
+			return err
+		}, func() { _ = sub.Close(); _ = c.Close() }, nil
+	})
+}
