@@ -13,28 +13,34 @@ demo:
 ## vetted with the core module.
 CONTRIB := contrib/prometheus contrib/otel
 
-## test: every test: unit, integration and chaos on real Redis in Docker, and
-## the adapters' tests in CONTRIB against redis-server.
+## TESTMOD: the nested module of the integration, chaos and architecture tests
+## and the Docker rig, so that the core module does not require Docker's client.
+TESTMOD := test
+
+## test: every test: unit, integration and chaos on real Redis in Docker (in
+## TESTMOD), and the adapters' tests in CONTRIB against redis-server.
 ## Builds the Redis image first (no registry needed) and runs oldest-go. The
 ## chaos suite runs without -race (the race detector slows it below 10,000
 ## acquisitions in its time budget) and from its own directory, so that
 ## `go test` prints its summary line (acquisitions, faults by kind, violations)
 ## even when it passes.
 test: image oldest-go vet
-	$(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/test/chaos$$')
+	$(GO) test -race -count=1 -timeout 9m ./...
+	cd $(TESTMOD) && $(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/test/chaos$$')
 	for m in $(CONTRIB); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
-	cd test/chaos && $(GO) test -count=1 -timeout 8m
+	cd $(TESTMOD)/chaos && $(GO) test -count=1 -timeout 8m
 
 ## unit: the tests that need neither Docker nor a Redis server.
 unit:
 	$(GO) test -race -count=1 ./clock/... ./quorum/... ./internal/... ./redlock/...
 
-## oldest-go: vet and the unit tests with the oldest Go that go.mod allows (its
-## go directive, OLDEST_GO). The go command downloads that toolchain through the
-## module proxy on the first run.
+## oldest-go: vet (the core module and TESTMOD) and the unit tests with the
+## oldest Go that go.mod allows (its go directive, OLDEST_GO). The go command
+## downloads that toolchain through the module proxy on the first run.
 OLDEST_GO := go$(shell awk '$$1 == "go" { print $$2 }' go.mod)
 oldest-go:
-	GOTOOLCHAIN=$(OLDEST_GO) $(GO) vet ./... && GOTOOLCHAIN=$(OLDEST_GO) $(GO) test -count=1 ./clock/... ./quorum/... ./internal/... ./redlock/...
+	GOTOOLCHAIN=$(OLDEST_GO) $(GO) vet ./... && (cd $(TESTMOD) && GOTOOLCHAIN=$(OLDEST_GO) $(GO) vet ./...)
+	GOTOOLCHAIN=$(OLDEST_GO) $(GO) test -count=1 ./clock/... ./quorum/... ./internal/... ./redlock/...
 
 ## image: build the Redis 7 image the tests use (REDIS_IMAGE_PULL=1 pulls redis:7 instead).
 image:
@@ -52,10 +58,10 @@ bench:
 	./scripts/ensure-redis-server.sh
 	cd bench && $(GO) run . $(BENCHFLAGS)
 
-## vet: the core module and the CONTRIB modules.
+## vet: the core module, TESTMOD and the CONTRIB modules.
 vet:
 	$(GO) vet ./...
-	for m in $(CONTRIB); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	for m in $(TESTMOD) $(CONTRIB); do (cd $$m && $(GO) vet ./...) || exit 1; done
 fmt:
 	gofmt -l -w .
 cover:

@@ -1,6 +1,7 @@
 package arch
 
 import (
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -292,25 +293,64 @@ func badImports(fset *token.FileSet, files []*ast.File, rules []importRule) []fi
 	return out
 }
 
-// moduleRoot returns the directory of the go.mod found by walking up from the
-// working directory, and the module path it declares.
+// moduleRoot returns the root of the repository's main module and the module
+// path it declares, found from the working directory by [findModuleRoot].
 func moduleRoot(t *testing.T) (root, module string) {
 	t.Helper()
 	dir, err := os.Getwd()
 	require.NoError(t, err)
+	root, module, err = findModuleRoot(dir)
+	require.NoError(t, err)
+	return root, module
+}
+
+// findModuleRoot walks up from dir to the first go.mod, then on to each
+// enclosing go.mod whose module path, joined with the directory between the
+// two, is the path of the module it encloses. So from test/arch, inside the
+// nested module example.com/m/test, it returns the root of example.com/m. It
+// stops below an enclosing module of another path, and fails when no go.mod
+// is found or one has no module line.
+func findModuleRoot(dir string) (root, module string, err error) {
+	root, module, err = goModAbove(dir)
+	if err != nil {
+		return "", "", err
+	}
+	if root == "" {
+		return "", "", fmt.Errorf("no go.mod at or above %s", dir)
+	}
+	for {
+		outer, path, err := goModAbove(filepath.Dir(root))
+		if err != nil || outer == "" || outer == root {
+			return root, module, err
+		}
+		rel, err := filepath.Rel(outer, root)
+		if err != nil || path+"/"+filepath.ToSlash(rel) != module {
+			return root, module, err
+		}
+		root, module = outer, path
+	}
+}
+
+// goModAbove returns the directory of the first go.mod at or above dir and
+// the module path it declares, or "" when there is none.
+func goModAbove(dir string) (root, module string, err error) {
 	for {
 		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
 		if err == nil {
 			for _, line := range strings.Split(string(data), "\n") {
 				if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
-					return dir, strings.Trim(f[1], `"`)
+					return dir, strings.Trim(f[1], `"`), nil
 				}
 			}
-			require.FailNow(t, "no module line", "%s", filepath.Join(dir, "go.mod"))
+			return "", "", fmt.Errorf("%s: no module line", filepath.Join(dir, "go.mod"))
 		}
-		require.ErrorIs(t, err, fs.ErrNotExist)
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", "", err
+		}
 		parent := filepath.Dir(dir)
-		require.NotEqual(t, dir, parent, "no go.mod above the working directory")
+		if parent == dir {
+			return "", "", nil
+		}
 		dir = parent
 	}
 }
@@ -386,6 +426,51 @@ func TestParseLibraryMissingRoot(t *testing.T) {
 	delete(fsys, "quorum/doc.go")
 	_, _, err := parseLibrary(fsys)
 	assert.ErrorIs(t, err, fs.ErrNotExist)
+}
+
+func TestFindModuleRoot(t *testing.T) {
+	tests := []struct {
+		name   string
+		gomods map[string]string // directory (slash-separated, below a temporary root) → module path
+		start  string            // where the walk starts
+		root   string            // the expected root, "" for an error
+		module string
+	}{
+		{"nested module steps out", map[string]string{".": "example.com/m", "test": "example.com/m/test"},
+			"test/arch", ".", "example.com/m"},
+		{"single module", map[string]string{".": "example.com/m"}, "test/arch", ".", "example.com/m"},
+		{"two levels", map[string]string{".": "example.com/m", "a": "example.com/m/a", "a/b": "example.com/m/a/b"},
+			"a/b/c", ".", "example.com/m"},
+		{"unrelated outer module", map[string]string{".": "example.com/outer", "test": "example.com/test"},
+			"test/arch", "test", "example.com/test"},
+		{"path not matching the directory", map[string]string{".": "example.com/m", "tools": "example.com/m/test"},
+			"tools/arch", "tools", "example.com/m/test"},
+		{"no module line", map[string]string{".": "example.com/m", "test": ""}, "test/arch", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base := t.TempDir()
+			for dir, mod := range tt.gomods {
+				d := filepath.Join(base, filepath.FromSlash(dir))
+				require.NoError(t, os.MkdirAll(d, 0o755))
+				data := "go 1.26.0\n"
+				if mod != "" {
+					data = "module " + mod + "\n\n" + data
+				}
+				require.NoError(t, os.WriteFile(filepath.Join(d, "go.mod"), []byte(data), 0o644))
+			}
+			start := filepath.Join(base, filepath.FromSlash(tt.start))
+			require.NoError(t, os.MkdirAll(start, 0o755))
+			root, module, err := findModuleRoot(start)
+			if tt.root == "" {
+				assert.ErrorContains(t, err, "no module line")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, filepath.Join(base, filepath.FromSlash(tt.root)), root)
+			assert.Equal(t, tt.module, module)
+		})
+	}
 }
 
 func TestPackageVarsFixtures(t *testing.T) {

@@ -59,9 +59,9 @@ func previousBinary(t *testing.T) string {
 
 // buildPrevious extracts previousRelease from the repository around the
 // working directory into a new temporary directory (prevBuild.dir) and builds
-// its chaos test binary there, with this module cache. It returns missing
-// when git, the repository or the commit is not there, and err when the
-// extraction or the build fails.
+// its chaos test binary there, in test/chaos, with this module cache. It
+// returns missing when git, the repository or the commit is not there, and
+// err when the extraction or the build fails.
 func buildPrevious() (bin string, missing, err error) {
 	out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
@@ -94,11 +94,13 @@ func buildPrevious() (bin string, missing, err error) {
 		}
 	}
 	bin = filepath.Join(dir, "previous.test")
-	build := exec.Command("go", "test", "-c", "-o", bin, "./test/chaos")
-	build.Dir = src
+	// Build from the package's directory: test/ is a module of its own in
+	// later releases and part of the root module in earlier ones.
+	build := exec.Command("go", "test", "-c", "-o", bin, ".")
+	build.Dir = filepath.Join(src, "test", "chaos")
 	build.Env = append(os.Environ(), "GOWORK=off")
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", nil, fmt.Errorf("go test -c ./test/chaos in %s: %w\n%s", src, err, out)
+		return "", nil, fmt.Errorf("go test -c in %s: %w\n%s", build.Dir, err, out)
 	}
 	return bin, nil, nil
 }
