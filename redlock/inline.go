@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"strings"
 	"time"
 
@@ -16,6 +17,38 @@ import (
 // go first.
 type inLine struct {
 	*backoff
+}
+
+// refused returns, for a lock whose round joined the line where it was
+// refused, the release that takes its entry off there: a release there
+// would name a waiter that holds the lock, and the others would give it a
+// grace for nothing.
+func (s *inLine) refused(h handover) (protocol.Release, bool) {
+	if h.join.Place == "" {
+		return protocol.Release{}, false
+	}
+	return protocol.Release{Token: h.Token, Announce: true, Place: h.join.Place}, true
+}
+
+// leave takes the waiter with id place off key's line on every node, for
+// a Lock call that gave up. It does not wait; on a closed Client it sends
+// nothing, and the line expires.
+func (s *inLine) leave(key, place string) {
+	c := s.c
+	if err := c.life.enter(); err != nil {
+		return
+	}
+	defer c.life.exit()
+	cmd := c.proto.Release(protocol.Release{Keys: []string{c.stored(key)}, Token: place, Announce: true, Place: place})
+	c.releaseLock(context.Background(), cmd, key, handover{}, nil, nil)
+}
+
+// done takes a waiter that gave up off the line (one that holds the lock
+// leaves it with the lock's release, see refused).
+func (iw *inLineWait) done(l *Lock) {
+	if l == nil && iw.place != "" {
+		iw.s.leave(iw.w.keys[0], iw.place)
+	}
 }
 
 func (s *inLine) wait() waiting {
@@ -52,7 +85,6 @@ func (iw *inLineWait) heardHand(t <-chan time.Time) <-chan time.Time { return t 
 func (iw *inLineWait) failed(join, time.Duration, *quorum.Round)     {}
 func (iw *inLineWait) delay(d time.Duration) time.Duration           { return d }
 func (iw *inLineWait) handed(time.Duration) *Lock                    { return nil }
-func (iw *inLineWait) done(*Lock)                                    {}
 func (iw *inLineWait) base() *waiter                                 { return &iw.w }
 
 // ticketStep is the resolution of the tickets, in ms. Waiters that began
@@ -108,10 +140,14 @@ func (iw *inLineWait) first() error {
 func (iw *inLineWait) sleep(timer <-chan time.Time, last *Error) error {
 	w := &iw.w
 	cur := iw.hooks.current()
+	key := w.c.stored(w.keys[0])
 	since := w.start // nothing listened while the round was out
 	for {
 		if iw.hooks.handedOver() {
 			return nil
+		}
+		if iw.place != "" && iw.s.wake.NamedSince(key, iw.place, w.start) {
+			return nil // one of the release's announcements named this waiter
 		}
 		next, woken, err := w.listen(iw.s.wake, timer, since, last)
 		if err != nil || !woken {

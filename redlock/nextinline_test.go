@@ -257,3 +257,44 @@ func TestYieldToNamed(t *testing.T) {
 	assert.Equal(t, "b", <-order, "b, named by a's release, went before a's next lock")
 	assert.Equal(t, "a again", <-order)
 }
+
+// TestInLineLeaves: a waiter that gives up takes its entry off the line on
+// every node, and an unlock takes the holder's entry off the nodes where
+// its round was refused and joined: a release there would otherwise name a
+// waiter that no longer waits, and the others would give it a grace for
+// nothing.
+func TestInLineLeaves(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	c.waiting = WaitInLine
+	a := c.client(t, nil)
+	b := c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
+	la, err := a.Lock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err = b.Lock(ctx, "k", time.Minute)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	lineEmpty := func() bool {
+		for _, m := range c.srv {
+			if members, _ := m.ZMembers(queueKey("k")); len(members) > 0 {
+				return false
+			}
+		}
+		return true
+	}
+	require.Eventually(t, lineEmpty, 5*time.Second, time.Millisecond, "the waiter that gave up is still in line: %v", dumpQueues(c, "k"))
+
+	// c's round is refused on node 0, held by a, and joins its line there;
+	// a's unlock names nobody there, c's lock's unlock takes it off.
+	require.NoError(t, la.Unlock(t.Context()))
+	require.NoError(t, c.srv[0].Set("k", "other"))
+	c.srv[0].SetTTL("k", time.Minute)
+	cl := c.client(t, nil)
+	lc, err := cl.Lock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	members, _ := c.srv[0].ZMembers(queueKey("k"))
+	require.Len(t, members, 1, "the round joined the line where it was refused")
+	require.NoError(t, lc.Unlock(t.Context()))
+	require.Eventually(t, lineEmpty, 5*time.Second, time.Millisecond, "the holder is still in line: %v", dumpQueues(c, "k"))
+}

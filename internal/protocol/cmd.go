@@ -137,6 +137,9 @@ type Release struct {
 	// Announce (an unlock, not the clean-up of a failed round) tells the
 	// waiters of the keys, as the waiting strategy does.
 	Announce bool
+	// Place (the InLine strategy) is a waiter's id whose entry leaves the
+	// first key's line.
+	Place string
 	// Leave (the Handoff strategy) also takes the client's entries off the
 	// first key's line, and releases what was handed over to Token there.
 	Leave bool
@@ -165,14 +168,18 @@ func (p *Protocol) ReleaseAfter(acq Cmd, r Release) Cmd {
 
 // releaseArgs appends the arguments of r to cmd: token, ttl (its
 // tombstones; 0 for none), then the strategy's for an announced release:
-// the state key, the client's channel to leave, and "1" when the restart
-// guard is off.
+// the state key, then for InLine the place that leaves the line, for
+// Handoff the client's channel to leave and "1" when the restart guard is
+// off.
 func (p *Protocol) releaseArgs(cmd Cmd, token, ttl any, r Release) Cmd {
 	cmd = append(cmd, token, ttl)
 	if !r.Announce || p.strategy == Kernel {
 		return cmd
 	}
 	cmd = append(cmd, p.state)
+	if p.strategy == InLine && r.Place != "" {
+		return append(cmd, r.Place)
+	}
 	if p.strategy != Handoff {
 		return cmd
 	}

@@ -20,7 +20,10 @@
 -- release: an announced release of KEYS[1] names the first in line, the
 -- lowest ticket, whom it takes off the line; other keys name nobody. An
 -- entry of a waiter that joined for a handoff (handoff.lua) is named by
--- its round's token.
+-- its round's token. ARGV[4] (optional) is the id of a waiter whose entry
+-- leaves the line: one that gave up, or that holds the lock (sent where
+-- its round was refused and joined), so that no release names a waiter
+-- that no longer waits, whom the others would give a grace for nothing.
 
 --@@acquire
 argc = 3
@@ -37,6 +40,12 @@ local line -- the first key's line, once needed (--@line)
 if not line then
   local prefix = string.match(state, '^(.*)@STATE@') or ''
   line = prefix .. '@QUEUE@' .. string.sub(KEYS[1], #prefix + 1)
+end
+
+--@@release
+if ARGV[4] and announce then
+  local prefix = string.match(announce, '^(.*)@STATE@') or ''
+  redis.pcall('ZREM', prefix .. '@QUEUE@' .. string.sub(KEYS[1], #prefix + 1), ARGV[4])
 end
 
 --@@forget

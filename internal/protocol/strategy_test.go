@@ -30,6 +30,7 @@ func TestHooksFill(t *testing.T) {
 	in, hand := strategyHooks(InLine), strategyHooks(Handoff)
 	assert.Contains(t, hand["acquire"], in["acquire"], "the handoff's acquire code comes after the line's")
 	assert.NotContains(t, hand["next"], in["next"], "the handoff's next replaces the line's")
+	assert.NotContains(t, hand["release"], in["release"], "and so does its release")
 }
 
 func keys(h hooks) []string {

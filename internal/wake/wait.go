@@ -151,15 +151,38 @@ func (w *Waker) confirmed(s *sub, channel string) {
 }
 
 // Named returns the waiter that the last announcement of key's release
-// (as stored) named as next in line, and when it came; "" when it named
-// nobody, or when none was heard since key was subscribed. A client that
+// (as stored) that named one named, among the last recentLimit, and when
+// it came; "" when none did since key was subscribed. A client that
 // has just released a key hears its own announcement, if it waited for the
 // key before: its next Lock can then let the named waiter go first.
 func (w *Waker) Named(key string) (next string, at time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n := w.named[key]
-	return n.next, n.at
+	r := w.recent[key]
+	for i := len(r) - 1; i >= 0; i-- {
+		if r[i].next != "" {
+			return r[i].next, r[i].at
+		}
+	}
+	return "", time.Time{}
+}
+
+// recentLimit bounds the announcements that NamedSince looks at, per key.
+const recentLimit = 16
+
+// NamedSince reports whether an announcement of key's release (as stored)
+// heard after since named next, among the last recentLimit: the nodes of
+// one release each name the first of their own line, and the first
+// announcement to arrive may name another waiter than a later one.
+func (w *Waker) NamedSince(key, next string, since time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, n := range w.recent[key] {
+		if n.next == next && n.at.After(since) {
+			return true
+		}
+	}
+	return false
 }
 
 // Heard reports, without taking a lock, whether any key has an

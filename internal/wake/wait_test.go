@@ -4,9 +4,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redquorum/redquorum/clock"
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 )
@@ -68,4 +71,30 @@ func TestWaitNext(t *testing.T) {
 	assert.Empty(t, later.Next(), "an earlier announcement named for a later wait")
 	later.Close()
 	b.Close()
+}
+
+// TestNamedSince: each node of a release names the first of its own line;
+// NamedSince finds a name in any of the announcements heard after since,
+// not only the last, and Named returns the last one that named a waiter.
+func TestNamedSince(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	w := New([]redis.UniversalClient{c}, time.Minute, clock.Real{}, nil)
+	t.Cleanup(w.Close)
+	before := time.Now()
+	wt := w.Listen("k", time.Time{})
+	defer wt.Close()
+	require.Eventually(t, func() bool {
+		return !w.Confirming("k") && m.PubSubNumSub(protocol.ReleasedChannel + "k")[protocol.ReleasedChannel+"k"] == 1
+	}, 5*time.Second, time.Millisecond)
+	for _, name := range []string{"a", "b", ""} {
+		m.Publish(protocol.ReleasedChannel+"k", name)
+	}
+	require.Eventually(t, func() bool { return w.NamedSince("k", "a", before) }, 5*time.Second, time.Millisecond)
+	assert.True(t, w.NamedSince("k", "b", before))
+	assert.False(t, w.NamedSince("k", "a", time.Now()), "not after since")
+	assert.False(t, w.NamedSince("k", "c", before), "never named")
+	next, _ := w.Named("k")
+	assert.Equal(t, "b", next, "the last announcement that named a waiter")
 }

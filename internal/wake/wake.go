@@ -32,6 +32,10 @@ type Waker struct {
 	keys    map[string]time.Time // subscribed keys (as on the nodes) and their last wait
 	waiters map[string]*entry    // by key on the nodes, until announced
 	named   map[string]named     // per subscribed key, the last announcement and whom it named
+	// recent holds, per subscribed key, the last announcements (at most
+	// recentLimit), oldest first: each node of a release names the first
+	// of its own line, and the lines of the nodes may differ.
+	recent map[string][]named
 	// confirming holds, per key newly subscribed for a wait that did not
 	// listen before (see Listen), the nodes (a bit each) that confirmed
 	// the subscription so far, until a majority did.
@@ -189,7 +193,13 @@ func (w *Waker) message(s *sub, msg *redis.Message) {
 		return
 	}
 	key := strings.TrimPrefix(msg.Channel, protocol.ReleasedChannel)
-	w.named[key] = named{msg.Payload, w.clock.Now()}
+	n := named{msg.Payload, w.clock.Now()}
+	w.named[key] = n
+	if w.recent == nil {
+		w.recent = map[string][]named{}
+	}
+	r := append(w.recent[key], n)
+	w.recent[key] = r[max(0, len(r)-recentLimit):]
 	w.heard.Store(true)
 	w.wake(key, msg.Payload)
 }
@@ -246,6 +256,7 @@ func (w *Waker) dropIdle(subs []*sub) (next time.Duration, done bool) {
 		}
 		delete(w.keys, k)
 		delete(w.named, k)
+		delete(w.recent, k)
 		delete(w.confirming, k)
 		w.ledger.unsubscribed(k)
 		w.heard.Store(len(w.named) > 0)
