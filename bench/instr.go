@@ -180,17 +180,17 @@ func underCallgrind(ctx context.Context, dir, name string, n int, setup func(add
 // for the scripts of a hot key that the uncontended lock+unlock never
 // runs, over n of each, as redquorum sends them (internal/protocol):
 //
-//   - a waiter's later round that joins the key's queue for a handoff while
+//   - a waiter's later round that joins the key's line for a handoff while
 //     another token holds the key (seven waiters of seven clients taking
 //     turns, each round replacing its waiter's previous entry);
 //   - a waiter's first round that joins, of a client that waited for the
-//     key lately, which looks for the client's entries (Acquire.Queued),
+//     key lately, which looks for the client's entries (Join.Entries MayHave),
 //     and the same round of a client that knows it has none left
-//     (Acquire.Cleared): each waiter's previous entry is taken off before
+//     (Join.Entries Cleared): each waiter's previous entry is taken off before
 //     its next round, as a handoff's ZPOPMIN does, by a ZREM that both
 //     figures count;
-//   - an unlock's release that hands the key over to the first of the
-//     queue (with the SET and ZADD that put the lock and the waiter back
+//   - an unlock's release that hands the key off to the first of the
+//     line (with the SET and ZADD that put the lock and the waiter back
 //     before each, the same for every version of the scripts).
 func contendedInstructions(ctx context.Context, dir string, n int) ([]count, error) {
 	var figures []count
@@ -198,7 +198,7 @@ func contendedInstructions(ctx context.Context, dir string, n int) ([]count, err
 		name           string
 		first, cleared bool
 	}{
-		{"a waiter's round that joins the queue", false, false},
+		{"a waiter's round that joins the line", false, false},
 		{"a waiter's first round that joins, looking for old entries", true, false},
 		{"a waiter's first round that joins, its client cleared", true, true},
 	} {
@@ -212,7 +212,7 @@ func contendedInstructions(ctx context.Context, dir string, n int) ([]count, err
 	if err != nil {
 		return nil, err
 	}
-	return append(figures, count{"a release that hands the key over", per}), nil
+	return append(figures, count{"a release that hands the key off", per}), nil
 }
 
 // joinInstructions counts the join rounds of contendedInstructions: later
@@ -231,18 +231,18 @@ func joinInstructions(ctx context.Context, dir string, n int, first, cleared boo
 		ps := make([]*protocol.Protocol, waiters)
 		ids, prev, entries := make([]string, waiters), make([]string, waiters), make([]string, waiters)
 		for w := range ps {
-			ps[w] = protocol.New(redlock.DefaultRestartGuard, false, protocol.Handoff, "").WithLive(protocol.LiveChannel + strconv.Itoa(w))
+			ps[w] = protocol.New(redlock.DefaultRestartGuard, false, protocol.Handoff, "").WithHandChannel(protocol.HandChannel + strconv.Itoa(w))
 			ids[w] = protocol.NewToken("bench") // a waiter's id is as long as its rounds' tokens
 		}
 		return func(_ string, i int) error {
 			w := i % waiters
-			live := protocol.LiveChannel + strconv.Itoa(w)
+			ch := protocol.HandChannel + strconv.Itoa(w)
 			token := protocol.NewToken("bench")
 			a := protocol.Acquire{Keys: []string{"hot", protocol.StateKey}, Token: token, TTL: 10 * time.Second,
-				Join: protocol.Join{Place: ids[w], Ticket: int64(w), Live: live, Prev: prev[w], Entries: protocol.MayHave}}
+				Join: protocol.Join{Place: ids[w], Ticket: int64(w), Channel: ch, Prev: prev[w], Entries: protocol.MayHave}}
 			if first {
 				if entries[w] != "" {
-					if err := c.ZRem(ctx, protocol.QueuePrefix+"hot", entries[w]).Err(); err != nil {
+					if err := c.ZRem(ctx, protocol.LinePrefix+"hot", entries[w]).Err(); err != nil {
 						return err
 					}
 				}
@@ -250,13 +250,13 @@ func joinInstructions(ctx context.Context, dir string, n int, first, cleared boo
 				if cleared {
 					a.Join.Entries = protocol.Cleared
 				}
-				entries[w] = token + "|" + token + "|10000|" + live
+				entries[w] = token + "|" + token + "|10000|" + ch
 			}
 			r, err := ps[w].Run(ctx, c, ps[w].AcquireCmd(a))
 			if err != nil {
 				return err
 			}
-			if reply, err := protocol.DecodeAcquire(r); err != nil || reply.Outcome != protocol.Taken {
+			if reply, err := protocol.DecodeAcquire(r); err != nil || reply.Kind != protocol.Taken {
 				return fmt.Errorf("join round: %v, %v", reply, err)
 			}
 			prev[w] = token
@@ -272,24 +272,24 @@ func handoffInstructions(ctx context.Context, dir string, n int) (float64, error
 		if err := c.HSet(ctx, protocol.StateKey, "g", "0").Err(); err != nil {
 			return nil, nil, err
 		}
-		live := protocol.LiveChannel + "waiter"
-		sub := c.Subscribe(ctx, live) // the waiter's client, which a handoff needs
+		ch := protocol.HandChannel + "waiter"
+		sub := c.Subscribe(ctx, ch) // the waiter's client, which a handoff needs
 		if _, err := sub.Receive(ctx); err != nil {
 			return nil, nil, err
 		}
 		p := protocol.New(redlock.DefaultRestartGuard, false, protocol.Handoff, "")
 		id, token := protocol.NewToken("bench"), protocol.NewToken("bench")
-		entry := id + "|" + token + "|10000|" + live
+		entry := id + "|" + token + "|10000|" + ch
 		return func(string, int) error {
 			if err := c.Set(ctx, "hot", protocol.WaitedPrefix+"holder", time.Hour).Err(); err != nil {
 				return err
 			}
-			if err := c.ZAdd(ctx, protocol.QueuePrefix+"hot", redis.Z{Score: 1, Member: entry}).Err(); err != nil {
+			if err := c.ZAdd(ctx, protocol.LinePrefix+"hot", redis.Z{Score: 1, Member: entry}).Err(); err != nil {
 				return err
 			}
 			v, err := p.RunInt(ctx, c, p.Release(protocol.Release{Keys: []string{"hot"}, Token: "holder", TTL: 10 * time.Second, Announce: true}))
 			if err == nil && (v != 1 || c.Get(ctx, "hot").Val() != protocol.WaitedPrefix+protocol.HandPrefix+token) {
-				err = fmt.Errorf("release: %d, key %q: not handed over", v, c.Get(ctx, "hot").Val())
+				err = fmt.Errorf("release: %d, key %q: not handed off", v, c.Get(ctx, "hot").Val())
 			}
 			return err
 		}, func() { _ = sub.Close(); _ = c.Close() }, nil

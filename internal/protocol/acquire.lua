@@ -13,8 +13,8 @@
 -- ('' or left out: none):
 -- ARGV[4+L], the id of a guarded state to establish at once (only a
 --   client that saw every node guarded at once sends it: a new deployment);
--- ARGV[5+L], the token of an earlier lock of the same client that this
---   round takes over: a key that holds it counts as free.
+-- ARGV[5+L], the token of a lock of the same client that Unlock handed
+--   over to this round's caller: a key that holds it counts as free.
 -- A tombstone of another token ("@GONE@" .. token, see release.lua) counts
 -- as free. A key's mark (value.lua) stays when the round sets the key.
 -- Returns

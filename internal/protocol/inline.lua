@@ -1,7 +1,7 @@
 -- Waiting strategy "in line" (Options.Waiting WaitInLine, and the base of
 -- handoff.lua), over announce.lua: the nodes keep each key's waiters in
 -- line, a hint for whom a release wakes first that never decides a grant.
--- The line is the sorted set prefix .. "@QUEUE@" .. KEYS[1] without the
+-- The line is the sorted set prefix .. "@LINE@" .. KEYS[1] without the
 -- prefix, where prefix is the client's key prefix (before "@STATE@" in the
 -- state key). It expires once no waiter joined it for the holder's time
 -- left plus the waiter's TTL.
@@ -31,7 +31,7 @@ end
 -- line returns the line of the lock key key, given the node's state key.
 function strategy.line(state, key)
   local prefix = string.match(state, '^(.*)@STATE@') or ''
-  return prefix .. '@QUEUE@' .. string.sub(key, #prefix + 1)
+  return prefix .. '@LINE@' .. string.sub(key, #prefix + 1)
 end
 -- entry is the waiter's entry in the line; forget takes the client's
 -- entries off the line, when it may have some.

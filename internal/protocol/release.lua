@@ -7,7 +7,7 @@
 -- the round's timeout), is refused by acquire.lua instead of leaving a key
 -- that nobody holds. Every other token takes a tombstone for a free key.
 -- ARGV[3..] belong to the waiting strategy (see strategy.lua), which may hand a
--- key over instead of its deletion, and tells waiters.
+-- key off instead of its deletion, and tells waiters.
 local token, ttl = ARGV[1], tonumber(ARGV[2])
 strategy.release()
 local n = 0

@@ -27,7 +27,7 @@ strategy.granted = nil
 -- mine reports whether a key whose holder is h, another token, is the
 -- releasing client's to release. released is told of each key, marked or
 -- not, that the release is about to delete: it returns true when it
--- disposed of the key itself (handed it over), and the kernel then leaves
+-- disposed of the key itself (handed it off), and the kernel then leaves
 -- it alone.
 function strategy.mine(h) return false end
 function strategy.released(key, marked) return false end
