@@ -26,7 +26,7 @@ import (
 //   - bare-min sends the least that a lock with a restart guard needs: an
 //     acquire script that reads the node's guard and sets the key (HGET,
 //     SET NX PX), and a token-guarded release script (GET, DEL), without
-//     tombstones, queues or announcements: the floor of any protocol that
+//     tombstones, lines or announcements: the floor of any protocol that
 //     checks the guard on the node, and the gap between it and
 //     bare-scripts is what redquorum's other features cost the nodes;
 //   - bare-pipe takes the key without a script: SET NX PX GET and the

@@ -39,7 +39,7 @@ type count struct {
 //     release that named or handed over to it did, by a ZREM that every
 //     first-round figure counts;
 //   - an unlock's release of the key that a waiter marked, announced: it
-//     hands the key over (WaitHandoff), names the first in line
+//     hands the key off (WaitHandoff), names the first in line
 //     (WaitInLine) or names nobody (WaitBackoff). Each is counted with
 //     the SET and ZADD that put the lock and a waiter back before it, and
 //     the GET that checks it after, the same for every strategy.
@@ -96,7 +96,7 @@ func joinInstructions(ctx context.Context, dir string, n int, st protocol.Strate
 		for w := range ps {
 			ps[w] = protocol.New(redlock.DefaultRestartGuard, false, st, "")
 			if st == protocol.Handoff {
-				ps[w].WithLive(protocol.LiveChannel + strconv.Itoa(w))
+				ps[w].WithHandChannel(protocol.HandChannel + strconv.Itoa(w))
 			}
 			ids[w] = protocol.NewToken("bench") // a waiter's id is as long as its rounds' tokens
 		}
@@ -105,11 +105,11 @@ func joinInstructions(ctx context.Context, dir string, n int, st protocol.Strate
 			token := protocol.NewToken("bench")
 			j := protocol.Join{Place: ids[w], Ticket: int64(w), Entries: protocol.MayHave}
 			if st == protocol.Handoff {
-				j.Live, j.Prev = protocol.LiveChannel+strconv.Itoa(w), prev[w]
+				j.Channel, j.Prev = protocol.HandChannel+strconv.Itoa(w), prev[w]
 			}
 			if first {
 				if entries[w] != "" {
-					if err := c.ZRem(ctx, protocol.QueuePrefix+"hot", entries[w]).Err(); err != nil {
+					if err := c.ZRem(ctx, protocol.LinePrefix+"hot", entries[w]).Err(); err != nil {
 						return err
 					}
 				}
@@ -121,7 +121,7 @@ func joinInstructions(ctx context.Context, dir string, n int, st protocol.Strate
 					j.Entries = protocol.MayHave
 				}
 				if st == protocol.Handoff {
-					entries[w] = token + "|" + token + "|10000|" + j.Live
+					entries[w] = token + "|" + token + "|10000|" + j.Channel
 				}
 			}
 			a := protocol.Acquire{Keys: []string{"hot", protocol.StateKey}, Token: token, TTL: 10 * time.Second, Join: j}
@@ -129,7 +129,7 @@ func joinInstructions(ctx context.Context, dir string, n int, st protocol.Strate
 			if err != nil {
 				return err
 			}
-			if reply, err := protocol.DecodeAcquire(r); err != nil || reply.Outcome != protocol.Taken {
+			if reply, err := protocol.DecodeAcquire(r); err != nil || reply.Kind != protocol.Taken {
 				return fmt.Errorf("join round: %v, %v", reply, err)
 			}
 			prev[w] = token
@@ -148,7 +148,7 @@ func releaseInstructions(ctx context.Context, dir string, n int, st protocol.Str
 		}
 		// The waiter's client: it listens on its own channel for a
 		// handoff, which needs it, and otherwise for the announcement.
-		id, token, live := protocol.NewToken("bench"), protocol.NewToken("bench"), protocol.LiveChannel+"waiter"
+		id, token, live := protocol.NewToken("bench"), protocol.NewToken("bench"), protocol.HandChannel+"waiter"
 		entry, channel := id, protocol.ReleasedChannel+"hot"
 		if st == protocol.Handoff {
 			entry, channel = id+"|"+token+"|10000|"+live, live
@@ -162,7 +162,7 @@ func releaseInstructions(ctx context.Context, dir string, n int, st protocol.Str
 			if err := c.Set(ctx, "hot", protocol.WaitedPrefix+"holder", time.Hour).Err(); err != nil {
 				return err
 			}
-			if err := c.ZAdd(ctx, protocol.QueuePrefix+"hot", redis.Z{Score: 1, Member: entry}).Err(); err != nil {
+			if err := c.ZAdd(ctx, protocol.LinePrefix+"hot", redis.Z{Score: 1, Member: entry}).Err(); err != nil {
 				return err
 			}
 			v, err := p.RunInt(ctx, c, p.Release(protocol.Release{Keys: []string{"hot"}, Token: "holder", TTL: 10 * time.Second, Announce: true}))

@@ -15,7 +15,7 @@ import (
 const (
 	reservedKey     = protocol.StateKey
 	releasedChannel = protocol.ReleasedChannel
-	maxHandoffs     = queue.MaxHandoffs
+	maxHandovers    = queue.MaxHandovers
 )
 
 var errNotSent = node.ErrNotSent
@@ -94,11 +94,11 @@ func settle(cl *Client) {
 	}
 }
 
-// live returns the channel on which the nodes tell c of handoffs to its
-// waiters, "" when its strategy is not the handoff.
-func (c *Client) live() string {
+// handChannel returns the hand channel on which the nodes tell c of
+// handoffs to its waiters, "" when its strategy is not the handoff.
+func (c *Client) handChannel() string {
 	if h, ok := c.wait.(*handoff); ok {
-		return h.live
+		return h.channel
 	}
 	return ""
 }
@@ -116,7 +116,7 @@ func (c *Client) waker() *wake.Waker {
 	return nil
 }
 
-// isSole reports whether the lock with token was handed over on the nodes
+// isSole reports whether the lock with token was handed off on the nodes
 // to its waiter's only round.
 func (h *handoff) isSole(token string) bool {
 	h.mu.Lock()

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"math/bits"
 	"strings"
 	"sync"
 	"time"
@@ -16,17 +17,17 @@ import (
 
 // handoff is the WaitHandoff strategy, over inLine: a waiter for one key
 // joins the line for a handoff on the node (handoff.lua), with its
-// Client's channel (live), on which each node tells the Client that it
-// handed the key over to one of the waiter's rounds; the waiter holds the
+// Client's hand channel, on which each node tells the Client that it
+// handed the key off to one of the waiter's rounds; the waiter holds the
 // lock once a quorum of nodes did (see docs/DESIGN.md, "Handoff on the
 // node").
 type handoff struct {
 	*inLine
-	live   string       // the Client's channel (protocol.LiveChannel and an id)
-	ledger *wake.Ledger // what the nodes told on live
+	channel string       // the Client's hand channel (protocol.HandChannel and an id)
+	ledger  *wake.Ledger // what the nodes told on channel
 
 	mu sync.Mutex
-	// sole holds the hand values of the locks that the nodes handed over
+	// sole holds the hand values of the locks that the nodes handed off
 	// to their waiter's only round, until their Unlock (see unlocked).
 	sole map[string]struct{}
 }
@@ -39,17 +40,17 @@ func (h *handoff) wait() waiting {
 
 // refused returns, for a lock whose round joined the line for a handoff
 // on the nodes that refused it, the release of what a release may have
-// handed over to that round there (without tombstones: its acquire was
+// handed off to that round there (without tombstones: its acquire was
 // answered), which also takes the Client's entries off the line.
 func (h *handoff) refused(hd handover) (protocol.Release, bool) {
-	if hd.join.Live == "" || strings.HasPrefix(hd.Token, protocol.HandPrefix) {
+	if hd.join.Channel == "" || strings.HasPrefix(hd.Token, protocol.HandPrefix) {
 		return protocol.Release{}, false
 	}
 	return protocol.Release{Token: hd.Token, Announce: true, Leave: true}, true
 }
 
 // unlocked forgets the handoffs to the round of l, when the nodes handed
-// l over: a slow node may hand the key over to it only after this release
+// l off: a slow node may hand the key off to it only after this release
 // has passed there, and from now on an announcement of that handoff is
 // stray (see releaseStray). One that this release overtakes is released
 // twice, harmlessly.
@@ -62,14 +63,10 @@ func (h *handoff) unlocked(l *Lock) {
 	_, sole := h.sole[l.token]
 	delete(h.sole, l.token)
 	h.mu.Unlock()
-	if sole {
-		// Every node that handed it over took its round's entry off the
-		// line: if all did, the Client's next waiter for the key need not
-		// look for its entries (see protocol.Cleared).
-		h.ledger.ForgetSole(hand)
-	} else {
-		h.ledger.Forget(hand)
-	}
+	// With sole, every node that handed it off took its round's entry off
+	// the line: if all did, the Client's next waiter for the key need not
+	// look for its entries (see protocol.Cleared).
+	h.ledger.Forget(hand, sole)
 }
 
 // handWait is one Lock call's wait for a handoff on the node.
@@ -92,20 +89,20 @@ type handWait struct {
 }
 
 // join is inLineWait.join and, for a waiter for one key once the Client's
-// channel is subscribed (from its first wait for any key on), the part of
+// hand channel is subscribed (from its first wait for any key on), the part of
 // a handoff: each round joins under its own token, made here, replacing
 // the previous round's entry, so that a release may set the key to that
 // token (with protocol.HandPrefix) instead of deleting it.
 func (hw *handWait) join() join {
 	j := hw.inLineWait.join()
 	w, h := &hw.w, hw.h
-	if len(w.keys) != 1 || !h.ledger.Live() {
+	if len(w.keys) != 1 || !h.ledger.Subscribed() {
 		return j
 	}
 	if hw.stored == "" {
 		hw.stored = w.c.stored(w.keys[0])
 	}
-	j.on.Live, j.start = h.live, w.c.cfg.clock.Now()
+	j.on.Channel, j.start = h.channel, w.c.cfg.clock.Now()
 	if j.token != "" { // the first round
 		switch entries, cleared := h.ledger.Joining(hw.stored); {
 		case entries:
@@ -123,23 +120,23 @@ func (hw *handWait) join() join {
 }
 
 // failed notes that the round of j failed: if it joined for a handoff, a
-// release may hand the key over to its token from now on.
+// release may hand the key off to its token from now on.
 func (hw *handWait) failed(j join, ttl time.Duration, calls *quorum.Round) {
-	if j.on.Live == "" {
+	if j.on.Channel == "" {
 		return
 	}
 	hw.curCalls = calls
 	if j.on.Prev != "" {
 		// The round took the previous one's entries off the line: a
 		// handoff to that one now is stray (see releaseStray).
-		hw.h.ledger.Forget(j.on.Prev)
+		hw.h.ledger.Forget(j.on.Prev, false)
 	}
 	hw.hands = append(hw.hands, j.token)
 	hw.curStart, hw.ttl = j.start, ttl
 }
 
 // delay is the backoff's d, or, once in line for a handoff with the
-// Client's channel in place, Options.MaxRetryDelay: the key comes to this
+// Client's hand channel in place, Options.MaxRetryDelay: the key comes to this
 // waiter in its turn, and a round before then would only find it taken.
 // The timer is for a handoff or an announcement that got lost.
 func (hw *handWait) delay(d time.Duration) time.Duration {
@@ -158,30 +155,30 @@ func (hw *handWait) current() string {
 	return hw.hands[len(hw.hands)-1]
 }
 
-// handedOver reports whether a quorum of nodes announced that they handed
-// the key over to the current round, and notes it for handed.
-func (hw *handWait) handedOver() bool {
+// handedOff reports whether a quorum of nodes announced that they handed
+// the key off to the current round, and notes it for handed.
+func (hw *handWait) handedOff() bool {
 	cur := hw.current()
-	hw.gotHand = hw.gotHand || cur != "" && hw.h.ledger.Handed(cur) >= hw.w.c.cfg.quorum
+	hw.gotHand = hw.gotHand || cur != "" && bits.OnesCount64(hw.h.ledger.HandedNodes(cur)) >= hw.w.c.cfg.quorum
 	return hw.gotHand
 }
 
 // heardHand is told of a handoff to a round of this Client: when some
-// nodes handed the key over to the current round so far, the others' may
-// follow within a grace, after which a round takes what was handed over
+// nodes handed the key off to the current round so far, the others' may
+// follow within a grace, after which a round takes what was handed off
 // as its own. (A handoff is told only to its waiter's client: one to an
 // earlier round of this waiter, which the current round took over or
 // which is released as stray, changes nothing here.)
 func (hw *handWait) heardHand(timer <-chan time.Time) <-chan time.Time {
 	cur := hw.current()
-	if cur != "" && hw.h.ledger.Handed(cur) > 0 && !hw.handedOver() {
+	if cur != "" && hw.h.ledger.HandedNodes(cur) != 0 && !hw.handedOff() {
 		cfg := hw.w.c.cfg
 		return cfg.clock.After(min(hw.grace(), cfg.yieldWindow))
 	}
 	return timer
 }
 
-// handed returns the lock that a quorum of nodes handed over to the
+// handed returns the lock that a quorum of nodes handed off to the
 // current round, or nil. Each of those nodes set the key for ttl after
 // the round's entry reached it, so after the round was sent: the validity
 // is measured from then, as for a round sent then. When less than half the
@@ -200,7 +197,7 @@ func (hw *handWait) handed(ttl time.Duration) *Lock {
 		return nil
 	}
 	tok := hw.current()
-	j := protocol.Join{Place: hw.place, Ticket: w.began.UnixMilli() / ticketStep * ticketStep, Live: h.live, Prev: tok, Entries: protocol.MayHave}
+	j := protocol.Join{Place: hw.place, Ticket: w.began.UnixMilli() / ticketStep * ticketStep, Channel: h.channel, Prev: tok, Entries: protocol.MayHave}
 	r := c.handedRound(w.keys, ttl, protocol.HandPrefix+tok, hw.curStart, now.Add(validity), j)
 	if w.attempts == 1 && len(hw.hands) == 1 && tok == hw.place {
 		h.mu.Lock()
@@ -216,9 +213,9 @@ func (hw *handWait) handed(ttl time.Duration) *Lock {
 
 // done takes the waiter's rounds that joined for a handoff, but for the
 // lock's, off the key's line, releasing (and handing on) what a node may
-// have handed over to them. The ledger expects every round that joined:
+// have handed off to them. The ledger expects every round that joined:
 // the first (whose token is the waiter's place), the failed ones, and the
-// one that obtained the lock; a lock handed over on the nodes is
+// one that obtained the lock; a lock handed off on the nodes is
 // forgotten by its Unlock.
 func (hw *handWait) done(l *Lock) {
 	var lockToken string
@@ -228,7 +225,7 @@ func (hw *handWait) done(l *Lock) {
 	if hw.expected {
 		for _, t := range append(hw.hands, hw.place, lockToken) {
 			if lockToken != protocol.HandPrefix+t {
-				hw.h.ledger.Forget(t)
+				hw.h.ledger.Forget(t, false)
 			}
 		}
 	}
@@ -240,7 +237,7 @@ func (hw *handWait) done(l *Lock) {
 }
 
 // handedRound returns the record of a lock that a quorum of nodes handed
-// over on the node (see handWait.handed): keys hold token, a hand value,
+// off on the node (see handWait.handed): keys hold token, a hand value,
 // since no earlier than start, and the lock is valid until until. It made
 // no calls: the lock's release and extensions go to every node. j is the
 // waiter's place, which its top-up takes off the line (see topUp).
@@ -255,14 +252,14 @@ func (c *Client) handedRound(keys []string, ttl time.Duration, token string, sta
 }
 
 // topUp sends r, a lock that the nodes in handed (a bit per node) handed
-// over on the node, as an acquire of its hand value, in the background, to
+// off on the node, as an acquire of its hand value, in the background, to
 // the nodes where last, the waiter's round that joined the line, was
 // granted (and released with the failed round) or not sent: those will not
-// hand it over. A node whose answer to last is missing or an error is
+// hand it off. A node whose answer to last is missing or an error is
 // left alone: the round's request may still land there. (The others that
 // have not announced the handoff yet are only slower.) A node where the
 // key is free (it had deleted it because the waiter was not in its line)
-// then holds it for the lock too, and the lock's release hands it on there
+// then holds it for the lock too, and the lock's release hands it off there
 // as well: without this, a node that once missed a handoff would grant
 // every later waiter's round and its clean-up, and never take part in a
 // handoff again, leaving the handoffs to a bare quorum of nodes, all of
@@ -281,7 +278,7 @@ func (h *handoff) topUp(r *round, handed uint64, last *quorum.Round) {
 			continue
 		}
 		if res, done := last.Result(i); !done || (res != nil && res != node.ErrNotSent) {
-			// The round joined there (the node is about to hand over too),
+			// The round joined there (the node is about to hand off too),
 			// or its request may still land there, and join.
 			continue
 		}
@@ -294,15 +291,15 @@ func (h *handoff) topUp(r *round, handed uint64, last *quorum.Round) {
 	r.background = true
 	r.calls = c.life.workers.Start(context.Background(), len(c.nodes), r.callTimeout, func(ctx context.Context, i int) error {
 		if to&(1<<i) == 0 {
-			return nil // handed over, or about to be
+			return nil // handed off, or about to be
 		}
 		return r.acquireOn(ctx, i)
 	})
 }
 
 // leave takes the round with token of a waiter for key off the key's line
-// on every node, releasing (and handing on) the key where a release
-// handed it over to that round (see handWait.done). It does not wait. On a
+// on every node, releasing (and handing off) the key where a release
+// handed it off to that round (see handWait.done). It does not wait. On a
 // closed Client it sends nothing: the entries and the keys expire.
 func (h *handoff) leave(key, token string, ttl time.Duration) {
 	c := h.c
@@ -315,16 +312,16 @@ func (h *handoff) leave(key, token string, ttl time.Duration) {
 }
 
 // releaseStray releases key (as stored) on node i, where a release handed
-// it over to the round with token, which no waiter of this Client expects
-// any more (see wake.Ledger.SetStray): the round obtained the lock, or gave
+// it off to the round with token, which no waiter of this Client expects
+// any more (see wake.NewLedger): the round obtained the lock, or gave
 // up, while its entry was still in the node's line. The release hands the
-// key on to the next in line. It takes off only that hand value: the
+// key off to the next in line. It takes off only that hand value: the
 // handoff popped the round's entry, and an entry of the Client's that is
 // left belongs to its current waiter for the key, which this release may
 // reach after the key was freed. It runs also while the Client closes
 // (the Waker's Close waits for it, before the node clients close): the
 // nodes may announce such handoffs until Close has unsubscribed the
-// Client's channel (see wake.Waker.Close).
+// Client's hand channel (see wake.Waker.Close).
 func (h *handoff) releaseStray(i int, token, key string) {
 	c := h.c
 	cmd := c.proto.Release(protocol.Release{Keys: []string{key}, Token: protocol.HandPrefix + token, Announce: true})

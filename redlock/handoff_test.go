@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 	"sync"
@@ -32,57 +33,58 @@ func lockLater(cl *Client, key string, ttl time.Duration) (<-chan *Lock, <-chan 
 	return lc, ec
 }
 
-// waitLive waits until cl's channel is subscribed on every node, and cl
-// waits for key: a release can then hand key over to cl's waiter.
-func waitLive(t *testing.T, c *cluster, cl *Client, key string) {
+// waitHandChannel waits until cl's hand channel is subscribed on every
+// node, and cl waits for key: a release can then hand key off to cl's
+// waiter.
+func waitHandChannel(t *testing.T, c *cluster, cl *Client, key string) {
 	t.Helper()
 	waitWaiting(t, cl, key)
 	require.Eventually(t, func() bool {
 		for _, m := range c.srv {
-			if m.PubSubNumSub(cl.live())[cl.live()] != 1 {
+			if m.PubSubNumSub(cl.handChannel())[cl.handChannel()] != 1 {
 				return false
 			}
 		}
 		return true
-	}, 5*time.Second, time.Millisecond, "the client's channel subscribed on every node")
+	}, 5*time.Second, time.Millisecond, "the client's hand channel subscribed on every node")
 }
 
-// primeLive makes cl subscribe its channel, as a client does at its first
-// wait for any key: its waiters join for handoffs from their first round on
-// (before, they join to be named only).
-func primeLive(t *testing.T, cl *Client) {
+// primeHandChannel makes cl subscribe its hand channel, as a client does
+// at its first wait for any key: its waiters join for handoffs from their
+// first round on (before, they join to be named only).
+func primeHandChannel(t *testing.T, cl *Client) {
 	t.Helper()
 	ch := cl.waker().Listen(cl.stored("prime"), time.Time{})
-	require.Eventually(t, cl.ledger().Live, 5*time.Second, time.Millisecond)
+	require.Eventually(t, cl.ledger().Subscribed, 5*time.Second, time.Millisecond)
 	ch.Close()
 }
 
-// entries returns the entries of key's queue on node i.
+// entries returns the entries of key's line on node i.
 func entries(t *testing.T, c *cluster, i int, key string) []string {
 	t.Helper()
-	if !c.srv[i].Exists(queueKey(key)) {
+	if !c.srv[i].Exists(lineKey(key)) {
 		return nil
 	}
-	m, err := c.srv[i].ZMembers(queueKey(key))
+	m, err := c.srv[i].ZMembers(lineKey(key))
 	require.NoError(t, err)
 	return m
 }
 
 // waitsInLine reports whether cl's waiter for key has an entry in the key's
-// queue on a quorum of the nodes (a round is not sent to a node whose
+// line on a quorum of the nodes (a round is not sent to a node whose
 // earlier requests are still busy once its outcome is decided, so a
-// waiter may miss a node's queue).
+// waiter may miss a node's line).
 func waitsInLine(t *testing.T, c *cluster, key string, cl *Client) bool {
 	n := 0
 	for i := range c.srv {
-		if slices.ContainsFunc(entries(t, c, i, key), func(e string) bool { return strings.HasSuffix(e, "|"+cl.live()) }) {
+		if slices.ContainsFunc(entries(t, c, i, key), func(e string) bool { return strings.HasSuffix(e, "|"+cl.handChannel()) }) {
 			n++
 		}
 	}
 	return n > len(c.srv)/2
 }
 
-// TestHandoff: a waiter of another client joins the key's queue for a
+// TestHandoff: a waiter of another client joins the key's line for a
 // handoff; the holder's unlock sets the key to the waiter's hand value on
 // the nodes instead of deleting it, and the waiter holds the lock without
 // a round of its own (its retry delay is a minute). Its validity counts
@@ -99,8 +101,8 @@ func TestHandoff(t *testing.T) {
 	c.tune = func(tn *tunables) { tn.yieldWindow = time.Second }
 	a := c.client(t, nil)
 	b := c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
-	require.NotEmpty(t, b.live(), "a Client without fencing takes handoffs")
-	primeLive(t, b)
+	require.NotEmpty(t, b.handChannel(), "a Client without fencing takes handoffs")
+	primeHandChannel(t, b)
 	for try := range 3 {
 		key := fmt.Sprintf("k%d", try)
 		la, err := a.Lock(t.Context(), key, time.Minute)
@@ -108,8 +110,8 @@ func TestHandoff(t *testing.T) {
 		began := time.Now()
 		lc, ec := lockLater(b, key, 10*time.Second)
 		entry := waitInLine(t, c, key)
-		assert.True(t, strings.HasSuffix(entry, "|10000|"+b.live()), "the entry %q names the ttl and b's channel", entry)
-		waitLive(t, c, b, key)
+		assert.True(t, strings.HasSuffix(entry, "|10000|"+b.handChannel()), "the entry %q names the ttl and b's hand channel", entry)
+		waitHandChannel(t, c, b, key)
 		require.NoError(t, la.Unlock(t.Context()))
 		var lb *Lock
 		select {
@@ -127,34 +129,34 @@ func TestHandoff(t *testing.T) {
 					held++
 				}
 			}
-			assert.Greater(t, held, len(c.srv)/2, "a quorum of nodes handed the key over")
+			assert.Greater(t, held, len(c.srv)/2, "a quorum of nodes handed the key off")
 			assert.False(t, lb.Until().After(began.Add(10*time.Second)), "the validity counts from before b's round")
 			assert.True(t, lb.Until().After(time.Now().Add(5*time.Second)))
-			require.NoError(t, lb.Extend(t.Context(), 10*time.Second), "a handed-over lock extends like any other")
+			require.NoError(t, lb.Extend(t.Context(), 10*time.Second), "a lock handed off extends like any other")
 		}
 		require.NoError(t, lb.Unlock(t.Context()))
 		settle(b)
 		for i, m := range c.srv {
 			v, _ := value(m, key)
 			assert.True(t, v == "" || strings.HasPrefix(v, protocol.TombstonePrefix), "node %d: %s left holding %q", i, key, v)
-			assert.False(t, slices.ContainsFunc(entries(t, c, i, key), func(e string) bool { return strings.HasSuffix(e, "|"+b.live()) }),
-				"node %d: b left the queue", i)
+			assert.False(t, slices.ContainsFunc(entries(t, c, i, key), func(e string) bool { return strings.HasSuffix(e, "|"+b.handChannel()) }),
+				"node %d: b left the line", i)
 		}
 		if handed {
 			return
 		}
 		t.Logf("attempt %d: b took %s with a round", try, key)
 	}
-	t.Fatal("no attempt handed the key over on the nodes")
+	t.Fatal("no attempt handed the key off on the nodes")
 }
 
-// handTokens returns the tokens of cl's entries in key's queue on the
+// handTokens returns the tokens of cl's entries in key's line on the
 // nodes.
 func handTokens(t *testing.T, c *cluster, key string, cl *Client) []string {
 	var tokens []string
 	for i := range c.srv {
 		for _, e := range entries(t, c, i, key) {
-			if rest, ok := strings.CutSuffix(e, "|"+cl.live()); ok {
+			if rest, ok := strings.CutSuffix(e, "|"+cl.handChannel()); ok {
 				ids := rest[:strings.LastIndex(rest, "|")]
 				tokens = append(tokens, ids[(len(ids)+1)/2:])
 			}
@@ -164,10 +166,10 @@ func handTokens(t *testing.T, c *cluster, key string, cl *Client) []string {
 }
 
 // TestHandoffSkipsDeadWaiter: a waiter whose client is gone (its process
-// died: its connections closed) is skipped: no node hands the key over to
+// died: its connections closed) is skipped: no node hands the key off to
 // it, and the next in line gets the key. The negative control keeps the
-// dead waiter's channel subscribed, as a hung process would: the release
-// then hands the key over to it, and the next waiter gets the key only
+// dead waiter's hand channel subscribed, as a hung process would: the release
+// then hands the key off to it, and the next waiter gets the key only
 // once that has expired.
 func TestHandoffSkipsDeadWaiter(t *testing.T) {
 	for _, hung := range []bool{false, true} {
@@ -180,20 +182,20 @@ func TestHandoffSkipsDeadWaiter(t *testing.T) {
 			c := newCluster(t, 3)
 			slow := &Options{MinRetryDelay: 50 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond}
 			a, b, d := c.client(t, nil), c.client(t, slow), c.client(t, slow)
-			primeLive(t, b)
-			primeLive(t, d)
+			primeHandChannel(t, b)
+			primeHandChannel(t, d)
 			la, err := a.Lock(t.Context(), "k", time.Minute)
 			require.NoError(t, err)
 			_, bErr := lockLater(b, "k", time.Second)
 			waitInLine(t, c, "k")
-			waitLive(t, c, b, "k")
+			waitHandChannel(t, c, b, "k")
 			time.Sleep(2 * ticketStep * time.Millisecond) // d's ticket is a later one
 			lc, ec := lockLater(d, "k", 10*time.Second)
-			require.Eventually(t, func() bool { return waitsInLine(t, c, "k", d) }, 10*time.Second, time.Millisecond, "d is in line: %v", dumpQueues(c, "k"))
-			waitLive(t, c, d, "k")
+			require.Eventually(t, func() bool { return waitsInLine(t, c, "k", d) }, 10*time.Second, time.Millisecond, "d is in line: %v", dumpLines(c, "k"))
+			waitHandChannel(t, c, d, "k")
 			if hung {
 				for _, n := range c.nodes {
-					ps := n.Subscribe(t.Context(), b.live())
+					ps := n.Subscribe(t.Context(), b.handChannel())
 					_, err := ps.Receive(t.Context())
 					require.NoError(t, err)
 					t.Cleanup(func() { _ = ps.Close() })
@@ -212,7 +214,7 @@ func TestHandoffSkipsDeadWaiter(t *testing.T) {
 			}
 			require.Eventually(t, func() bool {
 				for _, m := range c.srv {
-					if m.PubSubNumSub(b.live())[b.live()] != want {
+					if m.PubSubNumSub(b.handChannel())[b.handChannel()] != want {
 						return false
 					}
 				}
@@ -220,14 +222,14 @@ func TestHandoffSkipsDeadWaiter(t *testing.T) {
 			}, 5*time.Second, time.Millisecond)
 			require.NoError(t, la.Unlock(t.Context()))
 			settle(a)
-			toB := 0 // nodes that handed the key over to b
+			toB := 0 // nodes that handed the key off to b
 			for _, m := range c.srv {
 				if v, _ := value(m, "k"); slices.ContainsFunc(bTokens, func(tok string) bool { return v == protocol.HandPrefix+tok }) {
 					toB++
 				}
 			}
 			if hung {
-				assert.Positive(t, toB, "handed over to the hung waiter, which keeps it until its TTL")
+				assert.Positive(t, toB, "handed off to the hung waiter, which keeps it until its TTL")
 			} else {
 				assert.Zero(t, toB, "the dead waiter was skipped")
 			}
@@ -242,9 +244,9 @@ func TestHandoffSkipsDeadWaiter(t *testing.T) {
 	}
 }
 
-// TestHandoffStray: a release that hands the key over to an entry that no
+// TestHandoffStray: a release that hands the key off to an entry that no
 // waiter of its client expects any more (a round that obtained the lock
-// elsewhere, or gave up, while its entry was still in the queue) is
+// elsewhere, or gave up, while its entry was still in the line) is
 // released again by that client at once, and the key does not stay held.
 func TestHandoffStray(t *testing.T) {
 	leakcheck.Check(t)
@@ -252,10 +254,10 @@ func TestHandoffStray(t *testing.T) {
 	a, b := c.client(t, nil), c.client(t, nil)
 	la, err := a.Lock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
-	primeLive(t, b) // b's channel stays subscribed for the idle time
+	primeHandChannel(t, b) // b's hand channel stays subscribed for the idle time
 	token := protocol.NewToken("")
 	for _, m := range c.srv {
-		_, err := m.ZAdd(queueKey("k"), 1, protocol.NewToken("")+"|"+token+"|60000|"+b.live())
+		_, err := m.ZAdd(lineKey("k"), 1, protocol.NewToken("")+"|"+token+"|60000|"+b.handChannel())
 		require.NoError(t, err)
 	}
 	require.NoError(t, la.Unlock(t.Context()))
@@ -274,7 +276,7 @@ func TestHandoffStray(t *testing.T) {
 // the key over to a round of the Client's last waiter after its Unlock
 // began, and the Unlock released it there first) takes only that hand
 // value off. The entry of the Client's next waiter for the key, already in
-// line on that node, stays, and the node hands the key over to it.
+// line on that node, stays, and the node hands the key off to it.
 func TestHandoffStrayLate(t *testing.T) {
 	leakcheck.Check(t)
 	s := redisproc.StartT(t, 3)
@@ -288,17 +290,17 @@ func TestHandoffStrayLate(t *testing.T) {
 	// b is subscribed to k from an earlier wait: its waiter's first round
 	// is its only one.
 	ch := b.waker().Listen(key, time.Time{})
-	require.Eventually(t, func() bool { return b.ledger().Live() && !b.waker().Confirming(key) }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return b.ledger().Subscribed() && !b.waker().Confirming(key) }, 5*time.Second, time.Millisecond)
 	ch.Close()
 	raw := make([]*redis.Client, len(s.Addrs))
 	for i, addr := range s.Addrs {
 		raw[i] = redis.NewClient(&redis.Options{Addr: addr})
 		t.Cleanup(func() { _ = raw[i].Close() })
 	}
-	mine := func(i int) []string { // b's entries in k's queue on node i
-		all, err := raw[i].ZRange(t.Context(), queueKey("k"), 0, -1).Result()
+	mine := func(i int) []string { // b's entries in k's line on node i
+		all, err := raw[i].ZRange(t.Context(), lineKey("k"), 0, -1).Result()
 		require.NoError(t, err)
-		return slices.DeleteFunc(all, func(e string) bool { return !strings.HasSuffix(e, "|"+b.live()) })
+		return slices.DeleteFunc(all, func(e string) bool { return !strings.HasSuffix(e, "|"+b.handChannel()) })
 	}
 
 	la, err := a.Lock(t.Context(), "k", time.Minute)
@@ -315,9 +317,9 @@ func TestHandoffStrayLate(t *testing.T) {
 	lb := <-lc
 	require.NoError(t, <-ec)
 	tok, handed := strings.CutPrefix(lb.Token(), protocol.HandPrefix)
-	require.True(t, handed, "b's lock was handed over on the nodes")
-	require.Eventually(t, func() bool { return b.ledger().Handed(tok) == len(s.Addrs) }, 5*time.Second, time.Millisecond,
-		"every node handed k over to b's waiter")
+	require.True(t, handed, "b's lock was handed off on the nodes")
+	require.Eventually(t, func() bool { return bits.OnesCount64(b.ledger().HandedNodes(tok)) == len(s.Addrs) }, 5*time.Second, time.Millisecond,
+		"every node handed k off to b's waiter")
 	require.NoError(t, lb.Unlock(t.Context()))
 	settle(a)
 	settle(b)
@@ -329,30 +331,30 @@ func TestHandoffStrayLate(t *testing.T) {
 	}
 }
 
-// TestHandoffLostRegistration: when some nodes lost the queue, the release
-// hands the key over on the others and deletes it on those; the waiter,
-// handed over fewer than a quorum, takes the handed keys as its own in a
+// TestHandoffLostRegistration: when some nodes lost the line, the release
+// hands the key off on the others and deletes it on those; the waiter,
+// handed off fewer than a quorum, takes the handed keys as its own in a
 // round, within a grace, long before its own retry delay.
 func TestHandoffLostRegistration(t *testing.T) {
 	leakcheck.Check(t)
 	c := newCluster(t, 5)
 	a := c.client(t, nil)
 	b := c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
-	primeLive(t, b)
+	primeHandChannel(t, b)
 	la, err := a.Lock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
 	lc, ec := lockLater(b, "k", 10*time.Second)
 	waitInLine(t, c, "k")
-	waitLive(t, c, b, "k")
+	waitHandChannel(t, c, b, "k")
 	for _, m := range c.srv[2:] {
-		m.Del(queueKey("k")) // 3 of 5 lose the queue: 2 hand over, a quorum needs 3
+		m.Del(lineKey("k")) // 3 of 5 lose the line: 2 hand off, a quorum needs 3
 	}
 	require.NoError(t, la.Unlock(t.Context()))
 	select {
 	case lb := <-lc:
 		require.NoError(t, <-ec)
-		// By a round, unless b's round reached a node only after its queue
-		// was deleted (a busy machine), which then handed over as well.
+		// By a round, unless b's round reached a node only after its line
+		// was deleted (a busy machine), which then handed off as well.
 		t.Logf("b's lock: %s", lb.Token())
 		require.NoError(t, lb.Unlock(t.Context()))
 	case <-time.After(10 * time.Second):
@@ -368,7 +370,7 @@ func TestHandoffLostRegistration(t *testing.T) {
 }
 
 // TestHandoffTopUp: a lock that a handoff gave is also acquired on a node
-// where the waiter's round did not join the queue (the key was free there:
+// where the waiter's round did not join the line (the key was free there:
 // the round was granted, then released with the failed round), so that the
 // waiters that come next join there too and the next release hands the key
 // on from that node as well. The negative control (no top-up) leaves the
@@ -388,7 +390,7 @@ func TestHandoffTopUp(t *testing.T) {
 				c.srv[0].Del(key) // node 0 lost a's key: b's round is granted there
 				lc, ec := lockLater(b, key, 10*time.Second)
 				require.Eventually(t, func() bool { return waitsInLine(t, c, key, b) }, 5*time.Second, time.Millisecond)
-				waitLive(t, c, b, key)
+				waitHandChannel(t, c, b, key)
 				require.NoError(t, la.Unlock(t.Context()))
 				lb := <-lc
 				require.NoError(t, <-ec)
@@ -410,17 +412,17 @@ func TestHandoffTopUp(t *testing.T) {
 				for i, m := range c.srv {
 					v, _ := value(m, key)
 					assert.True(t, v == "" || strings.HasPrefix(v, protocol.TombstonePrefix), "node %d: %s left holding %q", i, key, v)
-					assert.Empty(t, entries(t, c, i, key), "node %d: the queue is empty", i)
+					assert.Empty(t, entries(t, c, i, key), "node %d: the line is empty", i)
 				}
 				return
 			}
-			t.Fatal("no attempt handed the key over on the nodes")
+			t.Fatal("no attempt handed the key off on the nodes")
 		})
 	}
 }
 
 // TestHandoffLateAfterUnlock: a node whose release by the holder comes
-// late hands the key over to the waiter after the waiter, which held the
+// late hands the key off to the waiter after the waiter, which held the
 // lock by the other nodes' handoffs, has already sent its own unlock there
 // (which found the holder's token). That handoff is stray: the waiter's
 // client releases it at once, also while its unlock still waits for
@@ -436,13 +438,13 @@ func TestHandoffLateAfterUnlock(t *testing.T) {
 	lc, ec := lockLater(b, "k", 10*time.Second)
 	require.Eventually(t, func() bool {
 		for i := range c.srv {
-			if !slices.ContainsFunc(entries(t, c, i, "k"), func(e string) bool { return strings.HasSuffix(e, "|"+b.live()) }) {
+			if !slices.ContainsFunc(entries(t, c, i, "k"), func(e string) bool { return strings.HasSuffix(e, "|"+b.handChannel()) }) {
 				return false
 			}
 		}
 		return true
 	}, 5*time.Second, time.Millisecond, "b is in line on every node")
-	waitLive(t, c, b, "k")
+	waitHandChannel(t, c, b, "k")
 
 	lateA := holdCmds(c.hooks[2], la.Token()) // a's release is slow on node 2
 	t.Cleanup(lateA)
@@ -459,7 +461,7 @@ func TestHandoffLateAfterUnlock(t *testing.T) {
 		return slices.ContainsFunc(c.hooks[2].commands(), func(s string) bool { return strings.Contains(s, lb.Token()) })
 	}, 5*time.Second, time.Millisecond, "b's unlock reached node 2")
 	settleNode(b, 2)
-	lateA() // node 2 hands the key over to b's entry, still in its queue
+	lateA() // node 2 hands the key off to b's entry, still in its line
 	require.Eventually(t, func() bool { v, _ := value(c.srv[2], "k"); return v != la.Token() }, 5*time.Second, time.Millisecond)
 	time.Sleep(100 * time.Millisecond) // the announcement reaches b
 	slowB()
@@ -470,7 +472,7 @@ func TestHandoffLateAfterUnlock(t *testing.T) {
 	}
 }
 
-// TestHandoffLocalAfterJoin: a round that joined the queue on a node and
+// TestHandoffLocalAfterJoin: a round that joined the line on a node and
 // that the node's release then handed the key to, while the round was
 // still out, obtains the lock on the other nodes; its Unlock hands the lock
 // over to the next caller of its Client, whose round takes the handed key
@@ -485,7 +487,7 @@ func TestHandoffLocalAfterJoin(t *testing.T) {
 	c.srv[0].Del("k")
 	c.srv[1].Del("k") // a holds node 2 only: b's round is granted on 0 and 1
 
-	late := []func(){holdCmds(c.hooks[0], b.live()), holdCmds(c.hooks[1], b.live())}
+	late := []func(){holdCmds(c.hooks[0], b.handChannel()), holdCmds(c.hooks[1], b.handChannel())}
 	t.Cleanup(func() {
 		for _, f := range late {
 			f()
@@ -493,11 +495,11 @@ func TestHandoffLocalAfterJoin(t *testing.T) {
 	})
 	lc, ec := lockLater(b, "k", time.Minute)
 	require.Eventually(t, func() bool {
-		return slices.ContainsFunc(entries(t, c, 2, "k"), func(e string) bool { return strings.HasSuffix(e, "|"+b.live()) })
-	}, 5*time.Second, time.Millisecond, "b's round joined the queue on node 2")
-	require.ErrorIs(t, la.Unlock(t.Context()), ErrNotHeld, "a held node 2 only") // and hands it over there
+		return slices.ContainsFunc(entries(t, c, 2, "k"), func(e string) bool { return strings.HasSuffix(e, "|"+b.handChannel()) })
+	}, 5*time.Second, time.Millisecond, "b's round joined the line on node 2")
+	require.ErrorIs(t, la.Unlock(t.Context()), ErrNotHeld, "a held node 2 only") // and hands it off there
 	require.Eventually(t, func() bool { v, _ := value(c.srv[2], "k"); return strings.HasPrefix(v, protocol.HandPrefix) },
-		5*time.Second, time.Millisecond, "node 2 handed the key over to b's round")
+		5*time.Second, time.Millisecond, "node 2 handed the key off to b's round")
 	time.Sleep(50 * time.Millisecond) // the announcement reaches b
 	for _, f := range late {
 		f()
@@ -534,40 +536,41 @@ func settleNode(cl *Client, i int) { cl.nodes[i].Wait() }
 
 // handoffPair returns a holder's client and a waiter's client whose
 // retries wait a minute, so that the waiter obtains a lock within a test
-// only by a handoff or an announcement; the waiter's channel is subscribed.
+// only by a handoff or an announcement; the waiter's hand channel is
+// subscribed.
 func handoffPair(t *testing.T, c *cluster) (a, b *Client) {
 	t.Helper()
 	a = c.client(t, nil)
 	b = c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
-	primeLive(t, b)
+	primeHandChannel(t, b)
 	return a, b
 }
 
 // drain waits until cl has taken in every message that the nodes
-// published to it so far: the handoffs told on its channel (a stray one
+// published to it so far: the handoffs told on its hand channel (a stray one
 // starts its release) and the announcements of the keys it is subscribed
 // to. A node delivers its messages to a subscriber in order, so drain
-// tells cl, on its channel on every node, of a handoff to a round that cl
+// tells cl, on its hand channel on every node, of a handoff to a round that cl
 // expects for this alone, and waits until cl counted every node's.
 func drain(t *testing.T, c *cluster, cl *Client) {
 	t.Helper()
 	token := protocol.NewToken("")
 	cl.ledger().Expect(token, "drain")
-	defer cl.ledger().Forget(token)
+	defer cl.ledger().Forget(token, false)
 	hand := protocol.HandPrefix + token
 	for _, m := range c.srv {
-		m.Publish(cl.live(), fmt.Sprintf("%d:%sdrain", len(hand), hand))
+		m.Publish(cl.handChannel(), fmt.Sprintf("%d:%sdrain", len(hand), hand))
 	}
-	require.Eventually(t, func() bool { return cl.ledger().Handed(token) == len(c.srv) }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return bits.OnesCount64(cl.ledger().HandedNodes(token)) == len(c.srv) }, 5*time.Second, time.Millisecond,
 		"the nodes' messages reached the client")
 }
 
-// TestHandoffCleared: once every node has handed a key over to a waiter's
+// TestHandoffCleared: once every node has handed a key off to a waiter's
 // only round (each popping the round's entry), the Client knows that it
-// has no entry left in the key's queue, and its next waiter's first round
+// has no entry left in the key's line, and its next waiter's first round
 // does not look for one (protocol.Acquire.Cleared): an entry of the
-// Client's planted on a node stays. When a node did not hand the key over
-// (it lost the queue), the next first round looks for the Client's
+// Client's planted on a node stays. When a node did not hand the key off
+// (it lost the line), the next first round looks for the Client's
 // entries and takes the planted one off: the negative control.
 func TestHandoffCleared(t *testing.T) {
 	for _, lost := range []bool{false, true} {
@@ -579,7 +582,7 @@ func TestHandoffCleared(t *testing.T) {
 			mine := func(i int) []string { // b's entries on node i
 				var out []string
 				for _, e := range entries(t, c, i, "k") {
-					if strings.HasSuffix(e, "|"+b.live()) {
+					if strings.HasSuffix(e, "|"+b.handChannel()) {
 						out = append(out, e)
 					}
 				}
@@ -592,7 +595,7 @@ func TestHandoffCleared(t *testing.T) {
 				require.NoError(t, err)
 				// Lock returns at a quorum: wait for a's acquire on the
 				// last node, or b's round may get there first and be
-				// granted there instead of joining the queue.
+				// granted there instead of joining the line.
 				settle(a)
 				lc, ec := lockLater(b, "k", 10*time.Second)
 				require.Eventually(t, func() bool {
@@ -603,9 +606,9 @@ func TestHandoffCleared(t *testing.T) {
 					}
 					return true
 				}, 5*time.Second, time.Millisecond, "b is in line on every node")
-				waitLive(t, c, b, "k")
+				waitHandChannel(t, c, b, "k")
 				if lost && cycle == 1 {
-					c.srv[2].Del(queueKey("k")) // node 2 deletes the key instead
+					c.srv[2].Del(lineKey("k")) // node 2 deletes the key instead
 				}
 				require.NoError(t, la.Unlock(t.Context()))
 				lb := <-lc
@@ -613,15 +616,15 @@ func TestHandoffCleared(t *testing.T) {
 				// (Without node 2, b may take the key with a round, after node
 				// 2's announcement: either way no node is cleared.)
 				if tok, handed := strings.CutPrefix(lb.Token(), protocol.HandPrefix); cycle == 1 && !lost {
-					require.True(t, handed, "b's lock was handed over on the nodes")
+					require.True(t, handed, "b's lock was handed off on the nodes")
 					require.True(t, b.wait.(*handoff).isSole(lb.token), "b's waiter made one round")
-					require.Eventually(t, func() bool { return b.ledger().Handed(tok) == len(c.srv) }, 5*time.Second, time.Millisecond)
+					require.Eventually(t, func() bool { return bits.OnesCount64(b.ledger().HandedNodes(tok)) == len(c.srv) }, 5*time.Second, time.Millisecond)
 				}
 				require.NoError(t, lb.Unlock(t.Context()))
 				settle(a)
 				settle(b)
 				// a's release on a slow node may come after b's unlock and
-				// hand the key over to b's finished round: b releases that
+				// hand the key off to b's finished round: b releases that
 				// stray handoff when the node announces it.
 				require.Eventually(t, func() bool { return c.keys("k") == 0 }, 5*time.Second, time.Millisecond, "k is free on every node")
 				// An announcement of this cycle that reached b only while its
@@ -629,8 +632,8 @@ func TestHandoffCleared(t *testing.T) {
 				drain(t, c, b)
 			}
 
-			stale := protocol.NewToken("") + "|" + protocol.NewToken("") + "|10000|" + b.live()
-			_, err := c.srv[0].ZAdd(queueKey("k"), 1e15, stale) // last in line
+			stale := protocol.NewToken("") + "|" + protocol.NewToken("") + "|10000|" + b.handChannel()
+			_, err := c.srv[0].ZAdd(lineKey("k"), 1e15, stale) // last in line
 			require.NoError(t, err)
 			la, err := a.Lock(t.Context(), "k", time.Minute)
 			require.NoError(t, err)
@@ -644,7 +647,7 @@ func TestHandoffCleared(t *testing.T) {
 			} else {
 				assert.Contains(t, mine(0), stale, "the first round did not look for b's entries")
 			}
-			c.srv[0].ZRem(queueKey("k"), stale)
+			c.srv[0].ZRem(lineKey("k"), stale)
 			require.NoError(t, la.Unlock(t.Context()))
 			lb := <-lc
 			require.NoError(t, <-ec)

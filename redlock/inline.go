@@ -70,8 +70,8 @@ type inLineWait struct {
 
 // sleepHooks let the handoff strategy take part in inLineWait.sleep.
 type sleepHooks interface {
-	// handedOver reports whether a quorum of nodes handed the keys over.
-	handedOver() bool
+	// handedOff reports whether a quorum of nodes handed the keys off.
+	handedOff() bool
 	// current returns the token of the round that a handoff may name, "".
 	current() string
 	// heardHand is told of a handoff on a node to a round of this client,
@@ -79,7 +79,7 @@ type sleepHooks interface {
 	heardHand(timer <-chan time.Time) <-chan time.Time
 }
 
-func (iw *inLineWait) handedOver() bool                              { return false }
+func (iw *inLineWait) handedOff() bool                               { return false }
 func (iw *inLineWait) current() string                               { return "" }
 func (iw *inLineWait) heardHand(t <-chan time.Time) <-chan time.Time { return t }
 func (iw *inLineWait) failed(join, time.Duration, *quorum.Round)     {}
@@ -143,7 +143,7 @@ func (iw *inLineWait) sleep(timer <-chan time.Time, last *Error) error {
 	key := w.c.stored(w.keys[0])
 	since := w.start // nothing listened while the round was out
 	for {
-		if iw.hooks.handedOver() {
+		if iw.hooks.handedOff() {
 			return nil
 		}
 		if iw.place != "" && iw.s.wake.NamedSince(key, iw.place, w.start) {
@@ -174,5 +174,5 @@ func (iw *inLineWait) sleep(timer <-chan time.Time, last *Error) error {
 // round that yields has no round yet: it gives 1 ms.
 func (iw *inLineWait) grace() time.Duration {
 	cfg := iw.w.c.cfg
-	return min(cfg.handoffGrace, max(cfg.graceFloor, 4*cfg.clock.Now().Sub(iw.w.start)))
+	return min(cfg.graceCap, max(cfg.graceFloor, 4*cfg.clock.Now().Sub(iw.w.start)))
 }

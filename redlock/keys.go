@@ -53,8 +53,8 @@ func (c *Client) checkKeys(keys []string) error {
 			return fmt.Errorf("redlock: keys[%d] is empty", i)
 		case strings.HasPrefix(k, protocol.StateKey):
 			return fmt.Errorf("redlock: key %q starts with %q, which is reserved for the nodes' state", k, protocol.StateKey)
-		case strings.HasPrefix(k, protocol.QueuePrefix):
-			return fmt.Errorf("redlock: key %q starts with %q, which is reserved for the queues of waiters", k, protocol.QueuePrefix)
+		case strings.HasPrefix(k, protocol.LinePrefix):
+			return fmt.Errorf("redlock: key %q starts with %q, which is reserved for the lines of waiters", k, protocol.LinePrefix)
 		}
 		if j := slices.Index(keys[:i], k); j >= 0 {
 			return fmt.Errorf("redlock: keys[%d] %q is the same as keys[%d]", i, k, j)

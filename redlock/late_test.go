@@ -15,14 +15,14 @@ import (
 	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
-// TestHandOffLateAcquire: a lock obtained while its acquire to a slow node
+// TestHandOverLateAcquire: a lock obtained while its acquire to a slow node
 // is still on the way, and handed over at once by Unlock, leaves nothing
 // behind on that node when the acquire lands after the waiter's round took
 // the free key there and released it again. The waiter's round was sent
 // to the slow node on a connection of its own (the node's batch had been
 // in flight for longer than the batch window), so it overtook the acquire
 // it was to take over.
-func TestHandOffLateAcquire(t *testing.T) {
+func TestHandOverLateAcquire(t *testing.T) {
 	leakcheck.Check(t)
 	s := redisproc.StartT(t, 5)
 	p, err := faultproxy.NewProxy(s.Addrs[4])

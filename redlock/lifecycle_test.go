@@ -649,7 +649,7 @@ func TestLockManyBadInput(t *testing.T) {
 		{[]string{"a", ""}, "redlock: keys[1] is empty"},
 		{[]string{"a", "b", "a"}, `redlock: keys[2] "a" is the same as keys[0]`},
 		{[]string{"redquorum:node"}, `redlock: key "redquorum:node" starts with "redquorum:node", which is reserved for the nodes' state`},
-		{[]string{"redquorum:queue:k"}, `redlock: key "redquorum:queue:k" starts with "redquorum:queue:", which is reserved for the queues of waiters`},
+		{[]string{"redquorum:queue:k"}, `redlock: key "redquorum:queue:k" starts with "redquorum:queue:", which is reserved for the lines of waiters`},
 	} {
 		_, err := cl.TryLockMany(t.Context(), tc.keys, time.Second)
 		assert.EqualError(t, err, tc.want)

@@ -178,9 +178,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	return err
 }
 
-// unlock is Unlock, recorded in rec when not nil. handOff allows handing
+// unlock is Unlock, recorded in rec when not nil. handOver allows handing
 // the lock over to a waiter of this Client instead of releasing it.
-func (l *Lock) unlock(ctx context.Context, rec *record, handOff bool) error {
+func (l *Lock) unlock(ctx context.Context, rec *record, handOver bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := l.c
@@ -199,7 +199,7 @@ func (l *Lock) unlock(ctx context.Context, rec *record, handOff bool) error {
 		rec.ended = true
 	}
 	c.wait.unlocked(l)
-	if handOff && c.cfg.clock.Now().Before(until) && c.queue.HandOff(l.turn, l.held.handover()) {
+	if handOver && c.cfg.clock.Now().Before(until) && c.queue.HandOver(l.turn, l.held.handover()) {
 		return nil // the next local caller's round takes the keys over
 	}
 	// The release does not depend on ctx: a caller's context that has
@@ -288,7 +288,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, rec *record) error
 	}
 	held, lat := l.held, rec.latencies()
 	r := c.life.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, timed(lat, func(ctx context.Context, i int) error {
-		if held.calls != nil { // nil: handed over on the node (see handedRound)
+		if held.calls != nil { // nil: handed off on the node (see handedRound)
 			if res, done := held.calls.Result(i); done && refused(res) {
 				return errSkipped
 			}

@@ -16,20 +16,20 @@ import (
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 )
 
-// queueKey is the key's queue of waiters on the nodes, for an empty prefix.
-func queueKey(key string) string { return protocol.QueuePrefix + key }
+// lineKey is the key's line of waiters on the nodes, for an empty prefix.
+func lineKey(key string) string { return protocol.LinePrefix + key }
 
 // waitInLine waits until a quorum of the nodes have the same waiter in
-// key's queue, and returns its entry. (A round is not sent to a node whose
+// key's line, and returns its entry. (A round is not sent to a node whose
 // earlier requests are still in flight once its outcome is decided, so a
-// waiter may miss a node's queue under load.)
+// waiter may miss a node's line under load.)
 func waitInLine(t *testing.T, c *cluster, key string) string {
 	t.Helper()
 	var place string
 	require.Eventually(t, func() bool {
 		seen := map[string]int{}
 		for _, m := range c.srv {
-			if members, err := m.ZMembers(queueKey(key)); err == nil && len(members) >= 1 {
+			if members, err := m.ZMembers(lineKey(key)); err == nil && len(members) >= 1 {
 				for _, e := range members {
 					if seen[e]++; seen[e] > len(c.srv)/2 {
 						place = e
@@ -39,30 +39,30 @@ func waitInLine(t *testing.T, c *cluster, key string) string {
 			}
 		}
 		return false
-	}, 10*time.Second, time.Millisecond, "a waiter in the queue of %s: %v", key, dumpQueues(c, key))
+	}, 10*time.Second, time.Millisecond, "a waiter in the line of %s: %v", key, dumpLines(c, key))
 	return place
 }
 
-// withEntry returns a node whose queue of key holds entry first. (A node
+// withEntry returns a node whose line of key holds entry first. (A node
 // may also hold the entry of a waiter that won by a round there late.)
 func withEntry(t *testing.T, c *cluster, key, entry string) *miniredis.Miniredis {
 	t.Helper()
 	for _, m := range c.srv {
-		if members, _ := m.ZMembers(queueKey(key)); len(members) == 1 && members[0] == entry {
+		if members, _ := m.ZMembers(lineKey(key)); len(members) == 1 && members[0] == entry {
 			return m
 		}
 	}
-	t.Fatalf("no node has %s alone in the queue of %s: %v", entry, key, dumpQueues(c, key))
+	t.Fatalf("no node has %s alone in the line of %s: %v", entry, key, dumpLines(c, key))
 	return nil
 }
 
-// dumpQueues returns a func that describes key's queue on every node, for a
+// dumpLines returns a func that describes key's line on every node, for a
 // failure message.
-func dumpQueues(c *cluster, key string) fmt.Stringer {
+func dumpLines(c *cluster, key string) fmt.Stringer {
 	return stringer(func() string {
 		var b strings.Builder
 		for i, m := range c.srv {
-			members, _ := m.ZMembers(queueKey(key))
+			members, _ := m.ZMembers(lineKey(key))
 			fmt.Fprintf(&b, "node %d: %v; ", i, members)
 		}
 		return b.String()
@@ -89,9 +89,9 @@ func lockAsync(cl *Client, key string, timeout time.Duration) <-chan error {
 	return got
 }
 
-// TestNextInLine: a waiter of another client joins the key's queue on
+// TestNextInLine: a waiter of another client joins the key's line on
 // every node after its first round; the holder's unlock names it as next
-// in line (and takes it off the queue), and it obtains the lock at once.
+// in line (and takes it off the line), and it obtains the lock at once.
 // (Without handoffs on the node, as for fenced locks; TestHandoff covers
 // them.)
 func TestNextInLine(t *testing.T) {
@@ -105,13 +105,13 @@ func TestNextInLine(t *testing.T) {
 	got := lockAsync(b, "k", 10*time.Second)
 	place := waitInLine(t, c, "k")
 	first := withEntry(t, c, "k", place)
-	score, err := first.ZScore(queueKey("k"), place)
+	score, err := first.ZScore(lineKey("k"), place)
 	require.NoError(t, err)
 	assert.Positive(t, score, "the ticket orders the waiters")
-	ttl := first.TTL(queueKey("k"))
-	assert.Greater(t, ttl, 50*time.Second, "the queue outlives the holder's key")
+	ttl := first.TTL(lineKey("k"))
+	assert.Greater(t, ttl, 50*time.Second, "the line outlives the holder's key")
 
-	sub := withEntry(t, c, "k", place) // a node whose queue has b
+	sub := withEntry(t, c, "k", place) // a node whose line has b
 	node := c.nodes[slices.Index(c.srv, sub)]
 	ps := node.Subscribe(t.Context(), protocol.ReleasedChannel+"k")
 	defer ps.Close()
@@ -135,17 +135,17 @@ func TestNextInLine(t *testing.T) {
 	settle(b)
 	left := 0
 	for _, m := range c.srv {
-		if members, _ := m.ZMembers(queueKey("k")); !slices.Contains(members, place) {
+		if members, _ := m.ZMembers(lineKey("k")); !slices.Contains(members, place) {
 			left++
 		}
 	}
 	// A node that b's winning round did not reach, or reached before the
-	// release, may keep the entry until the queue expires.
-	assert.Greater(t, left, len(c.srv)/2, "b left the queue: %v", dumpQueues(c, "k"))
+	// release, may keep the entry until the line expires.
+	assert.Greater(t, left, len(c.srv)/2, "b left the line: %v", dumpLines(c, "k"))
 }
 
 // TestNextInLineDeadOrLost: a release that names a waiter which died (it
-// never takes the key), or that names nobody because the queue was lost,
+// never takes the key), or that names nobody because the line was lost,
 // stalls a live waiter for no longer than its grace: it obtains the lock
 // long before its own retry delay (a minute).
 func TestNextInLineDeadOrLost(t *testing.T) {
@@ -155,20 +155,20 @@ func TestNextInLineDeadOrLost(t *testing.T) {
 	}{
 		{"dead waiter first", func(c *cluster) {
 			for _, m := range c.srv {
-				_, err := m.ZAdd(queueKey("k"), 1, "1:dead")
+				_, err := m.ZAdd(lineKey("k"), 1, "1:dead")
 				require.NoError(t, err)
 			}
 		}},
-		{"queue lost", func(c *cluster) {
+		{"line lost", func(c *cluster) {
 			for _, m := range c.srv {
-				m.Del(queueKey("k"))
+				m.Del(lineKey("k"))
 			}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
 			c := newCluster(t, 3)
-			c.tune = func(tn *tunables) { tn.handoffGrace = 200 * time.Millisecond }
+			c.tune = func(tn *tunables) { tn.graceCap = 200 * time.Millisecond }
 			a := c.client(t, nil)
 			b := c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
 			la, err := a.Lock(t.Context(), "k", time.Minute)
@@ -236,7 +236,7 @@ func TestYieldToNamed(t *testing.T) {
 	require.Eventually(t, func() bool {
 		n := 0
 		for _, m := range c.srv {
-			if members, _ := m.ZMembers(queueKey("k")); len(members) == 2 {
+			if members, _ := m.ZMembers(lineKey("k")); len(members) == 2 {
 				n++
 			}
 		}
@@ -277,13 +277,13 @@ func TestInLineLeaves(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	lineEmpty := func() bool {
 		for _, m := range c.srv {
-			if members, _ := m.ZMembers(queueKey("k")); len(members) > 0 {
+			if members, _ := m.ZMembers(lineKey("k")); len(members) > 0 {
 				return false
 			}
 		}
 		return true
 	}
-	require.Eventually(t, lineEmpty, 5*time.Second, time.Millisecond, "the waiter that gave up is still in line: %v", dumpQueues(c, "k"))
+	require.Eventually(t, lineEmpty, 5*time.Second, time.Millisecond, "the waiter that gave up is still in line: %v", dumpLines(c, "k"))
 
 	// c's round is refused on node 0, held by a, and joins its line there;
 	// a's unlock names nobody there, c's lock's unlock takes it off.
@@ -293,8 +293,8 @@ func TestInLineLeaves(t *testing.T) {
 	cl := c.client(t, nil)
 	lc, err := cl.Lock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
-	members, _ := c.srv[0].ZMembers(queueKey("k"))
+	members, _ := c.srv[0].ZMembers(lineKey("k"))
 	require.Len(t, members, 1, "the round joined the line where it was refused")
 	require.NoError(t, lc.Unlock(t.Context()))
-	require.Eventually(t, lineEmpty, 5*time.Second, time.Millisecond, "the holder is still in line: %v", dumpQueues(c, "k"))
+	require.Eventually(t, lineEmpty, 5*time.Second, time.Millisecond, "the holder is still in line: %v", dumpLines(c, "k"))
 }

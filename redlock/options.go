@@ -170,7 +170,7 @@ type tunables struct {
 	// wakeIdle is how long a key stays subscribed for release
 	// announcements after its last wait (internal/wake).
 	wakeIdle time.Duration
-	// redeliveryLimit bounds each node's queue of releases in doubt;
+	// redeliveryLimit bounds each node's backlog of releases in doubt;
 	// redeliverFirst and redeliverMax are the first and the largest delay
 	// between redelivery attempts (internal/node).
 	redeliveryLimit              int
@@ -182,18 +182,18 @@ type tunables struct {
 	// out. It also bounds the node calls of a round while the Client has
 	// never seen a node in service (see Client.callTimeout).
 	newDeploymentWindow time.Duration
-	// handoffGrace is how long a waiter lets the waiter that a release
+	// graceCap bounds how long a waiter lets the waiter that a release
 	// named as next in line take the key before it tries itself (see
-	// waiter.sleep).
-	handoffGrace time.Duration
+	// inLineWait.grace).
+	graceCap time.Duration
 	// graceFloor is the shortest of those graces.
 	graceFloor time.Duration
 	// yieldWindow is how long after an announcement that named a waiter of
 	// another client a Lock's first round lets that waiter go first (see
-	// waiter.yield).
+	// inLineWait.first).
 	yieldWindow time.Duration
 	// noTopUp keeps a lock that a handoff gave from being acquired on the
-	// nodes that did not hand it over (see Client.topUp): for tests.
+	// nodes that did not hand it off (see handoff.topUp): for tests.
 	noTopUp bool
 }
 
@@ -241,7 +241,7 @@ func (o *Options) config(n int) (config, error) {
 	if err := c.checkWaiting(o.Waiting); err != nil {
 		return c, err
 	}
-	c.handoffGrace = c.nodeTimeout
+	c.graceCap = c.nodeTimeout
 	c.yieldWindow = min(c.yieldWindow, c.nodeTimeout)
 	if err := c.restartGuard(o); err != nil {
 		return c, err
@@ -332,7 +332,7 @@ func (c *config) nodeConfig(closing <-chan struct{}) *node.Config {
 	}
 }
 
-// protocol returns the commands of a Client with c: with queues of waiters
+// protocol returns the commands of a Client with c: with lines of waiters
 // on the nodes unless it waits with WaitBackoff.
 func (c *config) protocol() *protocol.Protocol {
 	s := protocol.Handoff

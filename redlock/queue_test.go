@@ -189,11 +189,11 @@ func holdWithWaiter(t *testing.T, c *cluster, cl *Client) (*Lock, <-chan *Lock) 
 	return a, got
 }
 
-// TestHandOff: Unlock with another caller of the Client waiting hands the
+// TestHandOver: Unlock with another caller of the Client waiting hands the
 // lock over: no release is sent where the waiter's round took the keys
 // over; where it did not (node 4 refuses acquires), the old token is
 // released afterwards.
-func TestHandOff(t *testing.T) {
+func TestHandOver(t *testing.T) {
 	leakcheck.Check(t)
 	c := newCluster(t, 5)
 	cl := c.client(t, nil)
@@ -219,10 +219,10 @@ func TestHandOff(t *testing.T) {
 	assert.Zero(t, c.keys("k"))
 }
 
-// TestHandOffRoundFails: when the waiter's first round after a handover
+// TestHandOverRoundFails: when the waiter's first round after a handover
 // fails, the handed-over lock is released on every node, and the waiter
 // goes on with ordinary rounds.
-func TestHandOffRoundFails(t *testing.T) {
+func TestHandOverRoundFails(t *testing.T) {
 	leakcheck.Check(t)
 	c := newCluster(t, 5)
 	cl := c.client(t, &Options{MinRetryDelay: time.Millisecond, MaxRetryDelay: 2 * time.Millisecond})
@@ -243,15 +243,15 @@ func TestHandOffRoundFails(t *testing.T) {
 	assert.Zero(t, c.keys("k"))
 }
 
-// TestHandOffLimit: after maxHandoffs handovers in a row an Unlock releases
+// TestHandOverLimit: after maxHandovers handovers in a row an Unlock releases
 // the key on the nodes and announces it, for waiters in other processes.
-func TestHandOffLimit(t *testing.T) {
+func TestHandOverLimit(t *testing.T) {
 	leakcheck.Check(t)
 	c := newCluster(t, 3)
 	cl := c.client(t, nil)
 	first, err := cl.Lock(t.Context(), "k", 10*time.Second)
 	require.NoError(t, err)
-	const waiters = maxHandoffs + 1
+	const waiters = maxHandovers + 1
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex

@@ -242,7 +242,7 @@ func TestRedeliverAnswers(t *testing.T) {
 	assert.Equal(t, 1, countScript(h, scripts.Release))
 }
 
-// TestRedeliveryLimit: a node's queue keeps the newest releases and warns
+// TestRedeliveryLimit: a node's backlog keeps the newest releases and warns
 // once when it overflows.
 func TestRedeliveryLimit(t *testing.T) {
 	leakcheck.Check(t)
@@ -260,7 +260,7 @@ func TestRedeliveryLimit(t *testing.T) {
 	for _, l := range locks {
 		require.NoError(t, l.Unlock(t.Context()))
 		// Unlock returns at its quorum: wait for the release to node 2 to
-		// fail and be queued, so that the queue's order is the unlocks'.
+		// fail and be queued, so that the backlog's order is the unlocks'.
 		cl.life.workers.Wait()
 	}
 	require.Equal(t, 4, countScript(h, scripts.Release))

@@ -568,7 +568,7 @@ func TestNewValidation(t *testing.T) {
 		{"minority quorum", c.nodes, &Options{Quorum: 1}, "Options.Quorum 1 is not a majority of 3 nodes: want 2 to 3"},
 		{"quorum above N", c.nodes, &Options{Quorum: 4}, "Options.Quorum 4 is not a majority"},
 		{"unknown waiting", c.nodes, &Options{Waiting: 7}, "Options.Waiting Waiting(7) is not one of"},
-		{"handoff with fencing", c.nodes, &Options{Waiting: WaitHandoff, Fencing: true}, "Options.Waiting WaitHandoff needs the lock that a release hands over to carry no fence"},
+		{"handoff with fencing", c.nodes, &Options{Waiting: WaitHandoff, Fencing: true}, "Options.Waiting WaitHandoff needs the lock that a release hands off to carry no fence"},
 		{"negative quorum", c.nodes, &Options{Quorum: -1}, "Options.Quorum -1"},
 		{"negative drift", c.nodes, &Options{DriftFactor: -0.1}, "Options.DriftFactor -0.1 is outside [0, 0.5)"},
 		{"drift too large", c.nodes, &Options{DriftFactor: 0.5}, "Options.DriftFactor 0.5"},

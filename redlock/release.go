@@ -59,9 +59,9 @@ func (c *Client) release(ctx context.Context, r *round, announce bool, lat []tim
 // granted (see round.tookOver), next took prev's keys over and nothing is
 // left of prev. Elsewhere prev's keys may remain: where next was refused,
 // where prev's acquire landed after next's (which took the free key and
-// may have released it since), and where prev's acquire joined the queue
-// for a handoff, a release may have handed the key over to it since (an
-// announced release then takes that off, see ReleaseJoined). Callers are
+// may have released it since), and where prev's acquire joined the line
+// for a handoff, a release may have handed the key off to it since (an
+// announced release then takes that off, see strategy.refused). Callers are
 // within c.life.enter.
 func (c *Client) releaseHandedOver(next *round, prev handover) {
 	cmd := c.proto.Release(protocol.Release{Keys: next.storedKeys(), Token: prev.Token, TTL: prev.TTL, Announce: joinedRefused(c.wait, prev)})
@@ -116,11 +116,11 @@ func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string,
 // tookOver reports whether r's acquire on node i, where it was granted,
 // took over every key of the handed-over lock that r takes over: that
 // lock's acquire had been granted on the node before r's was sent, or it
-// made no calls (a lock handed over on the nodes). Otherwise the older
+// made no calls (a lock handed off on the nodes). Otherwise the older
 // acquire may have landed after r's, on a key that r had taken while it
 // was free and perhaps released again since.
 func (r *round) tookOver(i int) bool {
-	return r.over == nil || i < 64 && r.overGranted.Load()&(1<<i) != 0
+	return r.inherited == nil || i < 64 && r.inheritedGranted.Load()&(1<<i) != 0
 }
 
 // detach returns ctx without its cancellation and deadline: a release

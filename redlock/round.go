@@ -48,13 +48,14 @@ type round struct {
 	decidedMu sync.Mutex
 	decidedCh chan struct{} // made on demand by Decided, closed by decide
 
-	// over is the acquire round of the lock handed over locally whose keys
-	// this round takes over (see attempt), or nil. overGranted has bit i set
-	// when over had been granted on node i before this round's acquire
-	// was sent there: only then does this round's grant there mean that
-	// nothing is left of that lock on the node (see tookOver).
-	over        *quorum.Round
-	overGranted atomic.Uint64
+	// inherited is the acquire round of the lock that Unlock handed over
+	// to this round's caller, whose keys this round takes over (see
+	// attempt), or nil. inheritedGranted has bit i set when inherited had
+	// been granted on node i before this round's acquire was sent there:
+	// only then does this round's grant there mean that nothing is left of
+	// that lock on the node (see tookOver).
+	inherited        *quorum.Round
+	inheritedGranted atomic.Uint64
 
 	// background is set for a round that nobody waits for (see topUp).
 	background bool
@@ -99,7 +100,7 @@ func (r *round) name() string { return strings.Join(r.keys, ", ") }
 // for its replies. Callers are within c.life.enter.
 func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []string, prev handover, j join) (*round, error) {
 	r := c.newRound(keys, ttl, est, prev.Token, j)
-	r.over = prev.Acquire
+	r.inherited = prev.Acquire
 	r.start = c.cfg.clock.Now()
 	r.callTimeout = c.callTimeout()
 	r.calls = c.life.workers.Start(ctx, len(c.nodes), r.callTimeout, timed(r.lat, r.acquireOn))
@@ -155,19 +156,19 @@ func (r *round) acquireOn(ctx context.Context, i int) error {
 	if r.background {
 		d = nil // nobody waits for it: sent even to a busy node
 	}
-	if r.over != nil {
+	if r.inherited != nil {
 		// Wait for the handed-over lock's acquire to answer here: sent
 		// before, this one could overtake it (see tookOver). Not sent when
 		// the round's time runs out first.
-		if _, done := r.over.Result(i); !done {
+		if _, done := r.inherited.Result(i); !done {
 			select {
-			case <-r.over.Done(i):
+			case <-r.inherited.Done(i):
 			case <-ctx.Done():
 				return node.ErrNotSent
 			}
 		}
-		if res, _ := r.over.Result(i); granted(res) && i < 64 {
-			r.overGranted.Or(1 << i)
+		if res, _ := r.inherited.Result(i); granted(res) && i < 64 {
+			r.inheritedGranted.Or(1 << i)
 		}
 	}
 	rep, err := r.c.nodes[i].Acquire(ctx, a, cmd, d)
@@ -175,10 +176,10 @@ func (r *round) acquireOn(ctx context.Context, i int) error {
 		return err
 	}
 	r.replies[i] = rep
-	if rep.Outcome != protocol.Guarded && !r.c.inService.Load() {
+	if rep.Kind != protocol.Guarded && !r.c.inService.Load() {
 		r.c.inService.Store(true)
 	}
-	switch rep.Outcome {
+	switch rep.Kind {
 	case protocol.Taken:
 		return ErrTaken
 	case protocol.Guarded:
@@ -305,7 +306,7 @@ func (c *Client) newDeployment(r *round, err error) []string {
 // prev. On a closed Client it sends nothing: prev's keys then expire. On
 // failure it also returns how long until the current holder's keys have
 // expired on enough nodes for a quorum, or 0 when unknown. j is the
-// round's place in the queue of waiters; rec, when not nil, records the
+// round's place in the line of waiters; rec, when not nil, records the
 // rounds.
 func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, prev handover, j join, rec *record) (*Lock, time.Duration, *quorum.Round, error) {
 	if err := c.life.enter(); err != nil {

@@ -14,7 +14,7 @@ import (
 // Waiting is how [Client.Lock] waits between its rounds when the keys are
 // taken. Every strategy decides grants with the same scripts on the nodes,
 // so Clients with different strategies share keys safely; they differ in
-// how soon and in which order waiters try again. See docs/ARCHITECTURE.md,
+// how soon and in which order waiters try again. See docs/DESIGN.md,
 // "Waiting".
 type Waiting int
 
@@ -30,7 +30,7 @@ const (
 	// line: each release names the next one, which tries at once while the
 	// others give it a grace.
 	WaitInLine
-	// WaitHandoff is WaitInLine, and a release hands the key over on the
+	// WaitHandoff is WaitInLine, and a release hands the key off on the
 	// node to the next waiter whose Client still listens, without a round
 	// of the waiter's. It needs plain nodes (no Cluster, no Ring) and no
 	// Options.Fencing.
@@ -58,7 +58,7 @@ func (c *config) checkWaiting(w Waiting) error {
 	case w < WaitDefault || w > WaitHandoff:
 		return fmt.Errorf("redlock: Options.Waiting %v is not one of WaitDefault, WaitBackoff, WaitInLine, WaitHandoff", w)
 	case w == WaitHandoff && c.fencing:
-		return fmt.Errorf("redlock: Options.Waiting %v needs the lock that a release hands over to carry no fence: it cannot be used with Options.Fencing (use WaitInLine)", w)
+		return fmt.Errorf("redlock: Options.Waiting %v needs the lock that a release hands off to carry no fence: it cannot be used with Options.Fencing (use WaitInLine)", w)
 	}
 	c.waiting = w
 	return nil
@@ -99,7 +99,7 @@ type waiting interface {
 	// try sooner. It returns the error for Lock to return when the caller
 	// must give up.
 	sleep(timer <-chan time.Time, last *Error) error
-	// handed returns a lock that the nodes handed over to this waiter,
+	// handed returns a lock that the nodes handed off to this waiter,
 	// with ttl, or nil.
 	handed(ttl time.Duration) *Lock
 	// done is told that the Lock call returns l, or nil when it failed.
@@ -131,10 +131,9 @@ func (c *Client) newStrategy(clients []redis.UniversalClient) strategy {
 		b.wake = wake.New(clients, c.cfg.wakeIdle, c.cfg.clock, nil)
 		return inLine
 	}
-	h := &handoff{inLine: inLine, live: protocol.LiveChannel + protocol.NewToken("")}
-	c.proto.WithLive(h.live)
-	h.ledger = wake.NewLedger(h.live)
-	h.ledger.SetStray(h.releaseStray)
+	h := &handoff{inLine: inLine, channel: protocol.HandChannel + protocol.NewToken("")}
+	c.proto.WithHandChannel(h.channel)
+	h.ledger = wake.NewLedger(h.channel, h.releaseStray)
 	b.wake = wake.New(clients, c.cfg.wakeIdle, c.cfg.clock, h.ledger)
 	return h
 }

@@ -290,7 +290,7 @@ func TestWakeListenersStopWhenIdle(t *testing.T) {
 		n, all := 0, 0
 		for _, m := range c.srv {
 			n += m.PubSubNumSub(releasedChannel + key)[releasedChannel+key]
-			all += len(slices.DeleteFunc(m.PubSubChannels(""), func(ch string) bool { return ch == cl.live() }))
+			all += len(slices.DeleteFunc(m.PubSubChannels(""), func(ch string) bool { return ch == cl.handChannel() }))
 		}
 		return n, all
 	}

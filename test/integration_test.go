@@ -85,14 +85,14 @@ func (ns *nodes) holding(t *testing.T, key, value string, skip ...int) []int {
 	return ns.find(t, key, func(v string) bool { return v == value }, skip)
 }
 
-// queued returns on how many nodes the queue of waiters of key (as stored,
+// inLine returns on how many nodes the line of waiters of key (as stored,
 // under the prefix "lock:") has one waiter. (A round is not sent to a node
 // whose earlier requests are still in flight once its outcome is decided,
-// so a waiter may miss a node's queue.)
-func (ns *nodes) queued(t *testing.T, key string) int {
+// so a waiter may miss a node's line.)
+func (ns *nodes) inLine(t *testing.T, key string) int {
 	n := 0
 	for _, d := range ns.direct {
-		if d.ZCard(t.Context(), "lock:"+protocol.QueuePrefix+strings.TrimPrefix(key, "lock:")).Val() == 1 {
+		if d.ZCard(t.Context(), "lock:"+protocol.LinePrefix+strings.TrimPrefix(key, "lock:")).Val() == 1 {
 			n++
 		}
 	}
@@ -454,8 +454,8 @@ func TestACL(t *testing.T) {
 		}, 10*time.Second, 10*time.Millisecond,
 			"the waiting client subscribed on %s", n.Name())
 	}
-	require.Eventually(t, func() bool { return ns.queued(t, "lock:acl") > len(nodes)/2 }, 10*time.Second, 10*time.Millisecond,
-		"the waiting client joined the queue of waiters on a quorum of nodes")
+	require.Eventually(t, func() bool { return ns.inLine(t, "lock:acl") > len(nodes)/2 }, 10*time.Second, 10*time.Millisecond,
+		"the waiting client joined the line of waiters on a quorum of nodes")
 	require.NoError(t, l.Unlock(ctx), "unlock as the least-privilege user")
 	select {
 	case err := <-got:
@@ -467,7 +467,7 @@ func TestACL(t *testing.T) {
 
 	// Without fencing, a waiter whose client is subscribed to its own
 	// channel (from its first wait on) joins for a handoff: the unlock
-	// hands the key over on the nodes, and the waiter holds it without a
+	// hands the key off on the nodes, and the waiter holds it without a
 	// round (the hand value is its token).
 	holder, err := redlock.New(nodes, &redlock.Options{KeyPrefix: "lock:", NodeTimeout: time.Second})
 	require.NoError(t, err)
@@ -476,8 +476,8 @@ func TestACL(t *testing.T) {
 		MinRetryDelay: 10 * time.Second, MaxRetryDelay: 10 * time.Second})
 	require.NoError(t, err)
 	defer waiter.Close()
-	handedOver := false
-	for try := 0; try < 3 && !handedOver; try++ { // the first wait subscribes the waiter's channel
+	handedOff := false
+	for try := 0; try < 3 && !handedOff; try++ { // the first wait subscribes the waiter's hand channel
 		l, err := holder.TryLock(ctx, "acl", 10*time.Second)
 		require.NoError(t, err)
 		got := make(chan string, 1)
@@ -496,12 +496,12 @@ func TestACL(t *testing.T) {
 				return len(admin.PubSubChannels(ctx, "redquorum:waiting:*").Val()) == 1
 			}, 10*time.Second, 10*time.Millisecond, "the waiter's channel subscribed")
 		}
-		require.Eventually(t, func() bool { return ns.queued(t, "lock:acl") > len(nodes)/2 }, 10*time.Second, 10*time.Millisecond,
-			"the waiter joined the queue on a quorum of nodes")
+		require.Eventually(t, func() bool { return ns.inLine(t, "lock:acl") > len(nodes)/2 }, 10*time.Second, 10*time.Millisecond,
+			"the waiter joined the line on a quorum of nodes")
 		require.NoError(t, l.Unlock(ctx))
 		select {
 		case tok := <-got:
-			handedOver = strings.HasPrefix(tok, protocol.HandPrefix)
+			handedOff = strings.HasPrefix(tok, protocol.HandPrefix)
 		case <-time.After(5 * time.Second):
 			t.Fatal("the waiter slept through the release: its retry delay is 10s")
 		}
@@ -510,7 +510,7 @@ func TestACL(t *testing.T) {
 			time.Sleep(10 * time.Millisecond) // the waiter's unlock
 		}
 	}
-	assert.True(t, handedOver, "a lock was handed over on the nodes to the least-privilege user")
+	assert.True(t, handedOff, "a lock was handed off on the nodes to the least-privilege user")
 
 	// Every node had the scripts loaded from above (EVALSHA fallback to
 	// EVAL); a node restarted empty needs EVAL again.

@@ -155,7 +155,7 @@ func globEscape(prefix string) string {
 }
 
 // reserved reports whether k, a key found on a node, is not a lock key but
-// one of the library's own: a node state or a queue of waiters (lock keys
+// one of the library's own: a node state or a line of waiters (lock keys
 // must not start with either).
 func reserved(prefix, k string) bool {
 	rest, ok := strings.CutPrefix(k, prefix)

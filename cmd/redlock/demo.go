@@ -158,7 +158,7 @@ func demo(ctx context.Context, args []string, out io.Writer) error {
 	for _, n := range nodeSets[0] {
 		keys, _ := n.Keys(ctx, prefix+"*").Result()
 		for _, k := range keys {
-			if reserved(prefix, k) { // the node's own state, or a queue of waiters
+			if reserved(prefix, k) { // the node's own state, or a line of waiters
 				continue
 			}
 			v, err := n.Get(ctx, k).Result()

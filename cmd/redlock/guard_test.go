@@ -138,7 +138,7 @@ func TestGuardEnd(t *testing.T) {
 
 // TestGuardEndRefuses: a live lock key or an unreachable node makes guard
 // end refuse, naming the key and the node, and change nothing anywhere;
-// tombstones, queues of waiters and keys without a TTL do not count.
+// tombstones, lines of waiters and keys without a TTL do not count.
 func TestGuardEndRefuses(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
@@ -170,8 +170,8 @@ func TestGuardEndRefuses(t *testing.T) {
 			require.NoError(t, nodes[1].Set(t.Context(), "p:gone", protocol.TombstonePrefix+"x", time.Minute).Err())
 			require.NoError(t, nodes[2].Set(t.Context(), "p:kept", "no ttl", 0).Err())
 			require.NoError(t, nodes[2].Set(t.Context(), "other:k", "another prefix", time.Minute).Err())
-			require.NoError(t, nodes[0].ZAdd(t.Context(), "p:"+protocol.QueuePrefix+"held", redis.Z{Score: 1, Member: "w"}).Err())
-			require.NoError(t, nodes[0].PExpire(t.Context(), "p:"+protocol.QueuePrefix+"held", time.Minute).Err()) // a queue of waiters
+			require.NoError(t, nodes[0].ZAdd(t.Context(), "p:"+protocol.LinePrefix+"held", redis.Z{Score: 1, Member: "w"}).Err())
+			require.NoError(t, nodes[0].PExpire(t.Context(), "p:"+protocol.LinePrefix+"held", time.Minute).Err()) // a line of waiters
 			code, out, errOut = runCLI(t, "guard", "end", "--nodes", all, "--prefix", "p:", "--yes")
 			require.Equal(t, 0, code, "%s%s", out, errOut)
 			assert.Equal(t, "0", states(t, nodes)[0]["g"])

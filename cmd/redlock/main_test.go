@@ -129,7 +129,7 @@ func TestBench(t *testing.T) {
 	}
 	for _, i := range []int{2, 3, 4} { // the hot key: in one client, in clients, in processes
 		assert.Len(t, rep.Results[i].Shares, 2, rep.Results[i].Title)
-		assert.Positive(t, rep.Results[i].Handoff.P50, rep.Results[i].Title)
+		assert.Positive(t, rep.Results[i].Gap.P50, rep.Results[i].Title)
 	}
 	assert.Equal(t, "hotkey-2-procs", rep.Results[4].Scenario)
 	svg, err := os.ReadFile(svgFile)

@@ -141,7 +141,7 @@ func (cc *connCheck) run(ctx context.Context, cn *redis.Conn) error {
 		return err
 	}
 	log := cc.n.cfg.Log
-	switch r.Outcome {
+	switch r.Kind {
 	case protocol.Changed:
 		log.Warn("redlock: the node's server changed (a failover, or a restart from a persisted file): it may lack locks it granted, so its restart guard runs",
 			"node", cc.n.name, "replid", r.ID, "guard", r.Guard)

@@ -65,8 +65,8 @@ type Config struct {
 	// BatchWindow is how long after a batch was sent later commands still
 	// queue behind it (see batcher; measured on the system clock).
 	BatchWindow time.Duration
-	// RedeliveryLimit bounds the releases in doubt queued per node; beyond
-	// it the oldest are dropped (their keys expire with their TTL).
+	// RedeliveryLimit bounds each node's backlog of releases in doubt;
+	// beyond it the oldest are dropped (their keys expire with their TTL).
 	RedeliveryLimit int
 	// RedeliverFirst and RedeliverMax are the first and the largest delay
 	// between redelivery attempts; the delay doubles in between.

@@ -23,26 +23,26 @@ import (
 // swallows a failed round's release as well as its acquire leaves, once it
 // heals, a key that nobody holds until its TTL.
 //
-// Each node has one queue and, while the queue is not empty, one goroutine
-// that retries it with a doubling delay (Config.RedeliverFirst up to
-// Config.RedeliverMax); an answered or expired release leaves the queue, and
-// the goroutine ends with the queue. An attempt sends the oldest release
-// alone and, if the node answers it, the rest as one pipeline; it takes one
-// of the node's request slots (Node.enter), and a node whose slots are all
-// taken is left for the next attempt. When Config.Closing is closed, the
-// goroutine makes one last attempt for what is queued, at once (bounded by
-// Config.RedeliverTimeout), and ends; [Node.Wait] waits for it. A release
-// that fails after that makes its last attempt at once, in its own call.
-// What it could not deliver, and a queue that overflows
-// (Config.RedeliveryLimit), are logged at Debug level: the keys expire with
-// their TTL, as they would without redelivery.
+// Each node has one backlog and, while the backlog is not empty, one
+// goroutine that retries it with a doubling delay (Config.RedeliverFirst up
+// to Config.RedeliverMax); an answered or expired release leaves the
+// backlog, and the goroutine ends with the backlog. An attempt sends the
+// oldest release alone and, if the node answers it, the rest as one
+// pipeline; it takes one of the node's request slots (Node.enter), and a
+// node whose slots are all taken is left for the next attempt. When
+// Config.Closing is closed, the goroutine makes one last attempt for the
+// backlog, at once (bounded by Config.RedeliverTimeout), and ends;
+// [Node.Wait] waits for it. A release that fails after that makes its last
+// attempt at once, in its own call. What it could not deliver, and a
+// backlog that overflows (Config.RedeliveryLimit), are logged at Debug
+// level: the keys expire with their TTL, as they would without redelivery.
 
-// redelivery is one node's queue of releases in doubt.
+// redelivery is one node's backlog of releases in doubt.
 type redelivery struct {
 	mu       sync.Mutex
 	pending  []pendingRelease
-	running  bool // a goroutine retries the queue
-	dropping bool // the queue has overflowed since it was last empty (warned once)
+	running  bool // a goroutine retries the backlog
+	dropping bool // the backlog has overflowed since it was last empty (warned once)
 	wg       sync.WaitGroup
 }
 
@@ -72,7 +72,7 @@ func inDoubt(err error) bool {
 	return false
 }
 
-// redeliver queues a release (cmd, of a lock with ttl named key) for
+// redeliver adds a release (cmd, of a lock with ttl named key) for
 // retries, after a failure in doubt. It is called from a release call,
 // which the client waits for before it waits for the node.
 func (n *Node) redeliver(cmd protocol.Cmd, ttl time.Duration, key string, cause error) {
@@ -117,7 +117,7 @@ func (n *Node) closing() bool {
 	}
 }
 
-// redeliverLoop retries the node's queue until it is empty, or once more
+// redeliverLoop retries the node's backlog until it is empty, or once more
 // when the client begins to close.
 func (n *Node) redeliverLoop() {
 	q := &n.redo
@@ -140,7 +140,7 @@ func (n *Node) redeliverLoop() {
 			return
 		}
 		if len(left) == 0 {
-			delay = n.cfg.RedeliverFirst // the node answered; what is queued now is new
+			delay = n.cfg.RedeliverFirst // the node answered; the backlog now is new
 		} else {
 			delay = min(2*delay, n.cfg.RedeliverMax)
 		}
@@ -148,7 +148,7 @@ func (n *Node) redeliverLoop() {
 	}
 }
 
-// take empties the queue and returns its releases still within their TTL.
+// take empties the backlog and returns its releases still within their TTL.
 func (q *redelivery) take(now time.Time) []pendingRelease {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -162,9 +162,9 @@ func (q *redelivery) take(now time.Time) []pendingRelease {
 	return batch
 }
 
-// putBack queues left, the releases still in doubt, ahead of those queued
+// putBack puts left, the releases still in doubt, ahead of those added
 // meanwhile. It reports whether the loop ends: on its last attempt, or with
-// nothing queued; the queue is then reset.
+// nothing in the backlog; the backlog is then reset.
 func (q *redelivery) putBack(left []pendingRelease, last bool) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -179,7 +179,7 @@ func (q *redelivery) putBack(left []pendingRelease, last bool) bool {
 // redeliverBatch sends batch to the node and returns the releases still in
 // doubt. The first goes alone (it also loads the script on a node that lost
 // it); if the node answers it, the rest go as one pipeline, so that a slow
-// node drains its queue in a round trip or two. The attempt's time is
+// node drains its backlog in a round trip or two. The attempt's time is
 // bounded by Config.RedeliverTimeout.
 func (n *Node) redeliverBatch(batch []pendingRelease, last bool) []pendingRelease {
 	if len(batch) == 0 {

@@ -25,7 +25,7 @@ func TestAcquireCases(t *testing.T) {
 		name  string
 		value string // "" for no key
 		ttl   time.Duration
-		want  Outcome
+		want  AcquireKind
 		held  bool // the key holds token afterwards
 	}{
 		{"free", "", 0, Granted, true},
@@ -51,12 +51,12 @@ func TestAcquireCases(t *testing.T) {
 					require.NoError(t, node.Set(ctx, "k", tc.value, tc.ttl).Err())
 				}
 				cmd := p.AcquireCmd(Acquire{Keys: append(keys, StateKey), Token: token, TTL: 30 * time.Second, Over: prev,
-					Join: Join{Place: "id", Ticket: 1, Live: "chan", Prev: prevRound}})
+					Join: Join{Place: "id", Ticket: 1, Channel: "chan", Prev: prevRound}})
 				v, err := p.Run(ctx, node, cmd)
 				require.NoError(t, err)
 				r, err := DecodeAcquire(v)
 				require.NoError(t, err)
-				assert.Equal(t, tc.want, r.Outcome)
+				assert.Equal(t, tc.want, r.Kind)
 				got := node.Get(ctx, "k").Val()
 				before, waited := Holding(tc.value)
 				switch {
@@ -83,34 +83,34 @@ func TestAcquireCases(t *testing.T) {
 	}
 }
 
-// TestAcquireQueued: a round of a waiter whose client may be in the queue
+// TestAcquireLineEntries: a round of a waiter whose client may be in line
 // (Entries MayHave) takes every entry of the client off (its own earlier
 // rounds', an earlier waiter's), whether it is granted or joins again; a
-// round that is not queued leaves the queue alone. A first round of a
+// round that is not in line leaves the line alone. A first round of a
 // client that knows it has no entry left (Entries Cleared) leaves the
-// queue alone too, but its grant marks the key while others are in line.
-func TestAcquireQueued(t *testing.T) {
+// line alone too, but its grant marks the key while others are in line.
+func TestAcquireLineEntries(t *testing.T) {
 	ctx := t.Context()
 	node := oneNode(t, true)
 	p := New(time.Minute, false, Handoff, "")
-	queue := QueuePrefix + "k"
-	named := "id-w"                    // the waiter's round from before its client's channel was subscribed
+	line := LinePrefix + "k"
+	named := "id-w"                    // the waiter's round from before its client's hand channel was subscribed
 	prevRound := "id-w|tok-p|30000|ch" // its previous round's
 	older := "id-o|tok-o|30000|ch"     // an earlier waiter's of the same client
 	other := "id-x|tok-x|30000|ch-x"   // another client's
-	acquire := func(a Acquire) Outcome {
+	acquire := func(a Acquire) AcquireKind {
 		t.Helper()
-		a.Keys, a.TTL, a.Join.Ticket, a.Join.Live, a.Join.Place = []string{"k", StateKey}, 30*time.Second, 5, "ch", "id-w"
+		a.Keys, a.TTL, a.Join.Ticket, a.Join.Channel, a.Join.Place = []string{"k", StateKey}, 30*time.Second, 5, "ch", "id-w"
 		v, err := p.Run(ctx, node, p.AcquireCmd(a))
 		require.NoError(t, err)
 		r, err := DecodeAcquire(v)
 		require.NoError(t, err)
-		return r.Outcome
+		return r.Kind
 	}
 	reset := func(held bool) {
 		t.Helper()
-		require.NoError(t, node.Del(ctx, "k", queue).Err())
-		require.NoError(t, node.ZAdd(ctx, queue, redis.Z{Score: 1, Member: named}, redis.Z{Score: 1, Member: prevRound},
+		require.NoError(t, node.Del(ctx, "k", line).Err())
+		require.NoError(t, node.ZAdd(ctx, line, redis.Z{Score: 1, Member: named}, redis.Z{Score: 1, Member: prevRound},
 			redis.Z{Score: 2, Member: older}, redis.Z{Score: 3, Member: other}).Err())
 		if held {
 			require.NoError(t, node.Set(ctx, "k", "tok-holder", time.Minute).Err())
@@ -121,37 +121,37 @@ func TestAcquireQueued(t *testing.T) {
 
 	reset(false)
 	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n"}))
-	assert.Equal(t, all, node.ZRange(ctx, queue, 0, -1).Val(), "a first round's grant leaves the queue alone")
+	assert.Equal(t, all, node.ZRange(ctx, line, 0, -1).Val(), "a first round's grant leaves the line alone")
 	assert.Equal(t, "tok-n", node.Get(ctx, "k").Val(), "and does not mark the key")
 
 	reset(false)
 	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n", Join: Join{Prev: "tok-p", Entries: MayHave}}))
-	assert.Equal(t, []string{other}, node.ZRange(ctx, queue, 0, -1).Val(), "a later round's grant takes every entry of the client off")
+	assert.Equal(t, []string{other}, node.ZRange(ctx, line, 0, -1).Val(), "a later round's grant takes every entry of the client off")
 	assert.Equal(t, WaitedPrefix+"tok-n", node.Get(ctx, "k").Val(), "another waiter is in line: the key is marked")
 	assert.InDelta(t, 30*time.Second, node.PTTL(ctx, "k").Val(), float64(time.Second), "with the TTL asked for")
 
-	require.NoError(t, node.Del(ctx, "k", queue).Err())
-	require.NoError(t, node.ZAdd(ctx, queue, redis.Z{Score: 1, Member: prevRound}).Err())
+	require.NoError(t, node.Del(ctx, "k", line).Err())
+	require.NoError(t, node.ZAdd(ctx, line, redis.Z{Score: 1, Member: prevRound}).Err())
 	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n", Join: Join{Prev: "tok-p", Entries: MayHave}}))
 	assert.Equal(t, "tok-n", node.Get(ctx, "k").Val(), "nobody else in line: the key is not marked")
 
 	reset(true)
 	require.Equal(t, Taken, acquire(Acquire{Token: "tok-n"}))
-	assert.ElementsMatch(t, append(all, fresh), node.ZRange(ctx, queue, 0, -1).Val(), "a first round joins")
+	assert.ElementsMatch(t, append(all, fresh), node.ZRange(ctx, line, 0, -1).Val(), "a first round joins")
 
 	reset(true)
 	require.Equal(t, Taken, acquire(Acquire{Token: "tok-n", Join: Join{Prev: "tok-p", Entries: MayHave}}))
-	assert.ElementsMatch(t, []string{other, fresh}, node.ZRange(ctx, queue, 0, -1).Val(),
+	assert.ElementsMatch(t, []string{other, fresh}, node.ZRange(ctx, line, 0, -1).Val(),
 		"a later round replaces every entry of the client with its own")
 
 	reset(false)
 	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n", Join: Join{Entries: Cleared}}))
-	assert.Equal(t, all, node.ZRange(ctx, queue, 0, -1).Val(), "a cleared round's grant does not look for the client's entries")
+	assert.Equal(t, all, node.ZRange(ctx, line, 0, -1).Val(), "a cleared round's grant does not look for the client's entries")
 	assert.Equal(t, WaitedPrefix+"tok-n", node.Get(ctx, "k").Val(), "others are in line: the key is marked")
 
 	reset(true)
 	require.Equal(t, Taken, acquire(Acquire{Token: "tok-n", Join: Join{Entries: Cleared}}))
-	assert.ElementsMatch(t, append(all, fresh), node.ZRange(ctx, queue, 0, -1).Val(), "a cleared round joins without looking")
+	assert.ElementsMatch(t, append(all, fresh), node.ZRange(ctx, line, 0, -1).Val(), "a cleared round joins without looking")
 }
 
 // TestAcquireGuardedAfterSet: a free key on a node in its restart guard is
@@ -166,7 +166,7 @@ func TestAcquireGuardedAfterSet(t *testing.T) {
 		require.NoError(t, err)
 		r, err := DecodeAcquire(v)
 		require.NoError(t, err)
-		assert.Equal(t, Guarded, r.Outcome, "%d key(s)", len(keys))
+		assert.Equal(t, Guarded, r.Kind, "%d key(s)", len(keys))
 		assert.Zero(t, node.Exists(ctx, keys...).Val(), "%d key(s): nothing is left set", len(keys))
 	}
 }
@@ -181,7 +181,7 @@ func TestKernelIgnoresWaiting(t *testing.T) {
 	p := New(time.Minute, false, Kernel, "")
 	for _, tc := range []struct {
 		value, after string // after: the key's value after the acquire
-		want         Outcome
+		want         AcquireKind
 	}{
 		{"tok-other", "tok-other", Taken},
 		{WaitedPrefix + "tok-other", WaitedPrefix + "tok-other", Taken},
@@ -197,9 +197,9 @@ func TestKernelIgnoresWaiting(t *testing.T) {
 		require.NoError(t, err)
 		r, err := DecodeAcquire(v)
 		require.NoError(t, err)
-		assert.Equal(t, tc.want, r.Outcome, tc.value)
+		assert.Equal(t, tc.want, r.Kind, tc.value)
 		assert.Equal(t, tc.after, node.Get(ctx, "k").Val(), tc.value)
-		assert.Zero(t, node.Exists(ctx, QueuePrefix+"k").Val(), "%s: no line", tc.value)
+		assert.Zero(t, node.Exists(ctx, LinePrefix+"k").Val(), "%s: no line", tc.value)
 	}
 	require.NoError(t, node.Set(ctx, "k", WaitedPrefix+"tok", time.Minute).Err())
 	n, err := p.RunInt(ctx, node, p.Release(Release{Keys: []string{"k"}, Token: "tok", TTL: time.Minute, Announce: true}))

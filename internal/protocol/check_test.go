@@ -36,28 +36,28 @@ func TestCheck(t *testing.T) {
 	}
 
 	first := check(master, p)
-	assert.Equal(t, Same, first.Outcome, "no state: the ID is recorded")
+	assert.Equal(t, Same, first.Kind, "no state: the ID is recorded")
 	assert.Len(t, first.ID, 40)
 	assert.Equal(t, map[string]string{"r": first.ID}, master.HGetAll(ctx, StateKey).Val(), "nothing but the ID: the first acquire starts the guard")
 	require.NoError(t, master.HSet(ctx, StateKey, "g", "0", "id", "round", "f", "41").Err())
-	assert.Equal(t, CheckReply{Outcome: Same, ID: first.ID}, check(master, p))
-	assert.Equal(t, CheckReply{Outcome: NotMaster, Detail: "slave"}, check(replica, p))
+	assert.Equal(t, CheckReply{Kind: Same, ID: first.ID}, check(master, p))
+	assert.Equal(t, CheckReply{Kind: NotMaster, Detail: "slave"}, check(replica, p))
 
 	require.Eventually(t, func() bool { return replica.HGet(ctx, StateKey, "f").Val() == "41" }, 5*time.Second, 10*time.Millisecond)
 	require.NoError(t, replica.Do(ctx, "REPLICAOF", "NO", "ONE").Err())
 	promoted := check(replica, p)
-	assert.Equal(t, Changed, promoted.Outcome)
+	assert.Equal(t, Changed, promoted.Kind)
 	assert.NotEqual(t, first.ID, promoted.ID)
 	assert.InDelta(t, time.Minute, promoted.Guard, float64(time.Second))
 	state := replica.HGetAll(ctx, StateKey).Val()
 	assert.Equal(t, promoted.ID, state["r"])
 	assert.Equal(t, promoted.ID, state["id"], "an id no other node has: not a new deployment")
 	assert.NotContains(t, state, "f", "the fence counter is unknown")
-	assert.Equal(t, CheckReply{Outcome: Same, ID: promoted.ID}, check(replica, p), "once per server")
+	assert.Equal(t, CheckReply{Kind: Same, ID: promoted.ID}, check(replica, p), "once per server")
 
 	// With the guard off only the ID changes.
 	require.NoError(t, master.HSet(ctx, StateKey, "r", "other").Err())
-	assert.Equal(t, CheckReply{Outcome: Same, ID: first.ID}, check(master, New(0, false, Kernel, "")))
+	assert.Equal(t, CheckReply{Kind: Same, ID: first.ID}, check(master, New(0, false, Kernel, "")))
 	assert.Equal(t, "0", master.HGet(ctx, StateKey, "g").Val())
 	assert.Equal(t, "41", master.HGet(ctx, StateKey, "f").Val())
 
@@ -69,10 +69,10 @@ func TestCheck(t *testing.T) {
 	require.NoError(t, err)
 	a, err := DecodeAcquire(v)
 	require.NoError(t, err)
-	assert.Equal(t, Guarded, a.Outcome)
+	assert.Equal(t, Guarded, a.Kind)
 	assert.Equal(t, first.ID, master.HGet(ctx, StateKey, "r").Val())
 	guardUntil := master.HGet(ctx, StateKey, "g").Val()
-	assert.Equal(t, CheckReply{Outcome: Same, ID: first.ID}, check(master, p))
+	assert.Equal(t, CheckReply{Kind: Same, ID: first.ID}, check(master, p))
 	assert.Equal(t, guardUntil, master.HGet(ctx, StateKey, "g").Val(), "the guard the acquire began, neither ended nor restarted")
 
 	// The same after a FLUSHALL found by an extend.
@@ -87,7 +87,7 @@ func TestCheck(t *testing.T) {
 	// A state that an earlier version marked '?' (ID unknown) takes the
 	// server's ID as a new state does.
 	require.NoError(t, master.HSet(ctx, StateKey, "r", "?").Err())
-	assert.Equal(t, CheckReply{Outcome: Same, ID: first.ID}, check(master, p))
+	assert.Equal(t, CheckReply{Kind: Same, ID: first.ID}, check(master, p))
 	assert.Equal(t, first.ID, master.HGet(ctx, StateKey, "r").Val())
 	assert.Equal(t, guardUntil, master.HGet(ctx, StateKey, "g").Val())
 }
@@ -110,7 +110,7 @@ func TestCheckUnreadable(t *testing.T) {
 	require.NoError(t, err)
 	r, err := DecodeCheck(v)
 	require.NoError(t, err)
-	assert.Equal(t, Unchecked, r.Outcome)
+	assert.Equal(t, Unchecked, r.Kind)
 	assert.Contains(t, r.Detail, "can't run this command")
 	assert.Zero(t, admin.Exists(ctx, StateKey).Val())
 }

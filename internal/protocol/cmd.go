@@ -51,12 +51,12 @@ type Join struct {
 	Ticket int64
 	// Entries is what the client knows of its entries in the line.
 	Entries Entries
-	// Live is the client's channel (see [LiveChannel]) when the waiter
-	// joins for a handoff on the node (the Handoff strategy), "" when it is
-	// only to be named. Prev is then the token of the waiter's previous
-	// round, "" for none: its entry is replaced, and a key handed to it
-	// counts as free.
-	Live, Prev string
+	// Channel is the client's hand channel (see [HandChannel]) when the
+	// waiter joins for a handoff on the node (the Handoff strategy), ""
+	// when it is only to be named. Prev is then the token of the waiter's
+	// previous round, "" for none: its entry is replaced, and a key handed
+	// off to it counts as free.
+	Channel, Prev string
 }
 
 // Entries is what a client knows of its entries in a key's line of
@@ -90,10 +90,10 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 			opt[1] = j.Place
 		}
 		opt[2] = [...]any{nil, "1", "2"}[j.Entries]
-		if j.Live != "" && p.argc >= 5 {
-			opt[3] = j.Live
-			if j.Live == p.live {
-				opt[3] = p.live // boxed once
+		if j.Channel != "" && p.argc >= 5 {
+			opt[3] = j.Channel
+			if j.Channel == p.handChannel {
+				opt[3] = p.handChannel // boxed once
 			}
 			if j.Prev != "" {
 				opt[4] = j.Prev
@@ -141,7 +141,7 @@ type Release struct {
 	// first key's line.
 	Place string
 	// Leave (the Handoff strategy) also takes the client's entries off the
-	// first key's line, and releases what was handed over to Token there.
+	// first key's line, and releases what was handed off to Token there.
 	Leave bool
 }
 
@@ -184,8 +184,8 @@ func (p *Protocol) releaseArgs(cmd Cmd, token, ttl any, r Release) Cmd {
 		return cmd
 	}
 	leave := p.none
-	if r.Leave && p.live != nil {
-		leave = p.live
+	if r.Leave && p.handChannel != nil {
+		leave = p.handChannel
 	}
 	if p.guard.(int64) == 0 {
 		return append(cmd, leave, "1")

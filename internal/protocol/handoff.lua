@@ -1,46 +1,46 @@
 -- Waiting strategy "handoff" (Options.Waiting WaitHandoff), over
--- inline.lua: a release hands a single key over on the node to the first
+-- inline.lua: a release hands a single key off on the node to the first
 -- in line whose client still listens, instead of deleting it.
 -- acquire: ARGV[7] is the channel of the waiter's client (see
--- protocol.LiveChannel), subscribed for as long as the client lives: the
+-- protocol.HandChannel), subscribed for as long as the client lives: the
 -- waiter then joins for a handoff. Its entry is id .. '|' .. token .. '|'
 -- .. ARGV[2] .. '|' .. ARGV[7] (the id first, so that its rounds keep its
 -- place among equal tickets; the id and the token have the same length),
 -- and each round replaces its previous round's entries. ARGV[8] is the
 -- token of the waiter's previous round: a key that holds it (granted
 -- there, its clean-up still to come) or its hand value ("@HAND@" .. token:
--- a release handed the key over to it) counts as free, and so does the
+-- a release handed the key off to it) counts as free, and so does the
 -- hand value of the lock taken over (acquire.lua). A round for a hand
 -- value (the lock a handoff gave, sent to the nodes that did not hand it
--- over) never joins, and its grant marks the keys (a handoff means
+-- off) never joins, and its grant marks the keys (a handoff means
 -- waiters).
 -- release: ARGV[4] (optional) is the channel of the releasing client, for
 -- a waiter that leaves, or a lock whose round joined where it was refused:
 -- where KEYS[1] does not hold the lock, the client's entries leave the
 -- line first (one waiter per key at a time, and that one is done), and a
--- key handed over to it, "@HAND@" .. ARGV[1], is released like one that
+-- key handed off to it, "@HAND@" .. ARGV[1], is released like one that
 -- holds it. ARGV[5] is '1' when the restart guard is off; otherwise a key
--- is handed over only by a node whose state is established (a handoff is
--- a grant). A key is handed over to the first in line that joined for a
+-- is handed off only by a node whose state is established (a handoff is
+-- a grant). A key is handed off to the first in line that joined for a
 -- handoff: set to "@HAND@" .. token, marked, for the entry's TTL, and the
 -- client told on its channel; the handoff stands only if that client
 -- heard it (PUBLISH reached a subscriber on this server), so never for a
 -- waiter whose process is gone (its entry is dropped and the next tried).
--- A key handed over is kept, and not announced: the others have nothing
+-- A key handed off is kept, and not announced: the others have nothing
 -- to try until the next release. Otherwise the waiter is named, by its
 -- token.
 
 --@@acquire
 argc = 5
-local live, before = ARGV[7] or '', ARGV[8] or ''
+local channel, before = ARGV[7] or '', ARGV[8] or ''
 local hand = string.sub(token, 1, #'@HAND@') == '@HAND@' -- a round for a hand value
-if place and live ~= '' then entry = place .. '|' .. token .. '|' .. ttl .. '|' .. live end
+if place and channel ~= '' then entry = place .. '|' .. token .. '|' .. ttl .. '|' .. channel end
 joins = joins and not hand
-local drop = entries == '1' and live -- the channel whose entries a round takes off
+local drop = entries == '1' and channel -- the channel whose entries a round takes off
 
 --@@free
 if not free then
-  free = (live ~= '' and before ~= '' and (h == before or h == '@HAND@' .. before)) or (over ~= nil and h == '@HAND@' .. over)
+  free = (channel ~= '' and before ~= '' and (h == before or h == '@HAND@' .. before)) or (over ~= nil and h == '@HAND@' .. over)
 end
 
 --@@drop
@@ -72,7 +72,7 @@ if drop and announce then
   local h = holder(redis.call('GET', KEYS[1]))
   if h ~= token and h ~= '@HAND@' .. token then
     local prefix = string.match(announce, '^(.*)@STATE@') or ''
-    local line = prefix .. '@QUEUE@' .. string.sub(KEYS[1], #prefix + 1)
+    local line = prefix .. '@LINE@' .. string.sub(KEYS[1], #prefix + 1)
     --@drop
   end
 end
@@ -83,7 +83,7 @@ if not mine and drop then mine = h == '@HAND@' .. token end
 --@@next!
 if i == 1 then
   local prefix = string.match(announce, '^(.*)@STATE@') or ''
-  local line = prefix .. '@QUEUE@' .. string.sub(key, #prefix + 1)
+  local line = prefix .. '@LINE@' .. string.sub(key, #prefix + 1)
   for _ = 1, 8 do
     local head = redis.pcall('ZPOPMIN', line) -- a hint: an ACL may refuse it
     if type(head) ~= 'table' or not head[1] then break end

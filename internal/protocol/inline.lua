@@ -1,7 +1,7 @@
 -- Waiting strategy "in line" (Options.Waiting WaitInLine, and the base of
 -- handoff.lua), over announce.lua: the nodes keep each key's waiters in
 -- line, a hint for whom a release wakes first that never decides a grant.
--- The line is the sorted set prefix .. "@QUEUE@" .. KEYS[1] without the
+-- The line is the sorted set prefix .. "@LINE@" .. KEYS[1] without the
 -- prefix, where prefix is the client's key prefix (before "@STATE@" in the
 -- state key). It expires once no waiter joined it for the holder's time
 -- left plus the waiter's TTL.
@@ -39,13 +39,13 @@ local line -- the first key's line, once needed (--@line)
 --@@line
 if not line then
   local prefix = string.match(state, '^(.*)@STATE@') or ''
-  line = prefix .. '@QUEUE@' .. string.sub(KEYS[1], #prefix + 1)
+  line = prefix .. '@LINE@' .. string.sub(KEYS[1], #prefix + 1)
 end
 
 --@@release
 if ARGV[4] and announce then
   local prefix = string.match(announce, '^(.*)@STATE@') or ''
-  redis.pcall('ZREM', prefix .. '@QUEUE@' .. string.sub(KEYS[1], #prefix + 1), ARGV[4])
+  redis.pcall('ZREM', prefix .. '@LINE@' .. string.sub(KEYS[1], #prefix + 1), ARGV[4])
 end
 
 --@@forget
@@ -74,7 +74,7 @@ end
 --@@next
 if i == 1 then
   local prefix = string.match(announce, '^(.*)@STATE@') or ''
-  local head = redis.pcall('ZPOPMIN', prefix .. '@QUEUE@' .. string.sub(key, #prefix + 1))
+  local head = redis.pcall('ZPOPMIN', prefix .. '@LINE@' .. string.sub(key, #prefix + 1))
   if type(head) == 'table' and head[1] then
     next = head[1]
     local ids = string.match(next, '^(.+)|%d+|[^|]+$') -- the id and the token, of equal length

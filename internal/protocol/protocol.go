@@ -33,31 +33,35 @@ const (
 	// where a key is missing, so that the token's late SET is refused.
 	TombstonePrefix = "redquorum:gone:"
 	// ReleasedChannel, followed by a key as stored, is the channel on which
-	// an unlock announces the key's release. The message names the next in
-	// line of the key's queue, or is empty.
+	// an unlock announces the key's release. The message names the first
+	// waiter of the key's line, or is empty.
 	ReleasedChannel = "redquorum:released:"
-	// QueuePrefix, after the client's key prefix and followed by a key
-	// without it, is the key's queue of waiters: a sorted set that orders
-	// the waiters of separate clients, a hint for whom a release wakes
-	// first (see acquire.lua). Lock keys must not start with it.
-	QueuePrefix = "redquorum:queue:"
+	// LinePrefix, after the client's key prefix and followed by a key
+	// without it, is the key's line: a sorted set that orders the waiters
+	// of separate clients, a hint for whom a release wakes first (see
+	// inline.lua). Lock keys must not start with it. Its value says
+	// "queue" because clients of the previous release use the same lines
+	// during a rolling deploy: it must not change.
+	LinePrefix = "redquorum:queue:"
 )
 
-// Handoff on the node (see release.lua) uses two more names, neither a key.
+// The waiting strategies (see strategy.lua) use three more names, none a key.
 const (
 	// HandPrefix, followed by the token of a waiter's round, is the value
-	// a release sets a key to when it hands the lock over to that waiter.
+	// a release sets a key to when it hands the lock off to that waiter.
 	// No token starts with it (tokens are base64url, without ':').
 	HandPrefix = "h:"
-	// LiveChannel, followed by a client's id, is a channel each client that
-	// waits for handoffs subscribes to on every node for as long as it is
-	// connected: a release hands a key over only to a waiter whose client
-	// is still subscribed, so never to one whose process is gone.
-	LiveChannel = "redquorum:waiting:"
+	// HandChannel, followed by a client's id, is the client's hand
+	// channel: each client that waits for handoffs subscribes to its own on
+	// every node for as long as it is connected. A release hands a key off
+	// only to a waiter whose client is still subscribed, so never to one
+	// whose process is gone. Its value is shared with the previous
+	// release's clients too.
+	HandChannel = "redquorum:waiting:"
 	// WaitedPrefix, before a key's value, marks a key that a waiter found
 	// held: an acquire that the key refused sets it, keeping the value and
-	// its TTL, and a handoff sets it on the key it hands over. Only the
-	// release of a marked key looks at the queue of waiters and announces
+	// its TTL, and a handoff sets it on the key it hands off. Only the
+	// release of a marked key looks at the key's line and announces
 	// itself; an uncontended unlock just deletes the key. Every script
 	// compares tokens without it. No token or hand value starts with it.
 	WaitedPrefix = "w:"
@@ -72,10 +76,10 @@ func Holding(value string) (token string, waited bool) {
 }
 
 // Reserved reports whether key, without the client's prefix, is one of
-// the library's own keys (a node state or a queue of waiters) rather than a
+// the library's own keys (a node state or a line of waiters) rather than a
 // lock key. Lock keys must not start with either name.
 func Reserved(key string) bool {
-	return strings.HasPrefix(key, StateKey) || strings.HasPrefix(key, QueuePrefix)
+	return strings.HasPrefix(key, StateKey) || strings.HasPrefix(key, LinePrefix)
 }
 
 // SlotStateKey returns the state key, after prefix, that lives in the hash
@@ -116,7 +120,7 @@ type script struct {
 
 // names fills in the reserved names of the scripts.
 func names() *strings.Replacer {
-	return strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@QUEUE@", QueuePrefix, "@HAND@", HandPrefix, "@WAITED@", WaitedPrefix, "@STATE@", StateKey)
+	return strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@LINE@", LinePrefix, "@HAND@", HandPrefix, "@WAITED@", WaitedPrefix, "@STATE@", StateKey)
 }
 
 // newScript returns the script made of parts, in order.
@@ -134,13 +138,13 @@ func newScript(parts ...string) script {
 type Protocol struct {
 	acquire, release, extend, fence, check script
 
-	strategy Strategy
-	argc     int // the strategy's acquire arguments (see acquire.lua)
-	guard    any // the restart guard in ms; 0: off
-	none     any // "": an optional argument not sent
-	state    any // the plain state key, for an announced release
-	live     any // the client's channel (see LiveChannel); nil: no handoffs
-	lastTTL  atomic.Pointer[boxedTTL]
+	strategy    Strategy
+	argc        int // the strategy's acquire arguments (see acquire.lua)
+	guard       any // the restart guard in ms; 0: off
+	none        any // "": an optional argument not sent
+	state       any // the plain state key, for an announced release
+	handChannel any // the client's hand channel (see HandChannel); nil: no handoffs
+	lastTTL     atomic.Pointer[boxedTTL]
 	// lastTicket is the last ticket sent, boxed (an int64): the waiters
 	// whose tickets are equal share it.
 	lastTicket atomic.Value
@@ -164,11 +168,11 @@ func New(guard time.Duration, fencing bool, s Strategy, prefix string) *Protocol
 	return p
 }
 
-// WithLive makes p's waiters join for handoffs on the node, on behalf of
-// a client whose channel is live (see [LiveChannel]). It returns p; call
-// it before p is used, and only with the Handoff strategy.
-func (p *Protocol) WithLive(live string) *Protocol {
-	p.live = live
+// WithHandChannel makes p's waiters join for handoffs on the node, on
+// behalf of a client whose hand channel is ch (see [HandChannel]). It
+// returns p; call it before p is used, and only with the Handoff strategy.
+func (p *Protocol) WithHandChannel(ch string) *Protocol {
+	p.handChannel = ch
 	return p
 }
 
@@ -191,7 +195,7 @@ func (p *Protocol) ttlArg(ttl time.Duration) any {
 	return b.arg
 }
 
-// ticketArg returns a queue ticket as a script argument, the same box as
+// ticketArg returns a line ticket as a script argument, the same box as
 // the last command's when the ticket is the same.
 func (p *Protocol) ticketArg(ticket int64) any {
 	b := p.lastTicket.Load()

@@ -44,7 +44,7 @@ func TestRunInt(t *testing.T) {
 // TestReleaseAfter builds a release from an acquire's command: the lock keys
 // and the token are shared, the state key and the acquire's other
 // arguments are not. A clean-up sends token and ttl; an unlock also the
-// state key, and with handoffs the channel to leave and whether the guard
+// state key, and with handoffs the hand channel to leave and whether the guard
 // is off.
 func TestReleaseAfter(t *testing.T) {
 	p := New(time.Minute, false, Announce, "")
@@ -58,12 +58,12 @@ func TestReleaseAfter(t *testing.T) {
 	assert.Equal(t, Cmd{"evalsha", k.release.sha, 2, "a", "b", "tok", int64(1500)}, k.ReleaseAfter(acq, Release{Announce: true}),
 		"the kernel alone announces nothing")
 
-	l := New(time.Minute, false, Handoff, "p:").WithLive("ch")
+	l := New(time.Minute, false, Handoff, "p:").WithHandChannel("ch")
 	acq = l.AcquireCmd(Acquire{Keys: []string{"p:a", "p:" + StateKey}, Token: "tok", TTL: time.Second, Join: Join{Place: "tok", Ticket: 7}})
 	assert.Equal(t, Cmd{"evalsha", l.release.sha, 1, "p:a", "tok", int64(1000), "p:" + StateKey}, l.ReleaseAfter(acq, Release{Announce: true}))
 	assert.Equal(t, Cmd{"evalsha", l.release.sha, 1, "p:a", "tok", int64(0), "p:" + StateKey, "ch"},
 		l.Release(Release{Keys: []string{"p:a"}, Token: "tok", Announce: true, Leave: true}), "leave: no tombstone, and the channel")
-	u := New(0, false, Handoff, "").WithLive("ch")
+	u := New(0, false, Handoff, "").WithHandChannel("ch")
 	assert.Equal(t, Cmd{"evalsha", u.release.sha, 1, "a", "tok", int64(0), StateKey, "", "1"},
 		u.Release(Release{Keys: []string{"a"}, Token: "tok", Announce: true}), "the restart guard off")
 }
@@ -86,9 +86,9 @@ func TestAcquireArgs(t *testing.T) {
 		{"establish", line, Acquire{Establish: "e"}, []any{"", "", "", "e"}},
 		{"establish, kernel", New(time.Minute, false, Kernel, ""), Acquire{Establish: "e"}, []any{"e"}},
 		{"handed over", line, Acquire{Over: "old", Join: Join{Place: "tok", Ticket: 5}}, []any{int64(5), "", "", "", "old"}},
-		{"for a handoff", hand, Acquire{Join: Join{Place: "id", Ticket: 5, Live: "ch", Prev: "r0", Entries: MayHave}},
+		{"for a handoff", hand, Acquire{Join: Join{Place: "id", Ticket: 5, Channel: "ch", Prev: "r0", Entries: MayHave}},
 			[]any{int64(5), "id", "1", "ch", "r0"}},
-		{"a first round for a handoff, cleared", hand, Acquire{Join: Join{Place: "tok", Ticket: 5, Live: "ch", Entries: Cleared}},
+		{"a first round for a handoff, cleared", hand, Acquire{Join: Join{Place: "tok", Ticket: 5, Channel: "ch", Entries: Cleared}},
 			[]any{int64(5), "", "2", "ch"}},
 		{"no line", New(time.Minute, false, Announce, ""), Acquire{Join: Join{Place: "tok", Ticket: 5}}, nil},
 	} {
@@ -105,13 +105,13 @@ func TestDecodeAcquire(t *testing.T) {
 		reply any
 		want  AcquireReply
 	}{
-		{int64(0), AcquireReply{Outcome: Granted}},
-		{[]any{int64(0), int64(7)}, AcquireReply{Outcome: Granted, Fence: 7}},
-		{[]any{int64(0), int64(-1)}, AcquireReply{Outcome: Granted, Fence: -1}},
-		{int64(1500), AcquireReply{Outcome: Taken, Wait: 1500 * time.Millisecond}},
-		{int64(-1), AcquireReply{Outcome: Taken, Wait: -time.Millisecond}},
-		{int64(-3), AcquireReply{Outcome: Gone}},
-		{[]any{int64(-2), int64(900), "id"}, AcquireReply{Outcome: Guarded, Wait: 900 * time.Millisecond, StateID: "id"}},
+		{int64(0), AcquireReply{Kind: Granted}},
+		{[]any{int64(0), int64(7)}, AcquireReply{Kind: Granted, Fence: 7}},
+		{[]any{int64(0), int64(-1)}, AcquireReply{Kind: Granted, Fence: -1}},
+		{int64(1500), AcquireReply{Kind: Taken, Wait: 1500 * time.Millisecond}},
+		{int64(-1), AcquireReply{Kind: Taken, Wait: -time.Millisecond}},
+		{int64(-3), AcquireReply{Kind: Gone}},
+		{[]any{int64(-2), int64(900), "id"}, AcquireReply{Kind: Guarded, Wait: 900 * time.Millisecond, StateID: "id"}},
 	} {
 		got, err := DecodeAcquire(tc.reply)
 		require.NoError(t, err, "%v", tc.reply)
@@ -129,10 +129,10 @@ func TestDecodeCheck(t *testing.T) {
 		reply any
 		want  CheckReply
 	}{
-		{[]any{int64(0), "abc"}, CheckReply{Outcome: Same, ID: "abc"}},
-		{[]any{int64(1), "abc", int64(60000)}, CheckReply{Outcome: Changed, ID: "abc", Guard: time.Minute}},
-		{[]any{int64(-1), "slave"}, CheckReply{Outcome: NotMaster, Detail: "slave"}},
-		{[]any{int64(-2), "NOPERM"}, CheckReply{Outcome: Unchecked, Detail: "NOPERM"}},
+		{[]any{int64(0), "abc"}, CheckReply{Kind: Same, ID: "abc"}},
+		{[]any{int64(1), "abc", int64(60000)}, CheckReply{Kind: Changed, ID: "abc", Guard: time.Minute}},
+		{[]any{int64(-1), "slave"}, CheckReply{Kind: NotMaster, Detail: "slave"}},
+		{[]any{int64(-2), "NOPERM"}, CheckReply{Kind: Unchecked, Detail: "NOPERM"}},
 	} {
 		got, err := DecodeCheck(tc.reply)
 		require.NoError(t, err, "%v", tc.reply)
@@ -158,7 +158,7 @@ func TestNames(t *testing.T) {
 	}
 	assert.Contains(t, p.acquire.src, "'"+TombstonePrefix+"'")
 	assert.Contains(t, p.release.src, "'"+ReleasedChannel+"' .. key")
-	assert.True(t, Reserved(StateKey) && Reserved(QueuePrefix+"k") && Reserved(StateKey+":{a}"))
+	assert.True(t, Reserved(StateKey) && Reserved(LinePrefix+"k") && Reserved(StateKey+":{a}"))
 	assert.False(t, Reserved("job") || Reserved("redquorum:job"), "lock keys")
 	assert.True(t, strings.HasPrefix(SlotStateKey("p:", "k", new(hashslot.Tags)), "p:"+StateKey+":{"), "%s", SlotStateKey("p:", "k", new(hashslot.Tags)))
 }

@@ -7,7 +7,7 @@
 -- the round's timeout), is refused by acquire.lua instead of leaving a key
 -- that nobody holds. Every other token takes a tombstone for a free key.
 -- ARGV[3..] belong to the waiting strategy, whose hooks ("--@name", see
--- acquire.lua) may hand a key over instead of its deletion (kept), and
+-- acquire.lua) may hand a key off instead of its deletion (kept), and
 -- tell waiters. value.lua is inserted after the usual case.
 local token, ttl = ARGV[1], tonumber(ARGV[2])
 -- The usual case: a single key that holds the token, unmarked (no waiter

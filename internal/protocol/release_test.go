@@ -11,15 +11,15 @@ import (
 
 // TestReleaseWaited runs release.lua on a real server: the unlock of a key
 // that no acquire was refused by deletes it and does nothing else (its
-// queue is left alone and nothing is announced), while the unlock of a key
+// line is left alone and nothing is announced), while the unlock of a key
 // marked as waited for names the next in line, announces the release, or
-// hands the key over, marked again.
+// hands the key off, marked again.
 func TestReleaseWaited(t *testing.T) {
 	ctx := t.Context()
 	node := oneNode(t, true)
 	p := New(time.Minute, false, Handoff, "")
-	queue := QueuePrefix + "k"
-	sub := node.Subscribe(ctx, ReleasedChannel+"k", LiveChannel+"w")
+	line := LinePrefix + "k"
+	sub := node.Subscribe(ctx, ReleasedChannel+"k", HandChannel+"w")
 	t.Cleanup(func() { _ = sub.Close() })
 	_, err := sub.Receive(ctx) // the first subscription's confirmation
 	require.NoError(t, err)
@@ -37,10 +37,10 @@ func TestReleaseWaited(t *testing.T) {
 	}
 	release := func(value string, entries ...redis.Z) int64 {
 		t.Helper()
-		require.NoError(t, node.Del(ctx, "k", queue).Err())
+		require.NoError(t, node.Del(ctx, "k", line).Err())
 		require.NoError(t, node.Set(ctx, "k", value, time.Minute).Err())
 		if len(entries) > 0 {
-			require.NoError(t, node.ZAdd(ctx, queue, entries...).Err())
+			require.NoError(t, node.ZAdd(ctx, line, entries...).Err())
 		}
 		n, err := p.RunInt(ctx, node, p.Release(Release{Keys: []string{"k"}, Token: "tok", TTL: time.Minute, Announce: true}))
 		require.NoError(t, err)
@@ -51,13 +51,13 @@ func TestReleaseWaited(t *testing.T) {
 	t.Run("not waited for", func(t *testing.T) {
 		require.EqualValues(t, 1, release("tok", named))
 		assert.EqualValues(t, 0, node.Exists(ctx, "k").Val(), "the key is deleted")
-		assert.Equal(t, []string{"id-n"}, node.ZRange(ctx, queue, 0, -1).Val(), "the queue is left alone")
+		assert.Equal(t, []string{"id-n"}, node.ZRange(ctx, line, 0, -1).Val(), "the line is left alone")
 		assert.Nil(t, heard(), "nothing is announced")
 	})
 	t.Run("waited for", func(t *testing.T) {
 		require.EqualValues(t, 1, release(WaitedPrefix+"tok", named))
 		assert.EqualValues(t, 0, node.Exists(ctx, "k").Val(), "the key is deleted")
-		assert.Empty(t, node.ZRange(ctx, queue, 0, -1).Val(), "the next in line leaves the queue")
+		assert.Empty(t, node.ZRange(ctx, line, 0, -1).Val(), "the next in line leaves the line")
 		m := heard()
 		require.NotNil(t, m, "the release is announced")
 		assert.Equal(t, ReleasedChannel+"k", m.Channel)
@@ -65,34 +65,34 @@ func TestReleaseWaited(t *testing.T) {
 	})
 	t.Run("waited for, the next in line joined for a handoff", func(t *testing.T) {
 		// The entry: the waiter's id, its round's token (the same length),
-		// the TTL in ms, its client's channel (subscribed above).
-		entry := redis.Z{Score: 1, Member: "i|r|30000|" + LiveChannel + "w"}
+		// the TTL in ms, its client's hand channel (subscribed above).
+		entry := redis.Z{Score: 1, Member: "i|r|30000|" + HandChannel + "w"}
 		require.EqualValues(t, 1, release(WaitedPrefix+"tok", entry))
-		assert.Equal(t, WaitedPrefix+HandPrefix+"r", node.Get(ctx, "k").Val(), "handed over, marked")
+		assert.Equal(t, WaitedPrefix+HandPrefix+"r", node.Get(ctx, "k").Val(), "handed off, marked")
 		assert.InDelta(t, 30*time.Second, node.PTTL(ctx, "k").Val(), float64(time.Second), "for the waiter's TTL")
 		m := heard()
 		require.NotNil(t, m, "the handoff is told to the waiter's client")
-		assert.Equal(t, LiveChannel+"w", m.Channel)
+		assert.Equal(t, HandChannel+"w", m.Channel)
 		assert.Equal(t, "3:"+HandPrefix+"rk", m.Payload, "the hand value unmarked, then the key")
 		assert.Nil(t, heard(), "and not announced to the others")
 	})
 	t.Run("waited for, the next in line's client is gone", func(t *testing.T) {
 		// Nobody listens on the first waiter's channel: the PUBLISH that
 		// tells it reaches nobody, so the key goes to the waiter after it.
-		gone := redis.Z{Score: 1, Member: "a|q|30000|" + LiveChannel + "gone"}
-		entry := redis.Z{Score: 2, Member: "i|r|30000|" + LiveChannel + "w"}
+		gone := redis.Z{Score: 1, Member: "a|q|30000|" + HandChannel + "gone"}
+		entry := redis.Z{Score: 2, Member: "i|r|30000|" + HandChannel + "w"}
 		require.EqualValues(t, 1, release(WaitedPrefix+"tok", gone, entry))
-		assert.Equal(t, WaitedPrefix+HandPrefix+"r", node.Get(ctx, "k").Val(), "handed over to the next one, marked")
-		assert.Empty(t, node.ZRange(ctx, queue, 0, -1).Val(), "both left the queue")
+		assert.Equal(t, WaitedPrefix+HandPrefix+"r", node.Get(ctx, "k").Val(), "handed off to the next one, marked")
+		assert.Empty(t, node.ZRange(ctx, line, 0, -1).Val(), "both left the line")
 		m := heard()
 		require.NotNil(t, m, "the handoff is told to the waiter's client")
 		assert.Equal(t, "3:"+HandPrefix+"rk", m.Payload)
 		assert.Nil(t, heard(), "and to nobody else")
 	})
 	t.Run("waited for, no waiter's client is left", func(t *testing.T) {
-		gone := redis.Z{Score: 1, Member: "a|q|30000|" + LiveChannel + "gone"}
+		gone := redis.Z{Score: 1, Member: "a|q|30000|" + HandChannel + "gone"}
 		require.EqualValues(t, 1, release(WaitedPrefix+"tok", gone))
-		assert.EqualValues(t, 0, node.Exists(ctx, "k").Val(), "the key is deleted, not left handed to nobody")
+		assert.EqualValues(t, 0, node.Exists(ctx, "k").Val(), "the key is deleted, not left handed off to nobody")
 		m := heard()
 		require.NotNil(t, m, "the release is announced")
 		assert.Equal(t, ReleasedChannel+"k", m.Channel)
@@ -115,27 +115,27 @@ func TestReleaseWaited(t *testing.T) {
 	})
 }
 
-// TestQueueKeyFromPrefix: with a key prefix, the acquire finds the queue
+// TestLineKeyFromPrefix: with a key prefix, the acquire finds the line
 // of waiters from its state key, plain or a Cluster slot's, and the
-// release from its queue argument: both use prefix .. QueuePrefix .. key.
-func TestQueueKeyFromPrefix(t *testing.T) {
+// release from its line argument: both use prefix .. LinePrefix .. key.
+func TestLineKeyFromPrefix(t *testing.T) {
 	ctx := t.Context()
 	node := oneNode(t, false)
 	p := New(0, false, InLine, "p:")
-	queue := "p:" + QueuePrefix + "k"
+	line := "p:" + LinePrefix + "k"
 	for _, state := range []string{"p:" + StateKey, "p:" + StateKey + ":{x}"} {
-		require.NoError(t, node.Del(ctx, "p:k", queue).Err())
+		require.NoError(t, node.Del(ctx, "p:k", line).Err())
 		require.NoError(t, node.Set(ctx, "p:k", "holder", time.Minute).Err())
 		v, err := p.Run(ctx, node, p.AcquireCmd(Acquire{Keys: []string{"p:k", state}, Token: "tok", TTL: time.Second, Join: Join{Place: "tok", Ticket: 3}}))
 		require.NoError(t, err)
 		r, err := DecodeAcquire(v)
 		require.NoError(t, err)
-		require.Equal(t, Taken, r.Outcome, state)
-		assert.Equal(t, []string{"tok"}, node.ZRange(ctx, queue, 0, -1).Val(), "%s: the waiter joined the prefixed queue", state)
+		require.Equal(t, Taken, r.Kind, state)
+		assert.Equal(t, []string{"tok"}, node.ZRange(ctx, line, 0, -1).Val(), "%s: the waiter joined the prefixed line", state)
 
 		n, err := p.RunInt(ctx, node, p.Release(Release{Keys: []string{"p:k"}, Token: "holder", TTL: time.Minute, Announce: true}))
 		require.NoError(t, err)
 		assert.EqualValues(t, 1, n)
-		assert.Empty(t, node.ZRange(ctx, queue, 0, -1).Val(), "%s: the release named the waiter, off the queue", state)
+		assert.Empty(t, node.ZRange(ctx, line, 0, -1).Val(), "%s: the release named the waiter, off the line", state)
 	}
 }

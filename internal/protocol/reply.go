@@ -5,13 +5,13 @@ import (
 	"time"
 )
 
-// Outcome is what a node did with an acquire.
-type Outcome uint8
+// AcquireKind is what a node did with an acquire.
+type AcquireKind uint8
 
 const (
 	// Granted: every key now holds the token (newly set, or already ours
 	// after a lost reply).
-	Granted Outcome = iota
+	Granted AcquireKind = iota
 	// Taken: another token holds a key.
 	Taken
 	// Guarded: the node is in its restart guard and grants nothing.
@@ -23,7 +23,7 @@ const (
 
 // AcquireReply is a node's answer to an acquire.
 type AcquireReply struct {
-	Outcome Outcome
+	Kind AcquireKind
 	// Wait is, for Taken, how long until the holder's keys expire
 	// (negative: a key without expiry); for Guarded, the time left in the
 	// guard.
@@ -41,11 +41,11 @@ func DecodeAcquire(v any) (AcquireReply, error) {
 	case int64:
 		switch {
 		case v == 0:
-			return AcquireReply{Outcome: Granted}, nil
+			return AcquireReply{Kind: Granted}, nil
 		case v == -3:
-			return AcquireReply{Outcome: Gone}, nil
+			return AcquireReply{Kind: Gone}, nil
 		case v > 0 || v == -1:
-			return AcquireReply{Outcome: Taken, Wait: time.Duration(v) * time.Millisecond}, nil
+			return AcquireReply{Kind: Taken, Wait: time.Duration(v) * time.Millisecond}, nil
 		}
 	case []any:
 		if len(v) >= 2 {
@@ -53,10 +53,10 @@ func DecodeAcquire(v any) (AcquireReply, error) {
 			n, _ := v[1].(int64)
 			switch {
 			case code == 0 && len(v) == 2:
-				return AcquireReply{Outcome: Granted, Fence: n}, nil
+				return AcquireReply{Kind: Granted, Fence: n}, nil
 			case code == -2 && len(v) == 3:
 				id, _ := v[2].(string)
-				return AcquireReply{Outcome: Guarded, Wait: time.Duration(n) * time.Millisecond, StateID: id}, nil
+				return AcquireReply{Kind: Guarded, Wait: time.Duration(n) * time.Millisecond, StateID: id}, nil
 			}
 		}
 	}
@@ -68,13 +68,13 @@ func DecodeAcquire(v any) (AcquireReply, error) {
 // is gone or holds another token.
 func Held(v int64) bool { return v == 1 }
 
-// CheckOutcome is what the connection check found on a server.
-type CheckOutcome uint8
+// CheckKind is what the connection check found on a server.
+type CheckKind uint8
 
 const (
 	// Same: the server is a master with the replication ID recorded in the
 	// node's state (or it had none, and now has the server's).
-	Same CheckOutcome = iota
+	Same CheckKind = iota
 	// Changed: the state was recorded under another replication ID (a
 	// failover, or a restart from a persisted file): the restart guard now
 	// runs on the server, and its fence counter is unknown.
@@ -88,7 +88,7 @@ const (
 
 // CheckReply is a server's answer to the connection check.
 type CheckReply struct {
-	Outcome CheckOutcome
+	Kind CheckKind
 	// ID is the server's replication ID (Same, Changed).
 	ID string
 	// Guard is, for Changed, how long the server's restart guard now runs.
@@ -105,14 +105,14 @@ func DecodeCheck(v any) (CheckReply, error) {
 		s, _ := a[1].(string)
 		switch {
 		case code == 0 && len(a) == 2:
-			return CheckReply{Outcome: Same, ID: s}, nil
+			return CheckReply{Kind: Same, ID: s}, nil
 		case code == 1 && len(a) == 3:
 			ms, _ := a[2].(int64)
-			return CheckReply{Outcome: Changed, ID: s, Guard: time.Duration(ms) * time.Millisecond}, nil
+			return CheckReply{Kind: Changed, ID: s, Guard: time.Duration(ms) * time.Millisecond}, nil
 		case code == -1 && len(a) == 2:
-			return CheckReply{Outcome: NotMaster, Detail: s}, nil
+			return CheckReply{Kind: NotMaster, Detail: s}, nil
 		case code == -2 && len(a) == 2:
-			return CheckReply{Outcome: Unchecked, Detail: s}, nil
+			return CheckReply{Kind: Unchecked, Detail: s}, nil
 		}
 	}
 	return CheckReply{}, fmt.Errorf("unexpected reply %v from the check script", v)

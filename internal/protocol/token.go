@@ -37,7 +37,7 @@ func NewToken(owner string) string {
 // "" when it names none.
 func Owner(token string) string {
 	token, _ = Holding(token)
-	token = strings.TrimPrefix(token, HandPrefix) // a lock handed over on the node
+	token = strings.TrimPrefix(token, HandPrefix) // a lock handed off on the node
 	if len(token) > TokenRandomLen+1 && token[TokenRandomLen] == '.' {
 		return token[TokenRandomLen+1:]
 	}

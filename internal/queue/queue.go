@@ -28,14 +28,14 @@ var (
 	ErrClosed = errors.New("queue closed")
 )
 
-// MaxHandoffs bounds the locks handed over in a row between callers of one
-// client (see [Queue.HandOff]). After that many, an unlock releases the key
+// MaxHandovers bounds the locks handed over in a row between callers of one
+// client (see [Queue.HandOver]). After that many, an unlock releases the key
 // on the nodes and announces it, so that waiters in other processes get
 // their chance too.
-const MaxHandoffs = 3
+const MaxHandovers = 3
 
 // Queue is a client's queues, one per key with callers. H is what an owner
-// passes on with its turn: the lock it hands over (see [Queue.HandOff]). It
+// passes on with its turn: the lock it hands over (see [Queue.HandOver]). It
 // is safe for concurrent use; make it with [New].
 type Queue[H any] struct {
 	clock  clock.Clock
@@ -47,10 +47,10 @@ type Queue[H any] struct {
 // keyQueue is one key's owner and its waiters, in arrival order. Its fields
 // are guarded by Queue.mu.
 type keyQueue[H any] struct {
-	owner    *Turn[H]
-	waiting  []*Turn[H]
-	changed  chan struct{} // when not nil, closed when the owner obtains its lock or extends it
-	handoffs int           // locks handed over in a row
+	owner     *Turn[H]
+	waiting   []*Turn[H]
+	changed   chan struct{} // when not nil, closed when the owner obtains its lock or extends it
+	handovers int           // locks handed over in a row
 }
 
 // Turn is one caller's place in a key's queue.
@@ -218,7 +218,7 @@ func (q *Queue[H]) leave(t *Turn[H], inherit bool) H {
 		return h
 	default:
 		if !inherit {
-			k.handoffs = 0
+			k.handovers = 0
 		}
 		q.pass(k, h)
 	}
@@ -235,8 +235,8 @@ func (q *Queue[H]) pass(k *keyQueue[H], h H) {
 	k.notify() // the next waiter is first now
 }
 
-// HandOff passes t's turn, and its lock h, to the first waiter for the same
-// key, if t owns the turn, there is a waiter, and fewer than [MaxHandoffs]
+// HandOver passes t's turn, and its lock h, to the first waiter for the same
+// key, if t owns the turn, there is a waiter, and fewer than [MaxHandovers]
 // locks were handed over in a row. It reports whether it did.
 //
 // This saves a release round and a lock round's worth of waiting between
@@ -245,7 +245,7 @@ func (q *Queue[H]) pass(k *keyQueue[H], h H) {
 // with its own token, atomically on each node, and that round obtains the
 // lock by the usual rule (a quorum, in time), on a monotonic clock of its
 // own.
-func (q *Queue[H]) HandOff(t *Turn[H], h H) bool {
+func (q *Queue[H]) HandOver(t *Turn[H], h H) bool {
 	if t == nil {
 		return false
 	}
@@ -255,11 +255,11 @@ func (q *Queue[H]) HandOff(t *Turn[H], h H) bool {
 	if k == nil || k.owner != t || len(k.waiting) == 0 {
 		return false
 	}
-	if k.handoffs >= MaxHandoffs {
-		k.handoffs = 0
+	if k.handovers >= MaxHandovers {
+		k.handovers = 0
 		return false
 	}
-	k.handoffs++
+	k.handovers++
 	q.pass(k, h)
 	return true
 }

@@ -104,7 +104,7 @@ func TestFirstCallerAtOnce(t *testing.T) {
 	q.Leave(b)
 	assert.Zero(t, q.Keys())
 	q.Leave(nil) // ignored
-	assert.False(t, q.HandOff(nil, handover{Token: "t"}))
+	assert.False(t, q.HandOver(nil, handover{Token: "t"}))
 }
 
 // TestLeavePassesInArrivalOrder: while the owner keeps its turn the callers
@@ -239,7 +239,7 @@ func TestHolderExpires(t *testing.T) {
 			assert.Zero(t, q.Waiting("k"))
 
 			next := enqueue(t, q, t.Context(), "k", never)
-			assert.False(t, q.HandOff(owner, handover{Token: "old"}), "HandOff by the owner that lost its turn")
+			assert.False(t, q.HandOver(owner, handover{Token: "old"}), "HandOver by the owner that lost its turn")
 			q.Leave(owner) // does nothing: the turn is no longer owner's
 			assert.Equal(t, 1, q.Waiting("k"))
 			pending(t, next)
@@ -252,21 +252,21 @@ func TestHolderExpires(t *testing.T) {
 	}
 }
 
-// TestHandOff: HandOff passes the turn and the lock to the first waiter; it
-// refuses without a waiter (the owner keeps its turn), and after MaxHandoffs
+// TestHandOver: HandOver passes the turn and the lock to the first waiter; it
+// refuses without a waiter (the owner keeps its turn), and after MaxHandovers
 // handovers in a row it refuses once, so that the owner releases the lock
 // and Leaves, and then counts again from zero.
-func TestHandOff(t *testing.T) {
+func TestHandOver(t *testing.T) {
 	leakcheck.Check(t)
 	q, _ := newQueue(t)
 	owner, _, err := q.Wait(t.Context(), "k", never)
 	require.NoError(t, err)
-	assert.False(t, q.HandOff(owner, handover{Token: "t", TTL: time.Second}), "no waiter")
+	assert.False(t, q.HandOver(owner, handover{Token: "t", TTL: time.Second}), "no waiter")
 	assert.Equal(t, 1, q.Keys(), "the owner keeps its turn")
 
-	var want []bool // what each HandOff in a row returns
+	var want []bool // what each HandOver in a row returns
 	for range 2 {
-		for range MaxHandoffs {
+		for range MaxHandovers {
 			want = append(want, true)
 		}
 		want = append(want, false)
@@ -276,17 +276,17 @@ func TestHandOff(t *testing.T) {
 	for i, ok := range want {
 		res := enqueue(t, q, t.Context(), "k", never)
 		h := handover{Token: fmt.Sprintf("token-%d", i), TTL: time.Duration(i+1) * time.Second}
-		require.Equal(t, ok, q.HandOff(cur, h), "HandOff %d", i)
+		require.Equal(t, ok, q.HandOver(cur, h), "HandOver %d", i)
 		if !ok {
-			pending(t, res, "HandOff %d refused, yet the waiter got the turn", i)
+			pending(t, res, "HandOver %d refused, yet the waiter got the turn", i)
 			q.Leave(cur) // the owner releases the lock on the nodes, then leaves
 			h = handover{}
 		}
 		r := recv(t, res)
 		require.NoError(t, r.err)
 		require.NotNil(t, r.turn)
-		assert.Equal(t, h, r.h, "HandOff %d", i)
-		assert.False(t, q.HandOff(cur, h), "HandOff %d: the previous owner's second HandOff", i)
+		assert.Equal(t, h, r.h, "HandOver %d", i)
+		assert.False(t, q.HandOver(cur, h), "HandOver %d: the previous owner's second HandOver", i)
 		cur = r.turn
 	}
 	q.Leave(cur)
@@ -338,7 +338,7 @@ func TestHandoverNotLostWhenWaiterGivesUp(t *testing.T) {
 				second = enqueue(t, q, t.Context(), "k", never)
 			}
 			cancel()
-			require.True(t, q.HandOff(owner, h))
+			require.True(t, q.HandOver(owner, h))
 			close(proceed)
 			r := recv(t, first)
 			switch {

@@ -7,8 +7,8 @@
 // A [Waker] owns the client's pub/sub connections (one per node, opened at
 // the first wait) and the subscribed keys. [Waker.Listen] begins one wait
 // for a key's release, a [Wait]. A [Ledger] records the handoffs that the
-// nodes announce on the client's own channel, for the waiters that join a
-// key's queue to have it handed over on the node.
+// nodes announce on the client's hand channel, for the waiters that join a
+// key's line to have it handed off on the node.
 //
 // A missed message (a subscription not yet in place, a broken connection, a
 // holder whose key simply expires) only means waiting for the timed retry.

@@ -1,7 +1,6 @@
 package wake
 
 import (
-	"math/bits"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,25 +9,25 @@ import (
 	"github.com/redquorum/redquorum/internal/protocol"
 )
 
-// Ledger records the handoffs that the nodes announce on a client's own
-// channel, live: a release hands a key over on the node to a waiter whose
-// round joined the key's queue for it, and tells the waiter's client there.
-// The [Waker] given the Ledger subscribes to live and passes it those
-// announcements. A nil *Ledger has no channel and records nothing. A Ledger
-// is safe for concurrent use; make it with [NewLedger].
+// Ledger records the handoffs that the nodes announce on a client's hand
+// channel: a release hands a key off on the node to a waiter whose round
+// joined the key's line for it, and tells the waiter's client there. The
+// [Waker] given the Ledger subscribes to the hand channel and passes it
+// those announcements. A nil *Ledger has no channel and records nothing.
+// A Ledger is safe for concurrent use; make it with [NewLedger].
 type Ledger struct {
-	live   string       // the client's channel (protocol.LiveChannel and an id)
-	liveOn atomic.Int32 // the Waker's connections on which live is subscribed
+	handChannel  string       // protocol.HandChannel and the client's id
+	subscribedOn atomic.Int32 // the Waker's connections with handChannel subscribed
 
 	mu       sync.Mutex
 	attached bool // given to a Waker
 	nodes    int  // the Waker's nodes that can be subscribed
 	// hands holds, per token of a waiter's round, the nodes that announced
-	// that they handed a key over to it (see Expect).
+	// that they handed a key off to it (see Expect).
 	hands map[string]hand
 	// keys holds the keys that the Waker has subscribed; true for a key
-	// whose queues on the nodes hold no entry of the client's (see
-	// ForgetSole), until the next waiter joins.
+	// whose lines on the nodes hold no entry of the client's (see
+	// Forget), until the next waiter joins.
 	keys map[string]bool
 	// stray receives the handoffs to rounds that no waiter expects.
 	stray func(node int, token, key string)
@@ -37,47 +36,36 @@ type Ledger struct {
 // hand is what the nodes announced of the handoffs to one round's token.
 type hand struct {
 	key   string // the key as stored
-	nodes uint64 // a bit per node (by sub.idx) that handed the key over
+	nodes uint64 // a bit per node (by sub.idx) that handed the key off
 }
 
 // handoff is a handoff that a node announced: key (as stored) was handed
-// over to value, [protocol.HandPrefix] and a round's token. stray is set
+// off to value, [protocol.HandPrefix] and a round's token. stray is set
 // when no waiter expects it: it passes the handoff to the stray function.
 type handoff struct {
 	key, value string
 	stray      func()
 }
 
-// NewLedger returns a Ledger for the client's channel live (see
-// protocol.LiveChannel); nil for "": a client without a channel makes no
-// handoffs.
-func NewLedger(live string) *Ledger {
-	if live == "" {
+// NewLedger returns a Ledger for the client's hand channel (see
+// protocol.HandChannel), and nil for "": a client without one takes no
+// handoffs. stray receives the handoffs to rounds that no waiter expects:
+// node is the node's index, token the round's and key the key as stored.
+// It runs in a goroutine of its own; the Waker's Close waits for it.
+func NewLedger(handChannel string, stray func(node int, token, key string)) *Ledger {
+	if handChannel == "" {
 		return nil
 	}
-	return &Ledger{live: live, hands: map[string]hand{}, keys: map[string]bool{}}
+	return &Ledger{handChannel: handChannel, stray: stray, hands: map[string]hand{}, keys: map[string]bool{}}
 }
 
-// Live reports whether the client's channel is subscribed on some node:
-// the client's waiters may then join for handoffs, which each node makes
-// only while the channel is subscribed on it.
-func (l *Ledger) Live() bool { return l != nil && l.liveOn.Load() > 0 }
+// Subscribed reports whether the client's hand channel is subscribed on
+// some node: the client's waiters may then join for handoffs, which each
+// node makes only while the channel is subscribed on it.
+func (l *Ledger) Subscribed() bool { return l != nil && l.subscribedOn.Load() > 0 }
 
-// SetStray sets the function that receives the handoffs to rounds that no
-// waiter expects: node is the node's index, token the round's and key the
-// key as stored. It runs in a goroutine of its own; the Waker's Close
-// waits for it.
-func (l *Ledger) SetStray(f func(node int, token, key string)) {
-	if l == nil {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.stray = f
-}
-
-// Expect notes that the round with token may join key's queue (as stored)
-// for a handoff: an announcement that a node handed key over to it wakes
+// Expect notes that the round with token may join key's line (as stored)
+// for a handoff: an announcement that a node handed key off to it wakes
 // key's waits. Call it before the round is sent, and [Ledger.Forget] once
 // its waiter is done.
 func (l *Ledger) Expect(token, key string) {
@@ -89,11 +77,7 @@ func (l *Ledger) Expect(token, key string) {
 	l.hands[token] = hand{key: key}
 }
 
-// Handed returns how many nodes announced that they handed a key over to
-// the round with token.
-func (l *Ledger) Handed(token string) int { return bits.OnesCount64(l.HandedNodes(token)) }
-
-// HandedNodes returns the nodes that announced that they handed a key over
+// HandedNodes returns the nodes that announced that they handed a key off
 // to the round with token: a bit per node, by its place among the Waker's
 // nodes that are not Rings.
 func (l *Ledger) HandedNodes(token string) uint64 {
@@ -106,22 +90,12 @@ func (l *Ledger) HandedNodes(token string) uint64 {
 }
 
 // Forget drops what l knows of the handoffs to the round with token.
-func (l *Ledger) Forget(token string) {
-	if l == nil {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.hands, token)
-}
-
-// ForgetSole is [Ledger.Forget] for the round with token whose lock is
-// being released, when that round was its waiter's only one: if every
-// node announced a handoff to it, each took the round's entry off the
-// key's queue, and the client has none left there; the next waiter's
-// first round learns so from Joining, while the key stays subscribed.
-// It reports whether it noted that.
-func (l *Ledger) ForgetSole(token string) bool {
+// With sole, the round's lock is being released and the round was its
+// waiter's only one: if every node announced a handoff to it, each took
+// the round's entry off the key's line, and the client has none left
+// there. The next waiter's first round then learns so from Joining, while
+// the key stays subscribed. Forget reports whether it noted that.
+func (l *Ledger) Forget(token string, sole bool) bool {
 	if l == nil {
 		return false
 	}
@@ -129,7 +103,7 @@ func (l *Ledger) ForgetSole(token string) bool {
 	defer l.mu.Unlock()
 	h, ok := l.hands[token]
 	delete(l.hands, token)
-	if !ok || l.nodes == 0 || l.nodes > 64 || h.nodes != 1<<l.nodes-1 {
+	if !sole || !ok || l.nodes == 0 || l.nodes > 64 || h.nodes != 1<<l.nodes-1 {
 		return false
 	}
 	if _, subscribed := l.keys[h.key]; !subscribed {
@@ -142,10 +116,10 @@ func (l *Ledger) ForgetSole(token string) bool {
 // Joining notes that a waiter's first round for key (as stored) is about
 // to be sent. It reports, when key is subscribed (a wait for it began
 // less than the Waker's idle time ago), that the client's earlier waiters
-// may have left entries in the key's queue on the nodes (entries), or
-// that those are known to be gone (cleared, see ForgetSole); when key is
-// not subscribed, neither. That knowledge is reported once: the round may
-// join the queue again.
+// may have left entries in the key's line on the nodes (entries), or
+// that those are known to be gone (cleared, see Forget); when key is not
+// subscribed, neither. That knowledge is reported once: the round may
+// join the line again.
 func (l *Ledger) Joining(key string) (entries, cleared bool) {
 	if l == nil {
 		return false, false
@@ -159,12 +133,12 @@ func (l *Ledger) Joining(key string) (entries, cleared bool) {
 	return subscribed && !cleared, cleared
 }
 
-// handed records that node handed a key over to a round, as payload says
+// handed records that node handed a key off to a round, as payload says
 // (see release.lua: the hand value's length, ':', the value, which is
 // protocol.HandPrefix and the round's token, and the key). It returns the
 // handoff, with its stray call when no waiter expects it (a round that
 // obtained the lock, or gave up, while its entry was still in a node's
-// queue), or false for a payload it cannot read.
+// line), or false for a payload it cannot read.
 func (l *Ledger) handed(node int, payload string) (handoff, bool) {
 	n, rest, ok := strings.Cut(payload, ":")
 	size, err := strconv.Atoi(n)
@@ -192,12 +166,12 @@ func (l *Ledger) handed(node int, payload string) (handoff, bool) {
 
 // The Waker's hooks. The Waker calls them with its own lock held.
 
-// channel returns the channel to subscribe, "" for none.
+// channel returns the hand channel to subscribe, "" for none.
 func (l *Ledger) channel() string {
 	if l == nil {
 		return ""
 	}
-	return l.live
+	return l.handChannel
 }
 
 // attach notes that a Waker of nodes nodes that can be subscribed uses l.
@@ -213,15 +187,16 @@ func (l *Ledger) attach(nodes int) {
 	l.attached, l.nodes = true, nodes
 }
 
-// liveChanged adds delta to the connections with the channel subscribed.
-func (l *Ledger) liveChanged(delta int32) {
+// subscribedChanged adds delta to the connections with the hand channel
+// subscribed.
+func (l *Ledger) subscribedChanged(delta int32) {
 	if l != nil {
-		l.liveOn.Add(delta)
+		l.subscribedOn.Add(delta)
 	}
 }
 
-// subscribed notes that the Waker subscribed key.
-func (l *Ledger) subscribed(key string) {
+// keySubscribed notes that the Waker subscribed key.
+func (l *Ledger) keySubscribed(key string) {
 	if l == nil {
 		return
 	}
@@ -230,9 +205,9 @@ func (l *Ledger) subscribed(key string) {
 	l.keys[key] = false
 }
 
-// unsubscribed notes that the Waker dropped key, idle: what l knew of its
-// queues is forgotten.
-func (l *Ledger) unsubscribed(key string) {
+// keyUnsubscribed notes that the Waker dropped key, idle: what l knew of its
+// lines is forgotten.
+func (l *Ledger) keyUnsubscribed(key string) {
 	if l == nil {
 		return
 	}

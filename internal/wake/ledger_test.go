@@ -2,6 +2,7 @@ package wake
 
 import (
 	"fmt"
+	"math/bits"
 	"sync"
 	"testing"
 	"time"
@@ -16,16 +17,16 @@ import (
 	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
-// handPayload is what a release announces on the client's channel when it
-// hands key over to the round with token (see release.lua).
+// handPayload is what a release announces on the client's hand channel when it
+// hands key off to the round with token (see release.lua).
 func handPayload(token, key string) string {
 	hand := protocol.HandPrefix + token
 	return fmt.Sprintf("%d:%s%s", len(hand), hand, key)
 }
 
-// handOver records that each node in nodes (a bit each) handed key over to
+// handOff records that each node in nodes (a bit each) handed key off to
 // the round with token.
-func handOver(l *Ledger, nodes uint64, token, key string) {
+func handOff(l *Ledger, nodes uint64, token, key string) {
 	for i := range 64 {
 		if nodes&(1<<i) != 0 {
 			l.handed(i, handPayload(token, key))
@@ -57,32 +58,31 @@ func TestCloseHearsHandoffs(t *testing.T) {
 			leakcheck.Check(t)
 			lost, heard := 0, 0
 			for try := range 20 {
-				live := fmt.Sprintf("%stest-%v-%d", protocol.LiveChannel, atOnce, try)
-				l := NewLedger(live)
-				w := New(clients, long, clock.Real{}, l)
+				ch := fmt.Sprintf("%stest-%v-%d", protocol.HandChannel, atOnce, try)
 				var mu sync.Mutex
 				var strays []string
-				l.SetStray(func(node int, token, key string) {
+				l := NewLedger(ch, func(node int, token, key string) {
 					mu.Lock()
 					defer mu.Unlock()
 					strays = append(strays, fmt.Sprintf("%d %s %s", node, token, key))
 				})
+				w := New(clients, long, clock.Real{}, l)
 				require.NotNil(t, listen(w, "k"))
 				require.Eventually(t, func() bool {
 					for _, p := range publishers {
-						if p.PubSubNumSub(t.Context(), live).Val()[live] != 1 {
+						if p.PubSubNumSub(t.Context(), ch).Val()[ch] != 1 {
 							return false
 						}
 					}
 					return true
-				}, bound, time.Millisecond, "the client's channel subscribed on every node")
+				}, bound, time.Millisecond, "the client's hand channel subscribed on every node")
 				// The handoffs race Close: those that a node delivered to the
 				// client (PUBLISH counted a receiver) must reach it.
 				var delivered []string
 				var pubs sync.WaitGroup
 				for i, p := range publishers {
 					pubs.Go(func() {
-						if n, err := p.Publish(t.Context(), live, handPayload(fmt.Sprintf("tok%d", i), "k")).Result(); err == nil && n == 1 {
+						if n, err := p.Publish(t.Context(), ch, handPayload(fmt.Sprintf("tok%d", i), "k")).Result(); err == nil && n == 1 {
 							mu.Lock()
 							delivered = append(delivered, fmt.Sprintf("%d tok%d k", i, i))
 							mu.Unlock()
@@ -97,7 +97,7 @@ func TestCloseHearsHandoffs(t *testing.T) {
 				pubs.Wait()
 				if !atOnce {
 					for _, p := range publishers {
-						assert.Zero(t, p.PubSubNumSub(t.Context(), live).Val()[live], "the client's channel is still subscribed")
+						assert.Zero(t, p.PubSubNumSub(t.Context(), ch).Val()[ch], "the client's hand channel is still subscribed")
 					}
 				}
 				mu.Lock()
@@ -129,43 +129,42 @@ func closeAtOnce(w *Waker) {
 	w.wg.Wait()
 }
 
-// TestHandoff: a handoff announced on the client's channel wakes the
+// TestHandoff: a handoff announced on the client's hand channel wakes the
 // waits for the key, naming the hand value, and the ledger counts the
 // node for the round's token; the channel is subscribed on every node
-// while a key is (Live), and no longer after Close. A handoff to a round
+// while a key is (Subscribed), and no longer after Close. A handoff to a round
 // not expected goes to the stray function, and wakes nothing.
 func TestHandoff(t *testing.T) {
 	leakcheck.Check(t)
 	c := newCluster(t, 3)
-	const live = protocol.LiveChannel + "test"
-	l := NewLedger(live)
-	w := New(c.clients, long, clock.Real{}, l)
+	const ch = protocol.HandChannel + "test"
 	strays := make(chan string, 1)
-	l.SetStray(func(node int, token, key string) { strays <- fmt.Sprintf("%d %s %s", node, token, key) })
-	assert.False(t, l.Live(), "live before any subscription")
+	l := NewLedger(ch, func(node int, token, key string) { strays <- fmt.Sprintf("%d %s %s", node, token, key) })
+	w := New(c.clients, long, clock.Real{}, l)
+	assert.False(t, l.Subscribed(), "subscribed before any subscription")
 
 	l.Expect("tok", "k")
 	wt := listen(w, "k")
 	require.NotNil(t, wt)
 	waitSubscribed(t, c.srv, "k")
-	require.Eventually(t, l.Live, bound, time.Millisecond, "the client's channel is not subscribed")
+	require.Eventually(t, l.Subscribed, bound, time.Millisecond, "the client's hand channel is not subscribed")
 	for _, m := range c.srv {
-		require.Eventually(t, func() bool { return m.PubSubNumSub(live)[live] == 1 }, bound, time.Millisecond)
+		require.Eventually(t, func() bool { return m.PubSubNumSub(ch)[ch] == 1 }, bound, time.Millisecond)
 	}
 
-	c.srv[1].Publish(live, handPayload("stray", "k"))
+	c.srv[1].Publish(ch, handPayload("stray", "k"))
 	assert.Equal(t, "1 stray k", <-strays)
 	assert.False(t, closed(wt.C()), "a stray handoff woke the wait")
 
-	c.srv[2].Publish(live, handPayload("tok", "k"))
+	c.srv[2].Publish(ch, handPayload("tok", "k"))
 	waitClosed(t, wt.C(), "the handoff did not wake the wait")
 	assert.Equal(t, protocol.HandPrefix+"tok", wt.Next())
-	assert.Equal(t, 1, l.Handed("tok"))
+	assert.Equal(t, 1, bits.OnesCount64(l.HandedNodes("tok")))
 	assert.Equal(t, uint64(0b100), l.HandedNodes("tok"))
 	wt.Close()
 
 	w.Close()
-	assert.False(t, l.Live(), "live after Close")
+	assert.False(t, l.Subscribed(), "subscribed after Close")
 	require.Eventually(t, func() bool { return channels(c.srv) == 0 }, bound, time.Millisecond, "subscriptions left on the nodes")
 }
 
@@ -174,16 +173,17 @@ func TestHandoff(t *testing.T) {
 // it cannot read, and passes unexpected handoffs on only to a stray
 // function.
 func TestLedgerHanded(t *testing.T) {
-	l := NewLedger(protocol.LiveChannel + "test")
+	var got string
+	l := NewLedger(protocol.HandChannel+"test", func(node int, token, key string) { got = fmt.Sprintf("%d %s %s", node, token, key) })
 	l.Expect("a", "k")
 	l.Expect("b", "other")
-	handOver(l, 0b101, "a", "k")
-	handOver(l, 0b001, "a", "k") // again: no more nodes
-	handOver(l, 0b010, "b", "other")
-	assert.Equal(t, 2, l.Handed("a"))
+	handOff(l, 0b101, "a", "k")
+	handOff(l, 0b001, "a", "k") // again: no more nodes
+	handOff(l, 0b010, "b", "other")
+	assert.Equal(t, 2, bits.OnesCount64(l.HandedNodes("a")))
 	assert.Equal(t, uint64(0b101), l.HandedNodes("a"))
 	assert.Equal(t, uint64(0b010), l.HandedNodes("b"))
-	assert.Zero(t, l.Handed("c"), "a round not expected")
+	assert.Zero(t, l.HandedNodes("c"), "a round not expected")
 
 	h, ok := l.handed(3, handPayload("b", "other"))
 	require.True(t, ok)
@@ -203,18 +203,16 @@ func TestLedgerHanded(t *testing.T) {
 	assert.False(t, ok, "a node past the 64th")
 	assert.Equal(t, uint64(0b101), l.HandedNodes("a"), "a bad payload counted")
 
-	_, ok = l.handed(0, handPayload("c", "k"))
+	_, ok = NewLedger(protocol.HandChannel+"test", nil).handed(0, handPayload("c", "k"))
 	assert.False(t, ok, "an unexpected handoff without a stray function")
-	var got string
-	l.SetStray(func(node int, token, key string) { got = fmt.Sprintf("%d %s %s", node, token, key) })
 	h, ok = l.handed(2, handPayload("c", "k"))
 	require.True(t, ok)
 	require.NotNil(t, h.stray, "an unexpected handoff")
 	h.stray()
 	assert.Equal(t, "2 c k", got)
-	assert.Zero(t, l.Handed("c"), "a stray handoff counted")
+	assert.Zero(t, l.HandedNodes("c"), "a stray handoff counted")
 
-	l.Forget("a")
+	assert.False(t, l.Forget("a", false))
 	assert.Zero(t, l.HandedNodes("a"), "forgotten")
 	h, ok = l.handed(1, handPayload("a", "k"))
 	require.True(t, ok)
@@ -225,15 +223,13 @@ func TestLedgerHanded(t *testing.T) {
 // TestLedgerNil: a client without a channel has a nil Ledger, which
 // records nothing, and a Waker given none subscribes no channel of its own.
 func TestLedgerNil(t *testing.T) {
-	l := NewLedger("")
+	l := NewLedger("", func(int, string, string) {})
 	require.Nil(t, l)
 	l.Expect("a", "k")
-	l.SetStray(func(int, string, string) {})
-	assert.False(t, l.Live())
-	assert.Zero(t, l.Handed("a"))
+	assert.False(t, l.Subscribed())
 	assert.Zero(t, l.HandedNodes("a"))
-	assert.False(t, l.ForgetSole("a"))
-	l.Forget("a")
+	assert.False(t, l.Forget("a", true))
+	assert.False(t, l.Forget("a", false))
 	entries, cleared := l.Joining("k")
 	assert.False(t, entries)
 	assert.False(t, cleared)
@@ -248,20 +244,20 @@ func TestLedgerNil(t *testing.T) {
 
 // TestLedgerOneWaker: a Ledger given to a second Waker panics.
 func TestLedgerOneWaker(t *testing.T) {
-	l := NewLedger(protocol.LiveChannel + "test")
+	l := NewLedger(protocol.HandChannel+"test", nil)
 	New(nil, long, clock.Real{}, l).Close()
 	assert.PanicsWithValue(t, "wake: a Ledger given to a second Waker", func() { New(nil, long, clock.Real{}, l) })
 }
 
-// TestForgetSole: ForgetSole notes a key cleared only when it is
-// subscribed and every node handed it over to the round; Joining reports
+// TestForgetSole: Forget of a sole round notes a key cleared only when it
+// is subscribed and every node handed it off to the round; Joining reports
 // that once, and never for a key gone idle. The round is forgotten either
 // way.
 func TestForgetSole(t *testing.T) {
 	leakcheck.Check(t)
 	const idle = 50 * time.Millisecond
 	c := newCluster(t, 3)
-	l := NewLedger(protocol.LiveChannel + "test")
+	l := NewLedger(protocol.HandChannel+"test", nil)
 	w := New(c.clients, idle, clock.Real{}, l)
 	t.Cleanup(w.Close)
 	joining := func(wantEntries, wantCleared bool, msg string) {
@@ -270,13 +266,13 @@ func TestForgetSole(t *testing.T) {
 		assert.Equal(t, wantEntries, entries, "entries: %s", msg)
 		assert.Equal(t, wantCleared, cleared, "cleared: %s", msg)
 	}
-	// sole releases a round of key k that the nodes (a bit each) handed over to.
+	// sole releases a round of key k that the nodes (a bit each) handed off to.
 	sole := func(nodes uint64) bool {
 		t.Helper()
 		l.Expect("tok", "k")
-		handOver(l, nodes, "tok", "k")
+		handOff(l, nodes, "tok", "k")
 		require.Equal(t, nodes, l.HandedNodes("tok"))
-		ok := l.ForgetSole("tok")
+		ok := l.Forget("tok", true)
 		assert.Zero(t, l.HandedNodes("tok"), "the round is forgotten")
 		return ok
 	}
@@ -285,11 +281,11 @@ func TestForgetSole(t *testing.T) {
 	joining(false, false, "a key not waited for lately")
 
 	k := listen(w, "k")
-	assert.False(t, sole(0b011), "a node did not hand the key over")
+	assert.False(t, sole(0b011), "a node did not hand the key off")
 	joining(true, false, "waited for lately")
 
 	assert.True(t, sole(0b111))
-	joining(false, true, "every node handed the key over")
+	joining(false, true, "every node handed the key off")
 	joining(true, false, "reported once: the round joins again")
 
 	assert.True(t, sole(0b111))

@@ -13,38 +13,38 @@ import (
 const retireWait = time.Second
 
 // retire closes subs, the connections of a Client that closes or of keys
-// that went idle, without losing a handoff: a release hands a key over only
-// to a waiter whose client's channel, live, has a subscriber on the node,
-// and announces it there. So retire first unsubscribes live on each
-// connection and waits, up to retireWait, for the node's confirmation.
-// From then on the node hands nothing over to the client, and the
+// that went idle, without losing a handoff: a release hands a key off only
+// to a waiter whose client's hand channel has a subscriber on the node,
+// and announces it there. So retire first unsubscribes the hand channel on
+// each connection and waits, up to retireWait, for the node's
+// confirmation. From then on the node hands nothing off to the client, and the
 // announcements of the handoffs it made before came in ahead of the
 // confirmation, on the same connection, to the listener, which passes
 // those that no waiter expects to the stray function for release. Closing
 // the connection at once instead loses the announcements still on their
-// way, and the keys that they handed over stay held for their TTL.
+// way, and the keys that they handed off stay held for their TTL.
 func (w *Waker) retire(subs []*sub) {
-	if w.live != "" {
+	if w.handChannel != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), retireWait)
 		defer cancel()
 		var wg sync.WaitGroup
 		for _, s := range subs {
-			wg.Go(func() { w.unsubscribeLive(ctx, s) })
+			wg.Go(func() { w.unsubscribeHand(ctx, s) })
 		}
 		wg.Wait()
 	}
 	for _, s := range subs {
 		_ = s.ps.Close() // ends the listener's Receive
-		w.dropLive(s)
+		w.dropHand(s)
 	}
 }
 
-// unsubscribeLive unsubscribes live on s for good and waits until the node
-// confirmed it, or ctx ends.
-func (w *Waker) unsubscribeLive(ctx context.Context, s *sub) {
+// unsubscribeHand unsubscribes the hand channel on s for good and waits
+// until the node confirmed it, or ctx ends.
+func (w *Waker) unsubscribeHand(ctx context.Context, s *sub) {
 	s.mu.Lock() // after a subscription under way (see reconcile)
 	s.retired = true
-	if !s.liveOn {
+	if !s.handOn {
 		s.mu.Unlock()
 		return // never subscribed: no node knows the client
 	}
@@ -52,7 +52,7 @@ func (w *Waker) unsubscribeLive(ctx context.Context, s *sub) {
 	w.mu.Lock()
 	s.unsubbed = confirmed
 	w.mu.Unlock()
-	err := s.ps.Unsubscribe(ctx, w.live)
+	err := s.ps.Unsubscribe(ctx, w.handChannel)
 	s.mu.Unlock()
 	if err != nil {
 		return // the connection is broken: so is the subscription
@@ -63,12 +63,13 @@ func (w *Waker) unsubscribeLive(ctx context.Context, s *sub) {
 	}
 }
 
-// dropLive notes that s, being closed, no longer has live subscribed.
-func (w *Waker) dropLive(s *sub) {
+// dropHand notes that s, being closed, no longer has the hand channel
+// subscribed.
+func (w *Waker) dropHand(s *sub) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.liveOn {
-		s.liveOn = false
-		w.ledger.liveChanged(-1)
+	if s.handOn {
+		s.handOn = false
+		w.ledger.subscribedChanged(-1)
 	}
 }

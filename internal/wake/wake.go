@@ -19,11 +19,11 @@ import (
 // to the client's [Ledger]. It is safe for concurrent use; make it with
 // [New].
 type Waker struct {
-	nodes  []redis.UniversalClient // the nodes that can be subscribed (not Rings)
-	idle   time.Duration
-	clock  clock.Clock
-	ledger *Ledger // nil: no live channel
-	live   string  // the ledger's channel, "" for none
+	nodes       []redis.UniversalClient // the nodes that can be subscribed (not Rings)
+	idle        time.Duration
+	clock       clock.Clock
+	ledger      *Ledger // nil: no hand channel
+	handChannel string  // the ledger's channel, "" for none
 
 	mu      sync.Mutex
 	closed  bool
@@ -51,9 +51,10 @@ type sub struct {
 	ps     *redis.PubSub
 	mu     sync.Mutex
 	idx    int  // the node's place among w.nodes
-	liveOn bool // the live channel is subscribed on ps
-	// retired is set once live is unsubscribed for good (see retire), and
-	// unsubbed, guarded by Waker.mu, is closed when the node confirms it.
+	handOn bool // the hand channel is subscribed on ps
+	// retired is set once the hand channel is unsubscribed for good (see
+	// retire), and unsubbed, guarded by Waker.mu, is closed when the node
+	// confirms it.
 	retired  bool
 	unsubbed chan struct{}
 }
@@ -67,7 +68,7 @@ type named struct {
 
 // New returns a Waker on nodes whose keys stay subscribed for idle after
 // their last wait. With a ledger, every connection also subscribes to the
-// ledger's channel, and the handoffs announced there go to l; l nil means
+// ledger's hand channel, and the handoffs announced there go to l; l nil means
 // no handoffs. A ledger serves one Waker.
 //
 // A go-redis Ring routes a channel by its name, not to the shard of the key
@@ -75,7 +76,7 @@ type named struct {
 // channel): Rings are left out, and their waiters rely on the other nodes
 // and the timed retry.
 func New(nodes []redis.UniversalClient, idle time.Duration, clk clock.Clock, l *Ledger) *Waker {
-	w := &Waker{idle: idle, clock: clk, ledger: l, live: l.channel(), quit: make(chan struct{})}
+	w := &Waker{idle: idle, clock: clk, ledger: l, handChannel: l.channel(), quit: make(chan struct{})}
 	for _, n := range nodes {
 		if _, ring := n.(*redis.Ring); !ring {
 			w.nodes = append(w.nodes, n)
@@ -92,7 +93,7 @@ func (w *Waker) subscribe(key string) {
 		w.connect()
 	}
 	w.keys[key] = w.clock.Now()
-	w.ledger.subscribed(key)
+	w.ledger.keySubscribed(key)
 	// Each node on its own: a node that is down would hold this wait, or
 	// the other nodes' subscriptions, for its dial. go-redis subscribes
 	// again after a reconnect.
@@ -136,15 +137,15 @@ func (w *Waker) reconcile(s *sub, keys []string) {
 			off = append(off, protocol.ReleasedChannel+k)
 		}
 	}
-	if len(on) > 0 && w.live != "" && !s.retired {
-		on = append(on, w.live) // again: a no-op, and the first time it is in place with the key's
+	if len(on) > 0 && w.handChannel != "" && !s.retired {
+		on = append(on, w.handChannel) // again: a no-op, and the first time it is in place with the key's
 	}
 	w.mu.Unlock()
 	if len(on) > 0 {
 		err := s.ps.Subscribe(context.Background(), on...)
-		if w.live != "" && err == nil && !s.liveOn && !s.retired {
-			s.liveOn = true
-			w.ledger.liveChanged(1)
+		if w.handChannel != "" && err == nil && !s.handOn && !s.retired {
+			s.handOn = true
+			w.ledger.subscribedChanged(1)
 		}
 	}
 	if len(off) > 0 {
@@ -163,7 +164,7 @@ func (w *Waker) listen(s *sub) {
 		case *redis.Message:
 			w.message(s, m)
 		case *redis.Subscription:
-			if m.Kind == "unsubscribe" && m.Channel == w.live && s.unsubbed != nil {
+			if m.Kind == "unsubscribe" && m.Channel == w.handChannel && s.unsubbed != nil {
 				close(s.unsubbed) // see retire
 				s.unsubbed = nil
 			}
@@ -188,7 +189,7 @@ func (w *Waker) listen(s *sub) {
 
 // message handles an announcement that came on s. Callers hold w.mu.
 func (w *Waker) message(s *sub, msg *redis.Message) {
-	if w.live != "" && msg.Channel == w.live {
+	if w.handChannel != "" && msg.Channel == w.handChannel {
 		w.handed(s, msg.Payload)
 		return
 	}
@@ -204,7 +205,7 @@ func (w *Waker) message(s *sub, msg *redis.Message) {
 	w.wake(key, msg.Payload)
 }
 
-// handed passes a handoff that s's node announced on the live channel to
+// handed passes a handoff that s's node announced on the hand channel to
 // the ledger. It wakes the key's waits, naming the hand value, or, for a
 // handoff that no waiter expects, calls the stray function in a goroutine
 // that Close waits for. Callers hold w.mu.
@@ -258,7 +259,7 @@ func (w *Waker) dropIdle(subs []*sub) (next time.Duration, done bool) {
 		delete(w.named, k)
 		delete(w.recent, k)
 		delete(w.confirming, k)
-		w.ledger.unsubscribed(k)
+		w.ledger.keyUnsubscribed(k)
 		w.heard.Store(len(w.named) > 0)
 		drop = append(drop, k)
 	}
@@ -277,7 +278,7 @@ func (w *Waker) dropIdle(subs []*sub) (next time.Duration, done bool) {
 }
 
 // Close stops the listeners and waits for them, and for the stray
-// function's calls: a client's node hands nothing over to it once Close
+// function's calls: a client's node hands nothing off to it once Close
 // returns (see retire). Waits are not woken. It is safe to call more than
 // once.
 func (w *Waker) Close() {

@@ -35,9 +35,9 @@ func TestChaos(t *testing.T) {
 }
 
 // TestChaosHotKey is the hot-key phase across processes: four OS
-// processes of one contender each lock one key, so that every handoff goes
-// from one process to another, while every kind of fault hits a minority of
-// the nodes. The deployment is mixed: process 0 waits with WaitHandoff, 1
+// processes of one contender each lock one key, so that the lock always
+// passes from one process to another, while every kind of fault hits a
+// minority of the nodes. The deployment is mixed: process 0 waits with WaitHandoff, 1
 // with WaitInLine, 2 with WaitBackoff, and 3 runs the previous release
 // (previousRelease) with its default options, as during a rolling deploy.
 // Safety must not depend on how a Client waits or on its release.

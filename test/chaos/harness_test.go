@@ -519,8 +519,8 @@ func lockKeys(t *testing.T, name, addr string) []string {
 		if v, _ := cl.Get(t.Context(), k).Result(); strings.HasPrefix(v, "redquorum:gone:") {
 			continue // a release's tombstone: free for every other token
 		}
-		if strings.HasPrefix(k, protocol.QueuePrefix) && cl.PTTL(t.Context(), k).Val() > 0 {
-			continue // a queue of waiters, which expires by itself
+		if strings.HasPrefix(k, protocol.LinePrefix) && cl.PTTL(t.Context(), k).Val() > 0 {
+			continue // a line of waiters, which expires by itself
 		}
 		out = append(out, name+": "+k)
 	}

@@ -41,21 +41,21 @@ func TestMerge(t *testing.T) {
 	assert.Equal(t, []int{1, 1}, a.Shares, "the inputs are not changed")
 }
 
-// TestHandoffs: the gap from each Unlock call to the next hold's start, and
+// TestHoldGaps: the gap from each Unlock call to the next hold's start, and
 // a hold that began before the previous one ended counts as an overlap (the
 // check of the bench's separate-process scenario).
-func TestHandoffs(t *testing.T) {
-	gaps, overlaps := handoffs([]Hold{{Obtained: 30, Released: 40}, {Obtained: 0, Released: 10}, {Obtained: 12, Released: 25}})
+func TestHoldGaps(t *testing.T) {
+	gaps, overlaps := holdGaps([]Hold{{Obtained: 30, Released: 40}, {Obtained: 0, Released: 10}, {Obtained: 12, Released: 25}})
 	assert.Equal(t, []time.Duration{2, 5}, gaps)
 	assert.Zero(t, overlaps)
 
-	gaps, overlaps = handoffs([]Hold{{Obtained: 0, Released: 10}, {Obtained: 5, Released: 20}, {Obtained: 15, Released: 30}, {Obtained: 31, Released: 40}})
+	gaps, overlaps = holdGaps([]Hold{{Obtained: 0, Released: 10}, {Obtained: 5, Released: 20}, {Obtained: 15, Released: 30}, {Obtained: 31, Released: 40}})
 	assert.Equal(t, 2, overlaps, "5 < 10, and 15 < 20")
 	assert.Equal(t, []time.Duration{1}, gaps)
 }
 
 // TestGatherHolds: a hot key's holds, from Lock returned to Unlock called,
-// and the handoffs between them.
+// and the gaps between them.
 func TestGatherHolds(t *testing.T) {
 	ms := int64(time.Millisecond)
 	callers := []caller{
@@ -65,7 +65,7 @@ func TestGatherHolds(t *testing.T) {
 	r := gather(callers, Scenario{HotKey: true}, time.Second)
 	assert.Equal(t, 2*time.Millisecond, r.Hold.Mean)
 	assert.Equal(t, 3*time.Millisecond, r.Hold.Max)
-	assert.Equal(t, time.Millisecond/2, r.Handoff.Mean, "1 ms, then 0")
+	assert.Equal(t, time.Millisecond/2, r.Gap.Mean, "1 ms, then 0")
 	assert.Equal(t, []int{2, 1}, r.Shares)
 }
 

@@ -33,22 +33,22 @@ type Result struct {
 	BytesPerOp  float64 `json:"bytes_per_op,omitempty"`
 	Shares      []int   `json:"shares,omitempty"` // hot key: acquisitions per contender
 	FirstError  string  `json:"first_error,omitempty"`
-	// Handoff is, for a hot key, the time from a holder's Unlock call to
+	// Gap is, for a hot key, the time from a holder's Unlock call to
 	// the next holder's Lock returning; Overlaps counts holds that began
 	// before the previous one's Unlock call (0 for a lock).
-	Handoff  Dist `json:"handoff"`
+	Gap      Dist `json:"gap"`
 	Overlaps int  `json:"overlaps"`
 	// Hold is, for a hot key, the time from Lock returning to the Unlock
 	// call: the scenario's hold as the holder's process kept it. With the
-	// mean handoff it makes the cycle that the rate is the inverse of.
+	// mean gap it makes the cycle that the rate is the inverse of.
 	Hold Dist `json:"hold"`
 	// NodeCPU is the CPU time of the nodes' processes per operation, when
 	// the Runner knows them (Runner.NodePIDs); nil otherwise.
 	NodeCPU *NodeCPU `json:"node_cpu,omitempty"`
 
-	samples  []time.Duration // sorted
-	handoffs []time.Duration // sorted
-	holds    []time.Duration // sorted
+	samples []time.Duration // sorted
+	gaps    []time.Duration // sorted
+	holds   []time.Duration // sorted
 }
 
 // ShareRatio returns the smallest contender's share divided by the largest's
@@ -79,8 +79,8 @@ func gather(callers []caller, sc Scenario, elapsed time.Duration) Result {
 	res.Ops = len(res.samples)
 	res.PerSec = float64(res.Ops) / elapsed.Seconds()
 	res.Latency = dist(res.samples)
-	res.handoffs, res.Overlaps = handoffs(holds)
-	res.Handoff = dist(res.handoffs)
+	res.gaps, res.Overlaps = holdGaps(holds)
+	res.Gap = dist(res.gaps)
 	for _, h := range holds {
 		res.holds = append(res.holds, time.Duration(h.Released-h.Obtained))
 	}
@@ -89,10 +89,10 @@ func gather(callers []caller, sc Scenario, elapsed time.Duration) Result {
 	return res
 }
 
-// handoffs returns, for holds of one key sorted by when they were obtained,
+// holdGaps returns, for holds of one key sorted by when they were obtained,
 // the time from each Unlock call to the next hold's start (sorted), and how
 // many holds began before an earlier one was released.
-func handoffs(holds []Hold) (gaps []time.Duration, overlaps int) {
+func holdGaps(holds []Hold) (gaps []time.Duration, overlaps int) {
 	slices.SortFunc(holds, func(a, b Hold) int { return cmp.Compare(a.Obtained, b.Obtained) })
 	var last int64
 	for i, h := range holds {
@@ -137,7 +137,7 @@ func Merge(rs []Result) Result {
 		return Result{}
 	}
 	m := rs[0]
-	m.samples, m.handoffs, m.holds = nil, nil, nil
+	m.samples, m.gaps, m.holds = nil, nil, nil
 	m.Shares = nil
 	m.Ops, m.Errors, m.Seconds, m.Overlaps = 0, 0, 0, 0
 	var allocs, bytes float64
@@ -147,7 +147,7 @@ func Merge(rs []Result) Result {
 			ticks += r.NodeCPU.Ticks
 		}
 		m.samples = append(m.samples, r.samples...)
-		m.handoffs = append(m.handoffs, r.handoffs...)
+		m.gaps = append(m.gaps, r.gaps...)
 		m.holds = append(m.holds, r.holds...)
 		m.Overlaps += r.Overlaps
 		m.Ops += r.Ops
@@ -168,8 +168,8 @@ func Merge(rs []Result) Result {
 		}
 	}
 	slices.Sort(m.samples)
-	slices.Sort(m.handoffs)
-	m.Handoff = dist(m.handoffs)
+	slices.Sort(m.gaps)
+	m.Gap = dist(m.gaps)
 	slices.Sort(m.holds)
 	m.Hold = dist(m.holds)
 	if m.Ops > 0 {
