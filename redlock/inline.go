@@ -31,25 +31,30 @@ func (s *inLine) refused(h handover) (protocol.Release, bool) {
 }
 
 // leave takes the waiter with id place off key's line on every node, for
-// a Lock call that gave up. It does not wait; on a closed Client it sends
-// nothing, and the line expires.
-func (s *inLine) leave(key, place string) {
+// a Lock call that gave up, after last, its last round, has answered on
+// each node (its entry may still be on its way). It does not wait; on a
+// closed Client it sends nothing, and the line expires.
+func (s *inLine) leave(key, place string, last *quorum.Round) {
 	c := s.c
 	if err := c.life.enter(); err != nil {
 		return
 	}
 	defer c.life.exit()
 	cmd := c.proto.Release(protocol.Release{Keys: []string{c.stored(key)}, Token: place, Announce: true, Place: place})
-	c.releaseLock(context.Background(), cmd, key, handover{}, nil, nil)
+	h := handover{Token: place, Acquire: last, AcquireTimeout: c.callTimeout(), join: protocol.Join{Place: place}}
+	c.releaseLock(context.Background(), cmd, key, h, nil, nil)
 }
 
 // done takes a waiter that gave up off the line (one that holds the lock
 // leaves it with the lock's release, see refused).
 func (iw *inLineWait) done(l *Lock) {
 	if l == nil && iw.place != "" {
-		iw.s.leave(iw.w.keys[0], iw.place)
+		iw.s.leave(iw.w.keys[0], iw.place, iw.last)
 	}
 }
+
+// failed notes the calls of the waiter's last round, for leave.
+func (iw *inLineWait) failed(_ join, _ time.Duration, calls *quorum.Round) { iw.last = calls }
 
 func (s *inLine) wait() waiting {
 	iw := &inLineWait{s: s}
@@ -66,6 +71,7 @@ type inLineWait struct {
 	place string
 	// hooks are the handoff strategy's, or the waiter itself (none).
 	hooks sleepHooks
+	last  *quorum.Round // the calls of the waiter's last round
 }
 
 // sleepHooks let the handoff strategy take part in inLineWait.sleep.
@@ -82,7 +88,6 @@ type sleepHooks interface {
 func (iw *inLineWait) handedOff() bool                               { return false }
 func (iw *inLineWait) current() string                               { return "" }
 func (iw *inLineWait) heardHand(t <-chan time.Time) <-chan time.Time { return t }
-func (iw *inLineWait) failed(join, time.Duration, *quorum.Round)     {}
 func (iw *inLineWait) delay(d time.Duration) time.Duration           { return d }
 func (iw *inLineWait) handed(time.Duration) *Lock                    { return nil }
 func (iw *inLineWait) base() *waiter                                 { return &iw.w }
