@@ -20,25 +20,24 @@
 -- holds this very token's tombstone (the round gave up on this node and
 -- released it before this request came); {-2, ms left, id} when the node
 -- is in its restart guard, which is read only before a grant.
--- Each "--@name" line is where a waiting strategy's code for that hook goes
--- (see announce.lua); without a strategy it is only a comment. No hook
--- decides a grant. value.lua and newstate.lua are inserted after the usual
--- case, which needs neither.
+-- A "--@name" line is where a waiting strategy's code for that hook goes
+-- (see announce.lua), or a comment without one; no hook decides a grant.
 local state, token, ttl, guard = KEYS[#KEYS], ARGV[1], ARGV[2], tonumber(ARGV[3])
 local fenced = @FENCED@ -- the client's locks carry fences
-local argc = 0
---@acquire
+local quiet = true -- the strategy has nothing to do at a grant
+--@quiet
 -- The usual case, a single free key on an established node, in one call
 -- and a read; SET ... GET returns the value of a key that exists. (NX with
 -- GET needs Redis 7.0: before, the error leaves first unknown.)
 local first
 if #KEYS == 2 then
   first = redis.pcall('SET', KEYS[1], token, 'NX', 'PX', ttl, 'GET')
-  if first == false and not fenced and (guard <= 0 or redis.call('HGET', state, 'g') == '0') then
-    --@granted
+  if first == false and quiet and not fenced and (guard <= 0 or redis.call('HGET', state, 'g') == '0') then
     return 0
   end
 end
+local argc = 0
+--@acquire
 @VALUE@
 @NEWSTATE@
 local establish, over = ARGV[4 + argc] or '', ARGV[5 + argc]

@@ -30,6 +30,9 @@
 -- to try until the next release. Otherwise the waiter is named, by its
 -- token.
 
+--@@quiet
+quiet = quiet and string.sub(token, 1, #'@HAND@') ~= '@HAND@' -- a grant marks a hand value's keys
+
 --@@acquire
 argc = 5
 local channel, before = ARGV[7] or '', ARGV[8] or ''

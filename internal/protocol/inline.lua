@@ -25,6 +25,9 @@
 -- its round was refused and joined), so that no release names a waiter
 -- that no longer waits, whom the others would give a grace for nothing.
 
+--@@quiet
+quiet = (ARGV[6] or '') == '' -- a grant leaves the client's entries alone
+
 --@@acquire
 argc = 3
 local ticket, entries = ARGV[4] or '', ARGV[6] or ''
