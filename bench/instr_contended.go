@@ -36,7 +36,7 @@ type count struct {
 //     entries left (protocol.MayHave), which looks for them, and as that
 //     of a client that knows it has none (protocol.Cleared). Each waiter's
 //     previous entry is taken off before its next first round, as the
-//     release that named or handed over to it did, by a ZREM that every
+//     release that named or handed off to it did, by a ZREM that every
 //     first-round figure counts;
 //   - an unlock's release of the key that a waiter marked, announced: it
 //     hands the key off (WaitHandoff), names the first in line
@@ -49,7 +49,7 @@ func contendedInstructions(ctx context.Context, dir string, n int, st protocol.S
 		first, cleared bool
 	}
 	var joins []join
-	release := "a release that hands the key over"
+	release := "a release that hands the key off"
 	switch st {
 	case protocol.Handoff:
 		joins = []join{{"a waiter's round that joins the line for a handoff", false, false},
