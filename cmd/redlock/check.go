@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,17 +52,29 @@ func (c nodeCheck) problem() string {
 // and, when scan is set, whether it holds a live lock key under prefix.
 func checkNodes(ctx context.Context, nodes []redis.UniversalClient, prefix string, scan bool) []nodeCheck {
 	checks := make([]nodeCheck, len(nodes))
-	for i, n := range nodes {
-		c := &checks[i]
+	eachNode(len(nodes), func(i int) {
+		n, c := nodes[i], &checks[i]
 		if c.cluster, c.err = isCluster(ctx, n); c.err != nil || c.cluster {
-			continue
+			return
 		}
 		if c.state, c.err = readState(ctx, n, prefix+protocol.StateKey); c.err != nil || !scan {
-			continue
+			return
 		}
 		c.live, c.liveTTL, c.err = liveKey(ctx, n, prefix)
-	}
+	})
 	return checks
+}
+
+// eachNode runs f(i) for every node i of n at once, and returns when all
+// have: each node's reads have their own timeout, so n unreachable nodes
+// cost one timeout, not n. f records its node's result and error itself,
+// so that one node's failure stops none of the others.
+func eachNode(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { f(i) })
+	}
+	wg.Wait()
 }
 
 // isCluster reports whether n is a Redis Cluster node. A server that

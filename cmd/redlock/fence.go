@@ -108,18 +108,18 @@ func guardFence(ctx context.Context, args []string, out io.Writer) error {
 // masters (a quorum of the nodes, which Options.Fencing requires) have
 // theirs, the next fenced lock on a slot sets that slot's counter.
 func raiseAll(ctx context.Context, names []string, nodes []redis.UniversalClient, checks []nodeCheck, key string, target uint64, actions []string) error {
-	var failed error
-	for i, n := range nodes {
+	errs := make([]error, len(nodes))
+	eachNode(len(nodes), func(i int) {
 		if checks[i].cluster {
 			actions[i] = "left alone: the next fenced locks set its counters, one per hash slot"
-			continue
+			return
 		}
 		var err error
-		if actions[i], err = raiseOn(ctx, n, key, target); err != nil {
-			failed = errors.Join(failed, fmt.Errorf("node %s: %w", names[i], err))
+		if actions[i], err = raiseOn(ctx, nodes[i], key, target); err != nil {
+			errs[i] = fmt.Errorf("node %s: %w", names[i], err)
 		}
-	}
-	return failed
+	})
+	return errors.Join(errs...)
 }
 
 // fenceTarget returns the fence to set: one above every node's known

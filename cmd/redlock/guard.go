@@ -211,23 +211,29 @@ func refusal(names []string, checks []nodeCheck) error {
 func endGuards(ctx context.Context, out io.Writer, a guardArgs, nodes []redis.UniversalClient, checks []nodeCheck) error {
 	key := a.prefix + protocol.StateKey
 	states, actions := make([]string, len(nodes)), make([]string, len(nodes))
-	var failed error
-	ended := 0
-	for i, n := range nodes {
+	errs := make([]error, len(nodes))
+	eachNode(len(nodes), func(i int) {
 		hctx, cancel := context.WithTimeout(ctx, opTimeout)
-		err := endGuard(hctx, n, key)
+		err := endGuard(hctx, nodes[i], key)
 		cancel()
 		actions[i] = "not changed"
 		var s nodeState
 		if err == nil {
-			ended++
 			actions[i] = "set serving (was " + checks[i].state.String() + ")"
-			s, err = readState(ctx, n, key)
+			s, err = readState(ctx, nodes[i], key)
 		}
 		states[i] = s.String()
 		if err != nil {
 			states[i] = "error: " + oneLine(err.Error())
-			failed = errors.Join(failed, fmt.Errorf("node %s: %w", a.names[i], err))
+			errs[i] = fmt.Errorf("node %s: %w", a.names[i], err)
+		}
+	})
+	var failed error
+	ended := 0
+	for i, err := range errs {
+		failed = errors.Join(failed, err)
+		if strings.HasPrefix(actions[i], "set serving") {
+			ended++
 		}
 	}
 	if err := printGuardRows(out, a.names, states, actions); err != nil {

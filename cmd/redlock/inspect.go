@@ -43,9 +43,7 @@ func inspect(ctx context.Context, args []string, out io.Writer) error {
 	defer closeNodes(nodes)
 	key := *prefix + pos[0]
 	rows := make([]keyRow, len(nodes))
-	for i, n := range nodes {
-		rows[i] = readKey(ctx, n, key, *prefix+protocol.StateKey)
-	}
+	eachNode(len(nodes), func(i int) { rows[i] = readKey(ctx, nodes[i], key, *prefix+protocol.StateKey) })
 	if err := printKeyRows(out, names, rows); err != nil {
 		return err
 	}
