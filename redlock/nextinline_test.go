@@ -269,7 +269,7 @@ func TestInLineLeaves(t *testing.T) {
 	c.waiting = WaitInLine
 	a := c.client(t, nil)
 	b := c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
-	la, err := a.Lock(t.Context(), "k", time.Minute)
+	la, err := a.TryLock(t.Context(), "k", time.Minute) // joins no line, even where its round comes late
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
@@ -293,8 +293,8 @@ func TestInLineLeaves(t *testing.T) {
 	cl := c.client(t, nil)
 	lc, err := cl.Lock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
-	members, _ := c.srv[0].ZMembers(lineKey("k"))
-	require.Len(t, members, 1, "the round joined the line where it was refused")
+	require.Eventually(t, func() bool { members, _ := c.srv[0].ZMembers(lineKey("k")); return len(members) == 1 },
+		5*time.Second, time.Millisecond, "the round joined the line where it was refused (its answer may follow the quorum's)")
 	require.NoError(t, lc.Unlock(t.Context()))
 	require.Eventually(t, lineEmpty, 5*time.Second, time.Millisecond, "the holder is still in line: %v", dumpLines(c, "k"))
 }
