@@ -589,7 +589,7 @@ func TestHandoffCleared(t *testing.T) {
 				return out
 			}
 			// Two handoffs: the first wait subscribes b to the key, which
-			// costs its waiter a second round (see wake.Waker.OnSince).
+			// costs its waiter a second round (see wake.Waker.Listen).
 			for cycle := range 2 {
 				la, err := a.Lock(t.Context(), "k", time.Minute)
 				require.NoError(t, err)

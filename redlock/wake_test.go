@@ -228,7 +228,7 @@ func lockUnlock(t *testing.T, cl *Client, key string) <-chan error {
 
 // waitWaiting waits until a Lock of cl is registered for key's release,
 // with its subscription in place: a first wait's round after its new
-// subscription was confirmed (see wake.Waker.OnSince) is done.
+// subscription was confirmed (see wake.Waker.Listen) is done.
 func waitWaiting(t *testing.T, cl *Client, key string) {
 	t.Helper()
 	require.Eventually(t, func() bool {

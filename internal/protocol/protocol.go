@@ -45,7 +45,7 @@ const (
 	LinePrefix = "redquorum:queue:"
 )
 
-// The waiting strategies (see strategy.lua) use three more names, none a key.
+// The waiting strategies (see announce.lua) use three more names, none a key.
 const (
 	// HandPrefix, followed by the token of a waiter's round, is the value
 	// a release sets a key to when it hands the lock off to that waiter.
