@@ -302,13 +302,7 @@ func (h *handoff) topUp(r *round, handed uint64, last *quorum.Round) {
 // handed it off to that round (see handWait.done). It does not wait. On a
 // closed Client it sends nothing: the entries and the keys expire.
 func (h *handoff) leave(key, token string, ttl time.Duration) {
-	c := h.c
-	if err := c.life.enter(); err != nil {
-		return
-	}
-	defer c.life.exit()
-	cmd := c.proto.Release(protocol.Release{Keys: []string{c.stored(key)}, Token: token, Announce: true, Leave: true})
-	c.releaseLock(context.Background(), cmd, key, handover{TTL: ttl}, nil, nil)
+	h.c.releaseAside(key, protocol.Release{Keys: []string{h.c.stored(key)}, Token: token, Announce: true, Leave: true}, handover{TTL: ttl})
 }
 
 // releaseStray releases key (as stored) on node i, where a release handed

@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"context"
 	"strings"
 	"time"
 
@@ -36,13 +35,8 @@ func (s *inLine) refused(h handover) (protocol.Release, bool) {
 // closed Client it sends nothing, and the line expires.
 func (s *inLine) leave(key, place string, last *quorum.Round) {
 	c := s.c
-	if err := c.life.enter(); err != nil {
-		return
-	}
-	defer c.life.exit()
-	cmd := c.proto.Release(protocol.Release{Keys: []string{c.stored(key)}, Token: place, Announce: true, Place: place})
 	h := handover{Token: place, Acquire: last, AcquireTimeout: c.callTimeout(), join: protocol.Join{Place: place}}
-	c.releaseLock(context.Background(), cmd, key, h, nil, nil)
+	c.releaseAside(key, protocol.Release{Keys: []string{c.stored(key)}, Token: place, Announce: true, Place: place}, h)
 }
 
 // done takes a waiter that gave up off the line (one that holds the lock

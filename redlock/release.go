@@ -72,12 +72,18 @@ func (c *Client) releaseHandedOver(next *round, prev handover) {
 // caller that gave up at the same moment, and announces it like an Unlock.
 // On a closed Client it sends nothing, and the keys expire with their TTL.
 func (c *Client) releaseUnclaimed(keys []string, h handover) {
+	c.releaseAside(strings.Join(keys, ", "), protocol.Release{Keys: c.storedKeys(keys, 0), Token: h.Token, TTL: h.TTL, Announce: true}, h)
+}
+
+// releaseAside sends rel, a release outside any lock call (named name), as
+// releaseLock does for the lock h, and does not wait for it. On a closed
+// Client it sends nothing: the keys, and the entries in line, expire.
+func (c *Client) releaseAside(name string, rel protocol.Release, h handover) {
 	if err := c.life.enter(); err != nil {
 		return
 	}
 	defer c.life.exit()
-	cmd := c.proto.Release(protocol.Release{Keys: c.storedKeys(keys, 0), Token: h.Token, TTL: h.TTL, Announce: true})
-	c.releaseLock(context.Background(), cmd, strings.Join(keys, ", "), h, nil, nil)
+	c.releaseLock(context.Background(), c.proto.Release(rel), name, h, nil, nil)
 }
 
 // releaseLock sends cmd, the release of the lock h (named name), to every

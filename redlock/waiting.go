@@ -120,20 +120,22 @@ type join struct {
 func (c *Client) newStrategy(clients []redis.UniversalClient) strategy {
 	b := &backoff{c: c}
 	inLine := &inLine{backoff: b}
+	var s strategy
+	var ledger *wake.Ledger // nil: no handoffs
 	switch {
 	case c.cfg.waiting == WaitBackoff:
-		b.wake = wake.New(clients, c.cfg.wakeIdle, c.cfg.clock, nil)
-		return b
+		s = b
 	case c.cfg.waiting == WaitInLine || c.cfg.fencing || c.sharded:
 		// A fenced lock needs its round's fence, and a Cluster or a Ring
 		// node no script that reaches the node's state: their waiters are
 		// only named.
-		b.wake = wake.New(clients, c.cfg.wakeIdle, c.cfg.clock, nil)
-		return inLine
+		s = inLine
+	default:
+		h := &handoff{inLine: inLine, channel: protocol.HandChannel + protocol.NewToken("")}
+		c.proto.WithHandChannel(h.channel)
+		h.ledger = wake.NewLedger(h.channel, h.releaseStray)
+		s, ledger = h, h.ledger
 	}
-	h := &handoff{inLine: inLine, channel: protocol.HandChannel + protocol.NewToken("")}
-	c.proto.WithHandChannel(h.channel)
-	h.ledger = wake.NewLedger(h.channel, h.releaseStray)
-	b.wake = wake.New(clients, c.cfg.wakeIdle, c.cfg.clock, h.ledger)
-	return h
+	b.wake = wake.New(clients, c.cfg.wakeIdle, c.cfg.clock, ledger)
+	return s
 }
