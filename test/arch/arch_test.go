@@ -259,7 +259,15 @@ func funcName(fd *ast.FuncDecl) string {
 	if fd.Recv == nil || len(fd.Recv.List) == 0 {
 		return fd.Name.Name
 	}
-	t := fd.Recv.List[0].Type
+	if x, ok := namedType(fd.Recv.List[0].Type).(*ast.Ident); ok {
+		return x.Name + "." + fd.Name.Name
+	}
+	return fd.Name.Name
+}
+
+// namedType returns t without pointers and type arguments: the named type
+// it refers to, or a type literal.
+func namedType(t ast.Expr) ast.Expr {
 	for {
 		switch x := t.(type) {
 		case *ast.StarExpr:
@@ -268,10 +276,8 @@ func funcName(fd *ast.FuncDecl) string {
 			t = x.X
 		case *ast.IndexListExpr:
 			t = x.X
-		case *ast.Ident:
-			return x.Name + "." + fd.Name.Name
 		default:
-			return fd.Name.Name
+			return t
 		}
 	}
 }

@@ -119,26 +119,14 @@ func (ix *declIndex) addType(pkg, key string, t ast.Expr) {
 // embed records that key embeds, or is made from, the type t. A type
 // literal (func, map, ...) has no members to give.
 func (ix *declIndex) embed(pkg, key string, t ast.Expr) {
-	for {
-		switch x := t.(type) {
-		case *ast.StarExpr:
-			t = x.X
-		case *ast.IndexExpr:
-			t = x.X
-		case *ast.IndexListExpr:
-			t = x.X
-		case *ast.Ident:
-			ix.member(key, x.Name)
-			ix.embeds[key] = append(ix.embeds[key], pkg+"."+x.Name)
-			return
-		case *ast.SelectorExpr:
-			if id, ok := x.X.(*ast.Ident); ok {
-				ix.member(key, x.Sel.Name)
-				ix.embeds[key] = append(ix.embeds[key], "@"+id.Name+"."+x.Sel.Name)
-			}
-			return
-		default:
-			return
+	switch x := namedType(t).(type) {
+	case *ast.Ident:
+		ix.member(key, x.Name)
+		ix.embeds[key] = append(ix.embeds[key], pkg+"."+x.Name)
+	case *ast.SelectorExpr:
+		if id, ok := x.X.(*ast.Ident); ok {
+			ix.member(key, x.Sel.Name)
+			ix.embeds[key] = append(ix.embeds[key], "@"+id.Name+"."+x.Sel.Name)
 		}
 	}
 }
