@@ -26,16 +26,16 @@ type Servers struct {
 	Addrs   []string // host:port of each server
 	Version string   // such as "7.0.15"
 
-	procs []*proc // nil once killed
+	procs []*proc     // nil once killed
+	args  [][]string // each server's arguments beyond the defaults
 	dir   string
 	bin   string
 }
 
 // proc is one server process; done is closed once it has exited.
 type proc struct {
-	cmd   *exec.Cmd
-	extra []string // the arguments it was started with beyond the defaults
-	done  chan struct{}
+	cmd  *exec.Cmd
+	done chan struct{}
 }
 
 // kill kills the process at once (SIGKILL) and waits for it.
@@ -58,7 +58,7 @@ func start(ctx context.Context, n int, extra ...string) (*Servers, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.procs, s.Addrs = make([]*proc, n), make([]string, n)
+	s.procs, s.Addrs, s.args = make([]*proc, n), make([]string, n), make([][]string, n)
 	g, gctx := errgroup.WithContext(ctx) // the first failure ends the others' waits
 	for i := range n {
 		g.Go(func() (err error) {
@@ -98,7 +98,7 @@ func (s *Servers) launch(ctx context.Context, extra ...string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	s.procs, s.Addrs = append(s.procs, p), append(s.Addrs, addr)
+	s.procs, s.Addrs, s.args = append(s.procs, p), append(s.Addrs, addr), append(s.args, extra)
 	return i, nil
 }
 
@@ -122,7 +122,7 @@ func (s *Servers) launchAt(ctx context.Context, i int, extra []string) (*proc, s
 		if port, err = pickPort(); err != nil {
 			return nil, "", err
 		}
-		if p, addr, err = s.spawn(dir, port, extra); err != nil {
+		if p, addr, err = s.spawn(dir, port, extra, false); err != nil {
 			return nil, "", err
 		}
 		if err = waitOwn(ctx, addr, p); err == nil {
@@ -136,11 +136,14 @@ func (s *Servers) launchAt(ctx context.Context, i int, extra []string) (*proc, s
 	return nil, "", err
 }
 
-// spawn starts one server on port, in an empty dir, and returns it with
-// its address. It does not wait for the server to accept connections.
-func (s *Servers) spawn(dir string, port int, extra []string) (*proc, string, error) {
-	_ = os.RemoveAll(dir)
-	if err := os.Mkdir(dir, 0o755); err != nil {
+// spawn starts one server on port, in dir, and returns it with its
+// address. Unless keep is set, dir is emptied first. It does not wait for
+// the server to accept connections.
+func (s *Servers) spawn(dir string, port int, extra []string, keep bool) (*proc, string, error) {
+	if !keep {
+		_ = os.RemoveAll(dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, "", err
 	}
 	args := []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
@@ -157,7 +160,7 @@ func (s *Servers) spawn(dir string, port int, extra []string) (*proc, string, er
 	if err := cmd.Start(); err != nil {
 		return nil, "", fmt.Errorf("redisproc: starting redis-server: %w", err)
 	}
-	p := &proc{cmd: cmd, extra: extra, done: make(chan struct{})}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		close(p.done)
@@ -189,16 +192,37 @@ func (s *Servers) Kill(i int) {
 // one on its address with its arguments, in an empty directory: the new
 // server has none of the old one's data and a new replication ID, as after
 // a restart without persistence. It waits until the new server accepts
-// connections. On failure server i is left down.
+// connections. Server i may be down already ([Servers.Kill]). On failure
+// server i is left down.
 func (s *Servers) Restart(ctx context.Context, i int) error {
-	extra := s.procs[i].extra
+	return s.restart(ctx, i, false)
+}
+
+// RestartWithData restarts server i with its data, as a clean restart with
+// persistence would: the server writes a snapshot (SAVE) and the new one
+// loads it. Keys whose TTL ran out while the server was down are gone, and
+// the replication ID is new. On failure server i is left down.
+func (s *Servers) RestartWithData(ctx context.Context, i int) error {
+	if s.procs[i] == nil {
+		return fmt.Errorf("redisproc: server %d is down: it has no data to keep", i)
+	}
+	if err := command(s.Addrs[i], "SAVE"); err != nil {
+		return err
+	}
+	return s.restart(ctx, i, true)
+}
+
+// restart kills server i, when it is up, and starts it again on its
+// address; keep keeps its directory, and so its snapshot.
+func (s *Servers) restart(ctx context.Context, i int, keep bool) error {
+	extra := s.args[i]
 	s.Kill(i)
 	_, port, _ := net.SplitHostPort(s.Addrs[i])
 	n, err := strconv.Atoi(port)
 	if err != nil {
 		return err
 	}
-	p, addr, err := s.spawn(fmt.Sprintf("%s/%d", s.dir, i), n, extra)
+	p, addr, err := s.spawn(fmt.Sprintf("%s/%d", s.dir, i), n, extra, keep)
 	if err != nil {
 		return err
 	}

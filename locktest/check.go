@@ -1,0 +1,100 @@
+package locktest
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Report is what the checkers found in a history, with the faults that
+// were injected meanwhile, which its timeline shows.
+type Report struct {
+	History  []Attempt
+	Faults   []Fault
+	Overlaps []Overlap         // from CheckOverlaps
+	Fences   []FenceRegression // from CheckFences
+}
+
+// Check runs every checker on history. faults may be nil.
+func Check(history []Attempt, faults []Fault) *Report {
+	return &Report{History: history, Faults: faults, Overlaps: CheckOverlaps(history), Fences: CheckFences(history)}
+}
+
+// OK reports whether the checkers found nothing.
+func (r *Report) OK() bool { return len(r.Overlaps) == 0 && len(r.Fences) == 0 }
+
+// String is the report's summary line: holds, failed attempts, faults by
+// kind and violations.
+func (r *Report) String() string {
+	holds := 0
+	for _, a := range r.History {
+		if a.OK {
+			holds++
+		}
+	}
+	n := Count(r.Faults)
+	var kinds []string
+	for _, k := range ReplicatedFaults() {
+		if n[k] > 0 {
+			kinds = append(kinds, fmt.Sprintf("%s=%d", k, n[k]))
+		}
+	}
+	var span time.Duration
+	if tl := r.layout(); tl.t1 > tl.t0 {
+		span = time.Duration(tl.t1 - tl.t0).Round(time.Millisecond)
+	}
+	return fmt.Sprintf("%d holds, %d failed attempts in %v; faults: %s; violations: overlaps=%d fence regressions=%d",
+		holds, len(r.History)-holds, span, cmp.Or(strings.Join(kinds, " "), "none"), len(r.Overlaps), len(r.Fences))
+}
+
+// Verify checks history as [Check] does and fails t, with the first few
+// violations, when a checker finds one. It then writes the timeline (see
+// [Report.WriteTimeline]) to a file that outlives the test, in the
+// directory of the environment variable LOCKTEST_DIR or else the system's
+// temporary directory, and names it in the failure.
+func Verify(t testing.TB, history []Attempt, faults []Fault) *Report {
+	t.Helper()
+	r := Check(history, faults)
+	t.Log("locktest: " + r.String())
+	if r.OK() {
+		return r
+	}
+	path, err := r.keepTimeline(t.Name())
+	if err != nil {
+		path = fmt.Sprintf("(not written: %v)", err)
+	}
+	var lines []string
+	for _, o := range r.Overlaps[:min(len(r.Overlaps), 3)] {
+		lines = append(lines, o.String())
+	}
+	for _, f := range r.Fences[:min(len(r.Fences), 3)] {
+		lines = append(lines, f.String())
+	}
+	t.Errorf("locktest: %s\n%s\ntimeline: %s", r, strings.Join(lines, "\n"), path)
+	return r
+}
+
+// keepTimeline writes the timeline to a new file named after the test in
+// LOCKTEST_DIR or the temporary directory and returns its path.
+func (r *Report) keepTimeline(test string) (string, error) {
+	dir := os.Getenv("LOCKTEST_DIR")
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	name := regexp.MustCompile(`[^A-Za-z0-9_-]+`).ReplaceAllString(test, "_")
+	f, err := os.CreateTemp(dir, "locktest-"+name+"-*.svg")
+	if err != nil {
+		return "", err
+	}
+	path, _ := filepath.Abs(f.Name())
+	f.Close()
+	return path, r.WriteTimeline(path)
+}

@@ -1,0 +1,237 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/redquorum/redquorum/internal/testkit/faultproxy"
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
+)
+
+// Cluster is N independent Redis masters, each a native redis-server
+// process without persistence behind an in-process proxy. Start it with
+// [Start].
+type Cluster struct {
+	Nodes   []*Node
+	Version string // the servers' version, such as "7.0.15"
+
+	mu    sync.Mutex
+	links []*faultproxy.Proxy // the proxies of every View
+}
+
+// Node is one node of a [Cluster]. Clients reach it at [Node.Addr], the
+// address of its proxy, which the network faults act on. Its methods are
+// safe for concurrent use, though two faults on one node at once rarely
+// make sense.
+type Node struct {
+	name   string
+	proxy  *faultproxy.Proxy
+	server *redisproc.Servers // one server
+
+	mu     sync.Mutex
+	paused bool
+}
+
+// Start starts n redis-server processes on free ports of 127.0.0.1 and a
+// proxy in front of each. Everything is stopped in t.Cleanup, also when the
+// test fails; a server whose test binary is killed gets SIGTERM from the
+// kernel (Linux). When redis-server is not installed, Start skips t, or
+// fails it when the environment variable CI is "true".
+func Start(t testing.TB, n int) *Cluster {
+	t.Helper()
+	if n < 1 {
+		t.Fatalf("locktest: Start with %d nodes; want at least 1", n)
+	}
+	redisproc.Require(t)
+	c := &Cluster{Nodes: make([]*Node, n)}
+	t.Cleanup(c.close)
+	var g errgroup.Group
+	for i := range c.Nodes {
+		g.Go(func() error {
+			s, err := redisproc.Start(t.Context(), 1)
+			if err != nil {
+				return err
+			}
+			nd := &Node{name: fmt.Sprintf("node%d", i), server: s}
+			c.Nodes[i] = nd
+			nd.proxy, err = faultproxy.NewProxy(s.Addrs[0])
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatalf("locktest: starting %d nodes: %v", n, err)
+	}
+	c.Version = c.Nodes[0].server.Version
+	return c
+}
+
+// close unpauses and stops every server and closes every proxy.
+func (c *Cluster) close() {
+	for _, n := range c.Nodes {
+		if n == nil {
+			continue
+		}
+		_ = n.Unpause() // a stopped process would not handle SIGTERM
+		if n.proxy != nil {
+			_ = n.proxy.Close()
+		}
+		n.server.Stop()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range c.links {
+		_ = l.Close()
+	}
+}
+
+// Addrs returns the address of each node, for the client under test.
+func (c *Cluster) Addrs() []string {
+	addrs := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		addrs[i] = n.Addr()
+	}
+	return addrs
+}
+
+// Targets returns the nodes as schedule targets, for [Schedule.Run].
+func (c *Cluster) Targets() []Target {
+	ts := make([]Target, len(c.Nodes))
+	for i, n := range c.Nodes {
+		ts[i] = n
+	}
+	return ts
+}
+
+// View returns one client's own way to the nodes: an address per node,
+// through a proxy of the view's own in front of the node's, and the links a
+// ClientPartition cuts (see Schedule.Views). The proxies are closed with the
+// cluster. On failure it closes what it opened.
+func (c *Cluster) View() (addrs []string, links []Link, err error) {
+	var opened []*faultproxy.Proxy
+	for _, n := range c.Nodes {
+		px, err := faultproxy.NewProxy(n.Addr())
+		if err != nil {
+			for _, p := range opened {
+				_ = p.Close()
+			}
+			return nil, nil, err
+		}
+		opened = append(opened, px)
+		addrs, links = append(addrs, px.Addr()), append(links, px)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.links = append(c.links, opened...)
+	return addrs, links, nil
+}
+
+// Name returns the node's name: "node0", "node1", ...
+func (n *Node) Name() string { return n.name }
+
+// Addr returns the address clients dial: the node's proxy.
+func (n *Node) Addr() string { return n.proxy.Addr() }
+
+// Kill kills the node's server (SIGKILL), as a crash would. The node stays
+// down, refusing connections, until [Node.Start].
+func (n *Node) Kill(context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.server.Kill(0)
+	n.paused = false
+	n.proxy.Cut()
+	return nil
+}
+
+// Start starts the node's server again, without its data, and waits until
+// it accepts connections; a server that is up is killed first. On failure
+// the node is left down.
+func (n *Node) Start(ctx context.Context) error {
+	return n.Restart(ctx, false)
+}
+
+// Restart restarts the node's server. With keepData the server writes a
+// snapshot first and loads it again, as a clean restart with persistence
+// would (keys whose TTL ran out meanwhile are gone); without it the server
+// is killed and comes back empty, as after a crash without persistence.
+// Either way it has a new replication ID. On failure the node is left down.
+func (n *Node) Restart(ctx context.Context, keepData bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.cont()
+	var err error
+	if keepData {
+		err = n.server.RestartWithData(ctx, 0)
+	} else {
+		err = n.server.Restart(ctx, 0)
+	}
+	n.proxy.Cut()
+	if err != nil {
+		return fmt.Errorf("locktest: restarting %s: %w", n.name, err)
+	}
+	return nil
+}
+
+// Pause stops the node's server (SIGSTOP): connections stay open and
+// requests wait, as during a long garbage collection or a frozen VM.
+func (n *Node) Pause() error { return n.signal(syscall.SIGSTOP, true) }
+
+// Unpause resumes a paused server (SIGCONT). Without a pause it does nothing.
+func (n *Node) Unpause() error { return n.signal(syscall.SIGCONT, false) }
+
+func (n *Node) signal(sig syscall.Signal, pause bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !pause {
+		n.cont()
+		return nil
+	}
+	pid := n.server.PIDs()[0]
+	if pid == 0 {
+		return fmt.Errorf("locktest: pausing %s: the server is down", n.name)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("locktest: pausing %s: %w", n.name, err)
+	}
+	n.paused = true
+	return nil
+}
+
+// cont resumes the server if it is paused; n.mu is held.
+func (n *Node) cont() {
+	if pid := n.server.PIDs()[0]; n.paused && pid != 0 {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
+	n.paused = false
+}
+
+// Partition cuts the node off from every client: new connections are
+// accepted but not forwarded, and bytes on open ones are held until
+// [Node.Heal]. Clients see timeouts, never errors.
+func (n *Node) Partition() { n.proxy.Partition() }
+
+// Heal ends a partition: held bytes are delivered in order.
+func (n *Node) Heal() { n.proxy.Heal() }
+
+// SetLatency delays the node's traffic by d each way; 0 removes the delay.
+func (n *Node) SetLatency(d time.Duration) { n.proxy.SetLatency(d, d) }
+
+// SetLatencies delays the node's traffic by up on the way to the server and
+// by down on the way back.
+func (n *Node) SetLatencies(up, down time.Duration) { n.proxy.SetLatency(up, down) }
+
+// ErrNoReplica is returned by [Node.Failover] on a node without a replica.
+var ErrNoReplica = errors.New("locktest: the node has no replica to fail over to")
+
+// Failover fails the node over to a replica that lacks its latest writes.
+// Native nodes have no replica, so it returns [ErrNoReplica]; the Docker
+// rig's nodes with replicas support it.
+func (n *Node) Failover(context.Context, time.Duration) error {
+	return fmt.Errorf("%w: %s", ErrNoReplica, n.name)
+}

@@ -1,0 +1,118 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// client returns a go-redis client of addr with short timeouts and no
+// retries, closed with t.
+func client(t *testing.T, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, MaxRetries: -1, DisableIdentity: true})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestNodeFaults drives each fault of a native node and sees its effect
+// through the node's address.
+func TestNodeFaults(t *testing.T) {
+	c := Start(t, 2)
+	n := c.Nodes[0]
+	cl := client(t, n.Addr())
+	ctx := t.Context()
+	require.NoError(t, cl.Set(ctx, "k", "v", 0).Err())
+
+	require.NoError(t, n.Restart(ctx, true))
+	assert.Equal(t, "v", cl.Get(ctx, "k").Val(), "a restart with data keeps the key")
+
+	require.NoError(t, n.Kill(ctx))
+	assert.Error(t, cl.Ping(ctx).Err(), "a killed node does not answer")
+	require.NoError(t, n.Start(ctx))
+	assert.Equal(t, redis.Nil, cl.Get(ctx, "k").Err(), "a node started after a kill is empty")
+
+	require.NoError(t, n.Pause())
+	assert.Error(t, cl.Ping(ctx).Err(), "a paused node does not answer")
+	require.NoError(t, n.Unpause())
+	require.Eventually(t, func() bool { return cl.Ping(ctx).Err() == nil }, 5*time.Second, 10*time.Millisecond)
+
+	n.Partition()
+	assert.Error(t, cl.Ping(ctx).Err(), "a partitioned node does not answer")
+	n.Heal()
+	require.Eventually(t, func() bool { return cl.Ping(ctx).Err() == nil }, 5*time.Second, 10*time.Millisecond)
+
+	n.SetLatency(300 * time.Millisecond)
+	assert.Error(t, cl.Ping(ctx).Err(), "a round trip of 600ms exceeds the 200ms timeout")
+	n.SetLatency(0)
+	require.Eventually(t, func() bool { return cl.Ping(ctx).Err() == nil }, 5*time.Second, 10*time.Millisecond)
+
+	assert.ErrorIs(t, n.Failover(ctx, time.Millisecond), ErrNoReplica)
+	assert.NoError(t, client(t, c.Nodes[1].Addr()).Ping(ctx).Err(), "the other node was never touched")
+}
+
+// TestView: a client partition cuts one view off a node, not the others.
+func TestView(t *testing.T) {
+	c := Start(t, 1)
+	addrs, links, err := c.View()
+	require.NoError(t, err)
+	ctx := t.Context()
+	links[0].Partition()
+	assert.Error(t, client(t, addrs[0]).Ping(ctx).Err(), "the view is cut off")
+	assert.NoError(t, client(t, c.Addrs()[0]).Ping(ctx).Err(), "the node's own address is not")
+	links[0].Heal()
+}
+
+// TestPausedClusterCleansUp: a node left paused is resumed and stopped by
+// the cleanup (a stopped process would ignore SIGTERM and hang it).
+func TestPausedClusterCleansUp(t *testing.T) {
+	t.Run("paused", func(t *testing.T) {
+		require.NoError(t, Start(t, 1).Nodes[0].Pause())
+	})
+}
+
+// fakeNode is a Target that records the faults it receives.
+type fakeNode struct {
+	name  string
+	kinds chan FaultKind
+}
+
+func (f *fakeNode) Name() string                                  { return f.name }
+func (f *fakeNode) Kill(context.Context) error                    { f.kinds <- Kill; return nil }
+func (f *fakeNode) Start(context.Context) error                   { return nil }
+func (f *fakeNode) Pause() error                                  { f.kinds <- Pause; return nil }
+func (f *fakeNode) Unpause() error                                { return nil }
+func (f *fakeNode) Partition()                                    { f.kinds <- Partition }
+func (f *fakeNode) Heal()                                         {}
+func (f *fakeNode) SetLatency(d time.Duration)                    { f.kinds <- Latency }
+func (f *fakeNode) Failover(context.Context, time.Duration) error { return errors.New("no replica") }
+
+// TestScheduleSeed: two schedules with one seed start with the same fault
+// on the same node, and the schedule keeps to a minority of the nodes.
+func TestScheduleSeed(t *testing.T) {
+	first := func(seed uint64) (int, FaultKind) {
+		nodes := make([]Target, 5)
+		kinds := make(chan FaultKind, 100)
+		for i := range nodes {
+			nodes[i] = &fakeNode{name: string(rune('a' + i)), kinds: kinds}
+		}
+		c := Schedule{Seed: seed, Gap: time.Millisecond, Kinds: []FaultKind{Kill, Pause, Partition, Latency}}.Run(t.Context(), nodes...)
+		<-kinds
+		time.Sleep(50 * time.Millisecond)
+		faults := c.Stop()
+		require.NotEmpty(t, faults)
+		assert.Equal(t, seed, c.Seed())
+		return faults[0].Node, faults[0].Kind
+	}
+	for seed := uint64(1); seed <= 5; seed++ {
+		n1, k1 := first(seed)
+		n2, k2 := first(seed)
+		assert.Equal(t, n1, n2, "seed %d: node of the first fault", seed)
+		assert.Equal(t, k1, k2, "seed %d: kind of the first fault", seed)
+	}
+}

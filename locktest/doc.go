@@ -1,0 +1,55 @@
+// Package locktest tests code that uses a distributed lock against real
+// Redis nodes that fail: it starts the nodes, injects faults into them on
+// a random schedule, records the critical sections of the code under test,
+// and checks that no two of them held one lock at once.
+//
+// # Nodes
+//
+// [Start] runs N independent Redis masters as native redis-server
+// processes (no Docker needed), each behind an in-process TCP proxy on
+// 127.0.0.1, and stops them in t.Cleanup, also when the test fails. Clients
+// dial [Cluster.Addrs]. The faults, by node:
+//
+//   - [Node.Kill] and [Node.Start]: a crash (SIGKILL) and a start without
+//     the data, as without persistence;
+//   - [Node.Restart] with or without the data (a snapshot written first);
+//   - [Node.Pause] and [Node.Unpause]: SIGSTOP and SIGCONT;
+//   - [Node.Partition] and [Node.Heal]: traffic stalls, from every client;
+//     a client partition cuts one [Cluster.View];
+//   - [Node.SetLatency] and [Node.SetLatencies]: delay each way;
+//   - [Node.Failover]: a failover to a replica that lacks the newest writes.
+//     Native nodes have no replica and return [ErrNoReplica]; the nodes of
+//     the Docker rig (the nested module test/, package rig, with
+//     WithReplicas) implement it and satisfy [Target].
+//
+// # Faults on a schedule
+//
+// A [Schedule] injects faults at random into a minority of the nodes at a
+// time. Its seed makes it reproducible: [Schedule.Start] logs the seed when
+// the test fails, and setting Schedule.Seed to it draws the same faults.
+//
+// # Recording and checking
+//
+// A [Recorder] collects the client's attempts: [Recorder.Start] before
+// Lock, then [Span.Failed], or [Span.Obtained] with the fencing token and
+// [Span.End] with the lock's validity end before Unlock. [Check] runs the
+// checkers: [CheckOverlaps] (two holds of one key at once, in real time)
+// and [CheckFences] (a fencing token that is not above that of an earlier
+// hold). A linearizability check with porcupine, of the lock itself or of a
+// register or counter that the lock protects, is in the nested module
+// locktest/linearize, so that this package adds no dependency to the
+// module.
+//
+// [Verify] fails the test on a violation and names an SVG timeline of the
+// run (holds per client, faults per node, each violation in red), written
+// to $LOCKTEST_DIR or the temporary directory.
+//
+// # Assumptions
+//
+// Times are wall-clock readings, comparable between processes of one
+// machine while the system clock is not stepped. The lock's own
+// assumptions must hold: at most a minority of the nodes faulted at once
+// (the schedule's default), and a node that loses its data stays down
+// longer than the longest TTL (Schedule.KillDowntime) unless the lock has a
+// restart guard.
+package locktest
