@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/redquorum/redquorum/internal/testkit/loadtest"
+	"github.com/redquorum/redquorum/locktest/loadtest"
 )
 
 // figure is one number compared between two implementations.

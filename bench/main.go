@@ -36,7 +36,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 
 	"github.com/redquorum/redquorum/internal/protocol"
-	"github.com/redquorum/redquorum/internal/testkit/loadtest"
+	"github.com/redquorum/redquorum/locktest/loadtest"
 	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 	"github.com/redquorum/redquorum/redlock"
 )

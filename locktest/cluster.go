@@ -40,22 +40,34 @@ type Node struct {
 }
 
 // Start starts n redis-server processes on free ports of 127.0.0.1 and a
-// proxy in front of each. Everything is stopped in t.Cleanup, also when the
-// test fails; a server whose test binary is killed gets SIGTERM from the
-// kernel (Linux). When redis-server is not installed, Start skips t, or
-// fails it when the environment variable CI is "true".
+// proxy in front of each, as [New] does, and stops them in t.Cleanup, also
+// when the test fails. When redis-server is not installed, Start skips t,
+// or fails it when the environment variable CI is "true".
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
-	if n < 1 {
-		t.Fatalf("locktest: Start with %d nodes; want at least 1", n)
-	}
 	redisproc.Require(t)
+	c, err := New(t.Context(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// New starts n redis-server processes on free ports of 127.0.0.1, without
+// persistence, and a proxy in front of each; stop them with
+// [Cluster.Close]. A server whose process is killed gets SIGTERM from the
+// kernel (Linux), so none outlives a killed test binary. On failure New
+// stops what it started.
+func New(ctx context.Context, n int) (*Cluster, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("locktest: %d nodes; want at least 1", n)
+	}
 	c := &Cluster{Nodes: make([]*Node, n)}
-	t.Cleanup(c.close)
 	var g errgroup.Group
 	for i := range c.Nodes {
 		g.Go(func() error {
-			s, err := redisproc.Start(t.Context(), 1)
+			s, err := redisproc.Start(ctx, 1)
 			if err != nil {
 				return err
 			}
@@ -66,14 +78,15 @@ func Start(t testing.TB, n int) *Cluster {
 		})
 	}
 	if err := g.Wait(); err != nil {
-		t.Fatalf("locktest: starting %d nodes: %v", n, err)
+		c.Close()
+		return nil, fmt.Errorf("locktest: starting %d nodes: %w", n, err)
 	}
 	c.Version = c.Nodes[0].server.Version
-	return c
+	return c, nil
 }
 
-// close unpauses and stops every server and closes every proxy.
-func (c *Cluster) close() {
+// Close stops every server, paused ones included, and closes every proxy.
+func (c *Cluster) Close() {
 	for _, n := range c.Nodes {
 		if n == nil {
 			continue

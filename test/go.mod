@@ -2,7 +2,10 @@ module github.com/redquorum/redquorum/test
 
 go 1.26.0
 
-require github.com/redquorum/redquorum v0.0.0
+require (
+	github.com/redquorum/redquorum v0.0.0
+	github.com/redquorum/redquorum/locktest/linearize v0.0.0
+)
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
@@ -46,4 +49,7 @@ require (
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 )
 
-replace github.com/redquorum/redquorum => ../
+replace (
+	github.com/redquorum/redquorum => ../
+	github.com/redquorum/redquorum/locktest/linearize => ../locktest/linearize
+)

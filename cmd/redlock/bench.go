@@ -8,7 +8,7 @@ import (
 	"os/exec"
 	"time"
 
-	"github.com/redquorum/redquorum/internal/testkit/loadtest"
+	"github.com/redquorum/redquorum/locktest/loadtest"
 	"github.com/redquorum/redquorum/redlock"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/retry"
-	"github.com/redquorum/redquorum/internal/testkit/loadtest"
+	"github.com/redquorum/redquorum/locktest/loadtest"
 	"github.com/redquorum/redquorum/redlock"
 )
 

@@ -25,7 +25,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redquorum/redquorum/internal/testkit/loadtest"
+	"github.com/redquorum/redquorum/locktest/loadtest"
 )
 
 const usage = `redlock: a distributed lock over independent Redis masters.

@@ -30,12 +30,14 @@ const (
 // them, hold library code; toolsDir is left out.
 func libraryRoots() []string { return []string{"redlock", "quorum", "clock", "internal"} }
 
-// importRule forbids the library code in one directory tree to import a
-// package tree.
+// importRule forbids the code in one directory tree to import a package
+// tree. The import rules see the tools in toolsDir too: they are not library
+// code, but they sit in internal/, which holds only what the library imports.
 type importRule struct {
-	from   string // directory the rule applies to, with those below it; "" for all library code
+	from   string // directory the rule applies to, with those below it; "" for all library code and the tools
 	forbid string // import path that may not be imported, with those below it
 	why    string // the failure message
+	except string // directory, with those below it, the rule leaves out; "" for none
 }
 
 // importRules returns the dependency directions for the module whose path
@@ -44,13 +46,14 @@ type importRule struct {
 // cmd/ holds another package.
 func importRules(module string) []importRule {
 	return []importRule{
-		{"quorum", "github.com/redis/go-redis", "quorum knows nothing about Redis"},
-		{"clock", module, "clock knows nothing about locks"},
-		{"internal", module + "/redlock", "dependencies point from redlock to internal, not back"},
-		{"internal/queue", module + "/quorum", "the local queue knows nothing of what its turns carry"},
-		{"", module + "/" + toolsDir, "test and bench tools are not for library code"},
-		{"", module + "/test", "test packages are not for library code"},
-		{"redlock", module + "/cmd", "the API does not depend on its command"},
+		{"quorum", "github.com/redis/go-redis", "quorum knows nothing about Redis", ""},
+		{"clock", module, "clock knows nothing about locks", ""},
+		{"internal", module + "/redlock", "dependencies point from redlock to internal, not back", ""},
+		{"internal/queue", module + "/quorum", "the local queue knows nothing of what its turns carry", ""},
+		{"", module + "/" + toolsDir, "test and bench tools are not for library code", toolsDir},
+		{"", module + "/test", "test packages are not for library code", ""},
+		{"", module + "/locktest", "the test kit is not for library code", ""},
+		{"redlock", module + "/cmd", "the API does not depend on its command", ""},
 	}
 }
 
@@ -72,11 +75,12 @@ func under(p, dir string) bool {
 }
 
 // parseLibrary parses the library code in fsys, a module's root: the non-test
-// .go files below libraryRoots, leaving out toolsDir, testdata, directories
-// whose names start with "." or "_", and nested modules. File names in the
-// FileSet are paths relative to the root. A missing root is an error, so that
-// a rename cannot switch the checks off unnoticed.
-func parseLibrary(fsys fs.FS) (*token.FileSet, []*ast.File, error) {
+// .go files below libraryRoots, leaving out testdata, directories whose
+// names start with "." or "_", nested modules, and, unless tools is set,
+// toolsDir. File names in the FileSet are paths relative to the root. A
+// missing root is an error, so that a rename cannot switch the checks off
+// unnoticed.
+func parseLibrary(fsys fs.FS, tools bool) (*token.FileSet, []*ast.File, error) {
 	fset := token.NewFileSet()
 	var files []*ast.File
 	for _, root := range libraryRoots() {
@@ -85,7 +89,7 @@ func parseLibrary(fsys fs.FS) (*token.FileSet, []*ast.File, error) {
 				return err
 			}
 			if d.IsDir() {
-				if p != root && (skippedDir(d.Name()) || p == toolsDir || exists(fsys, p+"/go.mod")) {
+				if p != root && (skippedDir(d.Name()) || !tools && p == toolsDir || exists(fsys, p+"/go.mod")) {
 					return fs.SkipDir
 				}
 				return nil
@@ -290,7 +294,7 @@ func badImports(fset *token.FileSet, files []*ast.File, rules []importRule) []fi
 		for _, imp := range f.Imports {
 			p, _ := strconv.Unquote(imp.Path.Value)
 			for _, r := range rules {
-				if under(dir, r.from) && under(p, r.forbid) {
+				if under(dir, r.from) && under(p, r.forbid) && (r.except == "" || !under(dir, r.except)) {
 					out = append(out, finding{fset.Position(imp.Pos()), p, r.why})
 				}
 			}
@@ -361,11 +365,12 @@ func goModAbove(dir string) (root, module string, err error) {
 	}
 }
 
-// library parses the module's library code.
-func library(t *testing.T) (*token.FileSet, []*ast.File, string) {
+// library parses the module's library code, and with tools set the tools
+// in toolsDir too.
+func library(t *testing.T, tools bool) (*token.FileSet, []*ast.File, string) {
 	t.Helper()
 	root, module := moduleRoot(t)
-	fset, files, err := parseLibrary(os.DirFS(root))
+	fset, files, err := parseLibrary(os.DirFS(root), tools)
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	return fset, files, module
@@ -379,18 +384,18 @@ func report(t *testing.T, findings []finding) {
 }
 
 func TestNoPackageVars(t *testing.T) {
-	fset, files, _ := library(t)
+	fset, files, _ := library(t, false)
 	report(t, packageVars(fset, files))
 	report(t, initFuncs(fset, files))
 }
 
 func TestFuncSize(t *testing.T) {
-	fset, files, _ := library(t)
+	fset, files, _ := library(t, false)
 	report(t, longFuncs(fset, files))
 }
 
 func TestImports(t *testing.T) {
-	fset, files, module := library(t)
+	fset, files, module := library(t, true)
 	report(t, badImports(fset, files, importRules(module)))
 }
 
@@ -414,7 +419,13 @@ func fixture(files map[string]string) fstest.MapFS {
 // reports findings, as "file:line name".
 func run(t *testing.T, files map[string]string, check func(*token.FileSet, []*ast.File) []finding) []string {
 	t.Helper()
-	fset, parsed, err := parseLibrary(fixture(files))
+	return runWith(t, files, false, check)
+}
+
+// runWith is run with the tools in toolsDir parsed too when tools is set.
+func runWith(t *testing.T, files map[string]string, tools bool, check func(*token.FileSet, []*ast.File) []finding) []string {
+	t.Helper()
+	fset, parsed, err := parseLibrary(fixture(files), tools)
 	require.NoError(t, err)
 	return where(check(fset, parsed))
 }
@@ -430,7 +441,7 @@ func where(findings []finding) []string {
 func TestParseLibraryMissingRoot(t *testing.T) {
 	fsys := fixture(nil)
 	delete(fsys, "quorum/doc.go")
-	_, _, err := parseLibrary(fsys)
+	_, _, err := parseLibrary(fsys, false)
 	assert.ErrorIs(t, err, fs.ErrNotExist)
 }
 
@@ -601,24 +612,28 @@ func TestImportsFixtures(t *testing.T) {
 			"internal/x/a.go":   imports("x", "example.com/m/test"),
 			"quorum/a.go":       imports("quorum", "example.com/m/internal/testkit"),
 			"redlock/b.go":      imports("redlock", "example.com/m/cmd/redlock"),
+			"redlock/c.go":      imports("redlock", "example.com/m/locktest/loadtest"),
 			"redlock/b_test.go": imports("redlock", "example.com/m/internal/testkit/leakcheck"),
 		}, []string{
 			"redlock/a.go:4 example.com/m/internal/testkit/leakcheck", "redlock/a.go:5 example.com/m/test/rig",
 			"internal/x/a.go:4 example.com/m/test", "quorum/a.go:4 example.com/m/internal/testkit",
-			"redlock/b.go:4 example.com/m/cmd/redlock",
+			"redlock/b.go:4 example.com/m/cmd/redlock", "redlock/c.go:4 example.com/m/locktest/loadtest",
 		}},
+		{"tools in internal import redlock or test", map[string]string{
+			"internal/testkit/x/a.go": imports("x", "example.com/m/redlock", "example.com/m/test/rig"),
+		}, []string{"internal/testkit/x/a.go:4 example.com/m/redlock", "internal/testkit/x/a.go:5 example.com/m/test/rig"}},
 		{"dependencies that point the right way", map[string]string{
 			"redlock/a.go":            imports("redlock", "example.com/m/quorum", "example.com/m/clock", "example.com/m/internal/retry", "github.com/redis/go-redis/v9"),
 			"quorum/a.go":             imports("quorum", "example.com/m/internal/alloc", "github.com/hashicorp/go-multierror"),
 			"clock/a.go":              imports("clock", "time", "example.com/mother"),
 			"internal/x/a.go":         imports("x", "example.com/m/redlockish", "github.com/redis/go-redis/v9"),
-			"internal/testkit/x/a.go": imports("x", "example.com/m/redlock", "example.com/m/test/rig"),
+			"internal/testkit/x/a.go": imports("x", "example.com/m/internal/testkit/y", "github.com/redis/go-redis/v9"),
 			"quorum/a_test.go":        imports("quorum", "github.com/redis/go-redis/v9"),
 		}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := run(t, tt.src, func(fset *token.FileSet, files []*ast.File) []finding {
+			got := runWith(t, tt.src, true, func(fset *token.FileSet, files []*ast.File) []finding {
 				return badImports(fset, files, importRules("example.com/m"))
 			})
 			assert.ElementsMatch(t, tt.want, got)

@@ -6,8 +6,9 @@
 // than sentinel errors, //go:embed sources and `var _` assertions, and no init
 // functions; no function exceeds 60 lines unless it is mostly a table;
 // dependencies point one way (quorum knows nothing about go-redis, clock
-// nothing about this module, internal nothing about redlock, and no library
-// package imports internal/testkit or test); no non-test .go file in redlock
+// nothing about this module, internal nothing about redlock, the test tools
+// in internal/testkit included, and no library package imports
+// internal/testkit or test); no non-test .go file in redlock
 // or internal (the tools included) exceeds 400 lines, and the kernel scripts
 // keep their limits (acquire.lua 120 lines, release.lua 50); and every
 // repository path and every Go identifier (`pkg.Name`, `pkg.Type.Member`,

@@ -23,6 +23,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/locktest"
+	"github.com/redquorum/redquorum/locktest/linearize"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/redlock"
 	"github.com/redquorum/redquorum/test/rig"
@@ -41,40 +43,31 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// FaultKind is one kind of fault the schedule injects into a lock node.
-type FaultKind string
+// FaultKind is one kind of fault the schedule injects into a lock node
+// (locktest.FaultKind). Failover fails a replicated node over to its
+// replica (rig's Node.Failover): the replica is promoted while the
+// contenders keep locking on the old master for a random lag of
+// Options.FailoverLag/10 to FailoverLag, so that the promoted replica lacks
+// what was granted and extended in that time. It needs Options.Replicated.
+type FaultKind = locktest.FaultKind
 
+// The kinds of fault.
 const (
-	// Kill sends SIGKILL to the node's server; it stays down for
-	// Options.KillDowntime and then starts again, empty.
-	Kill FaultKind = "kill"
-	// Pause freezes the node's processes (docker pause).
-	Pause FaultKind = "pause"
-	// Partition cuts the node off from every contender: traffic stalls.
-	Partition FaultKind = "partition"
-	// ClientPartition cuts the node off from one contender process only, so
-	// that processes see different sets of nodes.
-	ClientPartition FaultKind = "client-partition"
-	// Latency delays the node's traffic each way by 1 ms to 3/4 of the
-	// client's NodeTimeout: the node is sometimes in time and sometimes not.
-	Latency FaultKind = "latency"
-	// Failover fails a replicated node over to its replica (rig's
-	// Node.Failover): the replica is promoted while the contenders keep
-	// locking on the old master for a random lag of Options.FailoverLag/10
-	// to FailoverLag, so that the promoted replica lacks what was granted
-	// and extended in that time. The node is down from the kill of the old
-	// master until its proxy points at the new one, and its restart guard
-	// runs after that. It needs Options.Replicated.
-	Failover FaultKind = "failover"
+	Kill            = locktest.Kill
+	Pause           = locktest.Pause
+	Partition       = locktest.Partition
+	ClientPartition = locktest.ClientPartition
+	Latency         = locktest.Latency
+	Failover        = locktest.Failover
 )
 
 // AllFaults is every kind of fault that needs no replicas, for the schedule
 // of the main suite.
-var AllFaults = []FaultKind{Kill, Pause, Partition, ClientPartition, Latency}
+var AllFaults = locktest.AllFaults()
 
 // ReplicatedFaults is every kind of fault, for a replicated run: AllFaults
 // and Failover.
-var ReplicatedFaults = append(slices.Clone(AllFaults), Failover)
+var ReplicatedFaults = locktest.ReplicatedFaults()
 
 // Options configures [Run]. The zero value of a field means its default.
 type Options struct {
@@ -147,6 +140,9 @@ type Options struct {
 	OwnNodes bool
 	// Stock is the initial stock of each key in the oversell scenario (1<<30).
 	Stock int64
+	// Seed is the fault schedule's seed (locktest.Schedule.Seed); a failed
+	// test logs the one it used.
+	Seed uint64
 }
 
 func (o *Options) defaults() {
@@ -214,15 +210,16 @@ func (o *Options) role(p int) string {
 
 // Result is what a [Run] observed.
 type Result struct {
-	History      []Attempt
+	History      []locktest.Attempt
 	Acquisitions int               // successful attempts
 	Failures     int               // attempts that ended without the lock
 	Faults       map[FaultKind]int // faults injected, by kind
 	Duration     time.Duration     // of the contention
 
-	Overlaps      []Overlap             // from CheckOverlaps
-	Linearizable  porcupine.CheckResult // from CheckLinearizable
+	Overlaps      []locktest.Overlap    // from locktest.CheckOverlaps
+	Linearizable  porcupine.CheckResult // from linearize.CheckLock
 	Visualization string                // porcupine's page of an illegal history
+	Timeline      string                // locktest's timeline of a run with violations
 
 	Sold, Left int64    // over all keys: sold counters and remaining stock
 	Oversold   int64    // sold + left − keys·Stock: holds that overlapped on the resource
@@ -255,17 +252,7 @@ func (r *Result) String() string {
 	return fmt.Sprintf("%d acquisitions (by process: %s), %d failed attempts in %v (%.0f/s; contenders spent %v in Lock, %v holding); faults: %s (refused by Docker: %d); violations: overlaps=%d oversold=%d porcupine=%s; leftover keys=%d; min stock=%d; resource errors=%d",
 		r.Acquisitions, strings.Join(byProc, " "), r.Failures, r.Duration.Round(time.Millisecond), float64(r.Acquisitions)/r.Duration.Seconds(),
 		r.LockWait.Round(time.Second), r.Held.Round(time.Second), strings.Join(kinds, " "), r.Refused,
-		len(r.Overlaps), r.Oversold, verdict(r.Linearizable), len(r.Leftover), r.MinStock, r.Resource)
-}
-
-func verdict(c porcupine.CheckResult) string {
-	switch c {
-	case porcupine.Ok:
-		return "ok"
-	case porcupine.Illegal:
-		return "ILLEGAL"
-	}
-	return "unknown(timeout)"
+		len(r.Overlaps), r.Oversold, linearize.Verdict(r.Linearizable), len(r.Leftover), r.MinStock, r.Resource)
 }
 
 // procConfig is one contender process's part of a run. The previous
@@ -290,7 +277,7 @@ type procConfig struct {
 
 // procResult is what one contender process reports.
 type procResult struct {
-	History  []Attempt
+	History  []locktest.Attempt
 	MinStock int64
 	Resource int
 	LockWait time.Duration // total time spent in Lock
@@ -364,14 +351,9 @@ func Run(t *testing.T, o Options) *Result {
 	}
 	require.NoError(t, res.Set(ctx, "acquired", 0, 0).Err())
 
-	f := &faulter{o: o, nodes: lockNodes, views: views, busy: map[int]bool{}, counts: map[FaultKind]int{}}
-	for _, k := range o.Faults {
-		f.counts[k] = 0 // the summary line shows every kind the run could inject
-	}
-	faultCtx, stopFaults := context.WithCancel(ctx)
-	var faults sync.WaitGroup
+	var chaos *locktest.Chaos
 	if len(o.Faults) > 0 {
-		faults.Go(func() { f.run(faultCtx) })
+		chaos = o.schedule(views).Start(t, targets(lockNodes)...)
 	}
 
 	start := time.Now()
@@ -428,20 +410,25 @@ func Run(t *testing.T, o Options) *Result {
 		results = append(results, r)
 	}
 	r := &Result{Duration: time.Since(start), MinStock: o.Stock}
-	stopFaults()
-	faults.Wait()
-	f.wg.Wait()
+	var faults []locktest.Fault
+	if chaos != nil {
+		faults = chaos.Stop()
+	}
 	for _, p := range views {
 		for _, px := range p {
 			px.Heal()
 		}
 	}
 	calm := time.Now() // no fault, no contender from here on
-	for _, err := range f.errs {
-		t.Errorf("chaos: fault injection: %v", err)
+	for _, f := range faults {
+		if f.Err != "" {
+			t.Errorf("chaos: fault injection: %s", f.Err)
+		}
+		if f.Refused {
+			r.Refused++
+		}
 	}
-	r.Faults = f.counts
-	r.Refused = f.refused
+	r.Faults = locktest.Count(faults, o.Faults...) // the summary line shows every kind the run could inject
 	for i, pr := range results {
 		if pr.Err != "" {
 			t.Errorf("chaos: contender process %d (%s): %s", i, o.role(i), pr.Err)
@@ -480,10 +467,15 @@ func Run(t *testing.T, o Options) *Result {
 	}
 	r.Oversold = r.Sold + r.Left - int64(o.Keys)*o.Stock
 
-	r.Overlaps = CheckOverlaps(r.History)
+	report := locktest.Check(r.History, faults)
+	r.Overlaps = report.Overlaps
 	var err error
-	r.Linearizable, r.Visualization, err = CheckLinearizable(r.History, time.Minute, t.ArtifactDir())
+	r.Linearizable, r.Visualization, err = linearize.CheckLock(r.History, time.Minute, t.ArtifactDir())
 	require.NoError(t, err)
+	if !report.OK() {
+		r.Timeline = filepath.Join(t.ArtifactDir(), "timeline.svg")
+		require.NoError(t, report.WriteTimeline(r.Timeline))
+	}
 
 	// Once every TTL set before calm has run out, no lock key may be left,
 	// on a master or, once it has caught up, on its replica.
@@ -499,6 +491,9 @@ func Run(t *testing.T, o Options) *Result {
 	fmt.Printf("chaos: %s: %s\n", t.Name(), r)
 	if r.Visualization != "" {
 		fmt.Printf("chaos: %s: porcupine's visualization of the illegal history (kept with go test -artifacts): %s\n", t.Name(), r.Visualization)
+	}
+	if r.Timeline != "" {
+		fmt.Printf("chaos: %s: timeline of holds, faults and overlaps (kept with go test -artifacts): %s\n", t.Name(), r.Timeline)
 	}
 	return r
 }
@@ -607,7 +602,7 @@ func contend(ctx context.Context, cfg procConfig) procResult {
 	}
 	for w := range cfg.Workers {
 		wg.Go(func() {
-			var hist []Attempt
+			var hist []locktest.Attempt
 			minStock := int64(1<<63 - 1)
 			// sell is the critical section of the oversell scenario. It
 			// stops using the lock at Until.
@@ -641,7 +636,7 @@ func contend(ctx context.Context, cfg procConfig) procResult {
 			}
 			for !stop() {
 				key := cfg.Keys[rand.IntN(len(cfg.Keys))]
-				a := Attempt{Key: key, Client: cfg.Proc*1000 + w, Call: time.Now().UnixNano()}
+				a := locktest.Attempt{Key: key, Client: cfg.Proc*1000 + w, Call: time.Now().UnixNano()}
 				lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				l, err := client.Lock(lctx, key, cfg.TTL)
 				cancel()
@@ -679,112 +674,31 @@ func contend(ctx context.Context, cfg procConfig) procResult {
 	return out
 }
 
-// faulter injects faults into the lock nodes at random, never into more than
-// Options.MaxFaulty nodes at once.
-type faulter struct {
-	o     Options
-	nodes []*rig.Node
-	views [][]*rig.Proxy
-	wg    sync.WaitGroup // running faults
-
-	mu      sync.Mutex
-	busy    map[int]bool // nodes under a fault
-	counts  map[FaultKind]int
-	refused int // pauses Docker refused
-	errs    []error
-}
-
-// retryDocker calls op up to five times, 100ms apart, until it succeeds.
-func retryDocker(op func() error) error {
-	var err error
-	for range 5 {
-		if err = op(); err == nil {
-			return nil
+// schedule returns the fault schedule of o; views are each process's
+// proxies to the lock nodes, which a ClientPartition cuts.
+func (o *Options) schedule(views [][]*rig.Proxy) locktest.Schedule {
+	links := make([][]locktest.Link, len(views))
+	for p, v := range views {
+		for _, px := range v {
+			links[p] = append(links[p], px)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
-	return err
-}
-
-// run starts faults until ctx is done; the faults it started end by
-// themselves (f.wg).
-func (f *faulter) run(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(rand.N(2 * f.o.FaultGap)):
-		}
-		f.mu.Lock()
-		if len(f.busy) < f.o.MaxFaulty {
-			var free []int
-			for i := range f.nodes {
-				if !f.busy[i] && (len(f.o.FaultNodes) == 0 || slices.Contains(f.o.FaultNodes, i)) {
-					free = append(free, i)
-				}
-			}
-			if len(free) == 0 {
-				f.mu.Unlock()
-				continue
-			}
-			i := free[rand.IntN(len(free))]
-			kind := f.o.Faults[rand.IntN(len(f.o.Faults))]
-			f.busy[i] = true
-			f.counts[kind]++
-			f.wg.Go(func() { f.inject(i, kind) })
-		}
-		f.mu.Unlock()
+	downtime := o.KillDowntime
+	if downtime == 0 {
+		downtime = -1 // the schedule's zero is its default; a negative value is zero
+	}
+	return locktest.Schedule{
+		Seed: o.Seed, Kinds: o.Faults, MaxFaulty: o.MaxFaulty, Gap: o.FaultGap, Nodes: o.FaultNodes,
+		KillDowntime: downtime, MaxLatency: o.Client.NodeTimeout * 3 / 4, FailoverLag: o.FailoverLag,
+		Views: links,
 	}
 }
 
-// inject applies one fault to node i for a random time and repairs it.
-func (f *faulter) inject(i int, kind FaultKind) {
-	n := f.nodes[i]
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	d := 100*time.Millisecond + rand.N(900*time.Millisecond)
-	var err error
-	switch kind {
-	case Kill:
-		if err = n.Kill(ctx); err == nil {
-			time.Sleep(f.o.KillDowntime)
-		}
-		err = errors.Join(err, n.Start(ctx))
-	case Pause:
-		// Docker's freezer sometimes refuses under load ("unable to
-		// freeze"); a pause that never took is not counted as a fault.
-		if err = retryDocker(n.Pause); err != nil {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			f.counts[kind]--
-			f.refused++
-			delete(f.busy, i)
-			return
-		}
-		time.Sleep(d)
-		err = retryDocker(n.Unpause)
-	case Partition:
-		n.Partition()
-		time.Sleep(d)
-		n.Heal()
-	case ClientPartition:
-		px := f.views[rand.IntN(len(f.views))][i]
-		px.Partition()
-		time.Sleep(d)
-		px.Heal()
-	case Latency:
-		n.SetLatency(time.Millisecond + rand.N(f.o.Client.NodeTimeout*3/4))
-		time.Sleep(d)
-		n.SetLatency(0)
-	case Failover:
-		err = n.Failover(ctx, f.o.FailoverLag/10+rand.N(f.o.FailoverLag*9/10+1))
-	default:
-		err = fmt.Errorf("unknown fault kind %q", kind)
+// targets returns the rig's nodes as the schedule's targets.
+func targets(nodes []*rig.Node) []locktest.Target {
+	out := make([]locktest.Target, len(nodes))
+	for i, n := range nodes {
+		out[i] = n
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.busy, i)
-	if err != nil {
-		f.errs = append(f.errs, fmt.Errorf("%s of %s: %w", kind, n.Name(), err))
-	}
+	return out
 }

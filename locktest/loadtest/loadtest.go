@@ -4,8 +4,10 @@
 // throughput, hot-key contention (waits and each contender's share) and
 // allocations, and reports them as a table, JSON or an SVG plot.
 //
-// It is a tool package: unlike the library's other internal packages it
-// depends on redlock, whose [Redquorum] adapter it provides.
+// It measures speed and fairness, where its parent package locktest checks
+// safety under faults. It depends on redlock, whose [Redquorum] adapter it
+// provides; its API serves the redlock command and bench/ first and may
+// change between releases.
 package loadtest
 
 import (
