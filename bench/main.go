@@ -36,8 +36,8 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 
 	"github.com/redquorum/redquorum/internal/protocol"
-	"github.com/redquorum/redquorum/locktest/loadtest"
 	"github.com/redquorum/redquorum/internal/testkit/redisproc"
+	"github.com/redquorum/redquorum/locktest/loadtest"
 	"github.com/redquorum/redquorum/redlock"
 )
 

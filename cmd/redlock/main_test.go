@@ -20,8 +20,8 @@ import (
 
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
-	"github.com/redquorum/redquorum/locktest/loadtest"
 	"github.com/redquorum/redquorum/internal/testkit/redisproc"
+	"github.com/redquorum/redquorum/locktest/loadtest"
 	"github.com/redquorum/redquorum/redlock"
 )
 

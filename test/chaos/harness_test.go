@@ -23,9 +23,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/locktest"
 	"github.com/redquorum/redquorum/locktest/linearize"
-	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/redlock"
 	"github.com/redquorum/redquorum/test/rig"
 )

@@ -26,7 +26,7 @@ type Servers struct {
 	Addrs   []string // host:port of each server
 	Version string   // such as "7.0.15"
 
-	procs []*proc     // nil once killed
+	procs []*proc    // nil once killed
 	args  [][]string // each server's arguments beyond the defaults
 	dir   string
 	bin   string
