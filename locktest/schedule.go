@@ -68,7 +68,7 @@ type Link interface {
 // The zero value of a field means its default.
 type Schedule struct {
 	Seed      uint64      // the random source's seed; 0 draws one (see [Chaos.Seed])
-	Kinds     []FaultKind // the kinds to pick from ([AllFaults])
+	Kinds     []FaultKind // the kinds to pick from ([AllFaults], without ClientPartition when Views is empty)
 	MaxFaulty int         // a minority of the nodes: (nodes-1)/2
 	Gap       time.Duration
 	// Nodes limits the schedule to these nodes (indices); all when empty.
@@ -92,6 +92,9 @@ func (s *Schedule) defaults(nodes int) {
 	}
 	if len(s.Kinds) == 0 {
 		s.Kinds = AllFaults()
+		if len(s.Views) == 0 {
+			s.Kinds = slices.DeleteFunc(s.Kinds, func(k FaultKind) bool { return k == ClientPartition })
+		}
 	}
 	if s.MaxFaulty == 0 {
 		s.MaxFaulty = (nodes - 1) / 2
@@ -150,14 +153,19 @@ func (s Schedule) Run(ctx context.Context, nodes ...Target) *Chaos {
 	return c
 }
 
-// Start is [Schedule.Run] for a test: the schedule stops in t.Cleanup, and
-// when t has failed, its seed is logged, so that a rerun with the seed
-// draws the same faults.
+// Start is [Schedule.Run] for a test: the schedule stops in t.Cleanup, a
+// fault that could not be injected or repaired fails t, and when t has
+// failed, the seed is logged, so that a rerun with the seed draws the same
+// faults.
 func (s Schedule) Start(t testing.TB, nodes ...Target) *Chaos {
 	t.Helper()
 	c := s.Run(context.WithoutCancel(t.Context()), nodes...)
 	t.Cleanup(func() {
-		c.Stop()
+		for _, f := range c.Stop() {
+			if f.Err != "" {
+				t.Errorf("locktest: %s", f.Err)
+			}
+		}
 		if t.Failed() {
 			t.Logf("locktest: fault schedule seed %d (Schedule.Seed reproduces it)", c.Seed())
 		}
