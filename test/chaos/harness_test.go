@@ -419,7 +419,7 @@ func Run(t *testing.T, o Options) *Result {
 			px.Heal()
 		}
 	}
-	calm := time.Now() // no fault, no contender from here on
+	calm := time.Now()         // no fault, no contender from here on
 	for _, f := range faults { // Schedule.Start fails t for those with an Err
 		if f.Refused {
 			r.Refused++
