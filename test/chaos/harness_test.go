@@ -419,8 +419,9 @@ func Run(t *testing.T, o Options) *Result {
 			px.Heal()
 		}
 	}
-	calm := time.Now()         // no fault, no contender from here on
-	for _, f := range faults { // Schedule.Start fails t for those with an Err
+	calm := time.Now() // no fault, no contender from here on
+	// Schedule.Start fails t for the faults with an Err.
+	for _, f := range faults {
 		if f.Refused {
 			r.Refused++
 		}
