@@ -6,6 +6,7 @@
 //	redlock guard status --nodes NODE,... [--prefix P]
 //	redlock guard end    --nodes NODE,... [--prefix P] [--yes]
 //	redlock guard fence  --nodes NODE,... [--prefix P] [--at-least N] [--yes]
+//	redlock chaos   [--backend native|embedded] [--duration D] [--ttl D] [--node-timeout D] [--fencing] [--control] [--svg FILE]
 //
 // NODE is host:port, or redis://[user:password@]host[:port][/db], or
 // rediss://... for TLS. Without --nodes, demo and bench start five
@@ -37,12 +38,15 @@ usage:
   redlock guard status --nodes NODE,... [--prefix P]
   redlock guard end    --nodes NODE,... [--prefix P] [--yes]
   redlock guard fence  --nodes NODE,... [--prefix P] [--at-least N] [--yes]
+  redlock chaos   [--backend native|embedded] [--duration D] [--ttl D] [--node-timeout D] [--fencing] [--control] [--svg FILE]
 
 Without --nodes, demo and bench run on five in-process nodes. inspect shows
 who holds a key and each node's restart guard; guard end ends the restart
 guard on nodes you vouch for (a development reset, a deployment that came up
 with a node missing): read "redlock guard end -h" first; guard fence
-repairs the fence counters after a quorum of nodes lost their data.
+repairs the fence counters after a quorum of nodes lost their data. chaos
+runs a short session under random faults and checks it for two holders at
+once (--control: misconfigured on purpose, so it must find them).
 Run "redlock COMMAND -h" for the flags of one command.
 ` + nodeHelp
 
@@ -96,11 +100,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = inspect(ctx, rest, stdout)
 	case "guard":
 		err = guard(ctx, rest, stdout)
+	case "chaos":
+		err = chaos(ctx, rest, stdout)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		err = usagef("unknown command %q (want demo, bench, inspect or guard)", cmd)
+		err = usagef("unknown command %q (want demo, bench, inspect, guard or chaos)", cmd)
 	}
 	name := args[0]
 	if name == "guard" && len(args) > 1 && !strings.HasPrefix(args[1], "-") {
