@@ -10,10 +10,10 @@
 # libraries, this script); when an image with the tag and the same hash exists,
 # the script does nothing. With REDIS_IMAGE_PULL=1 it instead pulls redis:7 and
 # tags it (for machines with a registry). After changing docker/redis/, run it
-# again: test/rig builds the image only when it is missing.
+# again: locktest/rig builds the image only when it is missing.
 set -euo pipefail
 
-IMAGE="redquorum/redis:7-local" # test/rig.Image
+IMAGE="redquorum/redis:7-local" # locktest/rig.Image
 LABEL="org.redquorum.inputs"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DOCKERFILE="$ROOT/docker/redis/Dockerfile"

@@ -5,14 +5,13 @@ go 1.26.0
 require (
 	github.com/redquorum/redquorum v0.0.0
 	github.com/redquorum/redquorum/locktest/linearize v0.0.0
+	github.com/redquorum/redquorum/locktest/rig v0.0.0
 )
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
-	github.com/ory/dockertest/v3 v3.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
-	golang.org/x/sync v0.25.0
 )
 
 require (
@@ -38,6 +37,7 @@ require (
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.0 // indirect
 	github.com/opencontainers/runc v1.2.3 // indirect
+	github.com/ory/dockertest/v3 v3.12.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/sirupsen/logrus v1.9.3 // indirect
 	github.com/xeipuuv/gojsonpointer v0.0.0-20190905194746-02993c407bfb // indirect
@@ -45,6 +45,7 @@ require (
 	github.com/xeipuuv/gojsonschema v1.2.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 )
@@ -52,4 +53,5 @@ require (
 replace (
 	github.com/redquorum/redquorum => ../
 	github.com/redquorum/redquorum/locktest/linearize => ../locktest/linearize
+	github.com/redquorum/redquorum/locktest/rig => ../locktest/rig
 )

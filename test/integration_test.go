@@ -1,7 +1,7 @@
 // Package test holds the integration suites: every public behaviour of the
 // redlock core, the least-privilege ACL and the lifecycle features (restart
 // guard, fencing, multi-key locks) against real Redis 7 masters started by
-// test/rig.
+// locktest/rig.
 //
 // The nodes are reached through the rig's proxies, which add latency or cut a
 // node off; the tests read each node directly to see what the library left
@@ -27,7 +27,7 @@ import (
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/redlock"
-	"github.com/redquorum/redquorum/test/rig"
+	"github.com/redquorum/redquorum/locktest/rig"
 )
 
 // nodes is a rig cluster and a direct client per node, for inspection.

@@ -20,7 +20,7 @@ import (
 
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/redlock"
-	"github.com/redquorum/redquorum/test/rig"
+	"github.com/redquorum/redquorum/locktest/rig"
 )
 
 var errCut = errors.New("cut off by the test")

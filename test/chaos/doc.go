@@ -1,13 +1,13 @@
 // Package chaos is the chaos suite of redquorum: many contenders in several
-// OS processes compete for a few keys on real Redis masters (test/rig) while a
-// fault schedule kills, pauses, partitions, slows and (with replicas) fails
+// OS processes compete for a few keys on real Redis masters (locktest/rig)
+// while a fault schedule kills, pauses, partitions, slows and (with replicas) fails
 // over the lock nodes, and the recorded history is checked for two holders at
 // once.
 //
 // # What is recorded
 //
-// Every contender records each attempt to lock. A successful one becomes a
-// [Hold]: Call is when Lock was called, Obtained when it returned the lock,
+// Every contender records each attempt to lock (a locktest.Attempt). A
+// successful one is a hold: Call is when Lock was called, Obtained when it returned the lock,
 // and End = min(start of Unlock, Lock.Until()) after the last successful
 // Extend. Holders stop using the lock at Until: they write to the shared
 // resource only while more than a safety margin of validity is left. A failed
@@ -20,13 +20,17 @@
 // the validity). A clock step during a run can produce a false report, never
 // hide a real overlap longer than the step.
 //
+// The fault schedule, the history's type and its checkers come from the
+// public test kit: locktest.Schedule runs on the rig's nodes, and a run with
+// violations also writes locktest's timeline of holds, faults and overlaps.
+//
 // # The checkers
 //
-// [CheckOverlaps] is a plain interval check: within one key, sorted by
-// Obtained, no hold may begin before an earlier hold's End.
+// locktest.CheckOverlaps is a plain interval check: within one key, sorted
+// by Obtained, no hold may begin before an earlier hold's End.
 //
-// [CheckLinearizable] hands the same history to porcupine (a linearizability
-// checker) with the model of a lock whose acquire may fail spuriously: the
+// linearize.CheckLock hands the same history to porcupine (a
+// linearizability checker) with the model of a lock whose acquire may fail spuriously: the
 // state is the current holder or nobody; an acquire that succeeded (interval
 // [Call, Obtained]) needs the lock free and takes it; a failed acquire is
 // always allowed and changes nothing; a release (the point End) needs the

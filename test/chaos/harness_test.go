@@ -27,7 +27,7 @@ import (
 	"github.com/redquorum/redquorum/locktest"
 	"github.com/redquorum/redquorum/locktest/linearize"
 	"github.com/redquorum/redquorum/redlock"
-	"github.com/redquorum/redquorum/test/rig"
+	"github.com/redquorum/redquorum/locktest/rig"
 )
 
 // childEnv carries a contender process's configuration (JSON) to the

@@ -1,6 +1,12 @@
 package rig
 
-import "github.com/redquorum/redquorum/internal/testkit/faultproxy"
+import (
+	"github.com/redquorum/redquorum/internal/testkit/faultproxy"
+	"github.com/redquorum/redquorum/locktest"
+)
+
+// A Node is a target of locktest's fault schedule.
+var _ locktest.Target = (*Node)(nil)
 
 // Proxy is the in-process TCP fault proxy in front of each node: see
 // [faultproxy.Proxy]. It lives in an internal package so that the redlock

@@ -1,5 +1,8 @@
 // Package rig starts real Redis servers in Docker for tests and injects
-// faults into them.
+// faults into them: the Docker backend of locktest, in a module of its own
+// so that Docker's client stays out of the builds that use only native
+// nodes. Its [Node] is a locktest.Target, so a locktest.Schedule runs on it
+// as on locktest's native nodes, Failover included (with [WithReplicas]).
 //
 // [Start] runs N independent Redis 7 masters, without persistence, from the
 // locally built image [Image] on a Docker network private to the test, and
@@ -24,9 +27,10 @@
 // and later runs remove what a killed test binary left behind.
 //
 // When Docker is not reachable, Start skips the test, or fails it when the
-// environment variable CI is "true": CI must never skip. When the image is
-// missing, Start builds it with scripts/redis-image.sh, which needs no
-// registry.
+// environment variable CI is "true": CI must never skip. When [Image] is
+// missing, Start builds it with scripts/redis-image.sh of this repository,
+// which needs no registry; outside the repository, use [WithImage], for
+// example with "redis:7".
 //
 // The proxies live in the test process, so a second process (for example a
 // re-executed test binary) can reach the nodes through [Cluster.Env] and

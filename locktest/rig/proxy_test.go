@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
-	"github.com/redquorum/redquorum/test/rig"
+	"github.com/redquorum/redquorum/locktest/rig"
 )
 
 // echoServer serves line echo on 127.0.0.1 until the test ends.

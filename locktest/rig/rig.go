@@ -50,6 +50,7 @@ type Option func(*config)
 type config struct {
 	args     []string
 	replicas bool
+	image    string
 }
 
 // WithArgs appends redis-server arguments for every node, after the defaults
@@ -64,6 +65,14 @@ func WithArgs(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
 }
 
+// WithImage runs the nodes from image, such as "redis:7", instead of
+// [Image]; Docker pulls it when it is missing. The image must run
+// redis-server with the arguments given as its command, as the official
+// Redis images do.
+func WithImage(image string) Option {
+	return func(c *config) { c.image = image }
+}
+
 // Cluster is a set of independent Redis masters started by [Start], each
 // with a replica under [WithReplicas]. Its methods and those of its nodes are
 // safe for concurrent use.
@@ -72,6 +81,7 @@ type Cluster struct {
 	Nodes []*Node
 
 	pool       *dockertest.Pool
+	image      string // repository:tag of every container
 	id         string
 	labels     map[string]string
 	expires    time.Time
@@ -117,10 +127,13 @@ func Start(t testing.TB, n int, opts ...Option) *Cluster {
 		o(&cfg)
 	}
 	pool := connect(t)
-	ensureImage(t, pool)
+	if cfg.image == "" {
+		cfg.image = Image
+		ensureImage(t, pool)
+	}
 	reap(t, pool)
 
-	c := &Cluster{pool: pool, id: randomID(), expires: expiry(t)}
+	c := &Cluster{pool: pool, image: cfg.image, id: randomID(), expires: expiry(t)}
 	c.labels = map[string]string{labelRun: c.id, labelExpires: strconv.FormatInt(c.expires.Unix(), 10)}
 	c.guardCtx, c.stopGuards = context.WithCancel(context.Background())
 	t.Cleanup(func() { c.cleanup(t) })
@@ -293,11 +306,14 @@ func (n *Node) start(ctx context.Context) error {
 // run creates and starts a container named name that runs redis-server with
 // args, and waits until it is ready.
 func (c *Cluster) run(ctx context.Context, name string, args []string) (*container, error) {
-	repo, tag, _ := strings.Cut(Image, ":")
+	repo, tag, ok := strings.Cut(c.image, ":")
+	if !ok {
+		tag = "latest"
+	}
 	res, err := c.pool.RunWithOptions(&dockertest.RunOptions{
 		Name:         name,
 		Repository:   repo,
-		Tag:          tag, // explicit, so dockertest finds the local image and never pulls
+		Tag:          tag, // explicit, so dockertest finds a local image and does not pull it
 		Cmd:          args,
 		Labels:       c.labels,
 		ExposedPorts: []string{string(redisPort)},

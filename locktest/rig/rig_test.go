@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
-	"github.com/redquorum/redquorum/test/rig"
+	"github.com/redquorum/redquorum/locktest/rig"
 )
 
 // childEnv marks the test binary re-executed by TestSecondProcess.
