@@ -26,8 +26,8 @@ import (
 	"github.com/redquorum/redquorum/clock"
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
-	"github.com/redquorum/redquorum/redlock"
 	"github.com/redquorum/redquorum/locktest/rig"
+	"github.com/redquorum/redquorum/redlock"
 )
 
 // nodes is a rig cluster and a direct client per node, for inspection.

@@ -19,8 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
-	"github.com/redquorum/redquorum/redlock"
 	"github.com/redquorum/redquorum/locktest/rig"
+	"github.com/redquorum/redquorum/redlock"
 )
 
 var errCut = errors.New("cut off by the test")

@@ -26,8 +26,8 @@ import (
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/locktest"
 	"github.com/redquorum/redquorum/locktest/linearize"
-	"github.com/redquorum/redquorum/redlock"
 	"github.com/redquorum/redquorum/locktest/rig"
+	"github.com/redquorum/redquorum/redlock"
 )
 
 // childEnv carries a contender process's configuration (JSON) to the
