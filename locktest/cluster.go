@@ -56,8 +56,8 @@ func Start(t testing.TB, n int) *Cluster {
 
 // New starts n redis-server processes on free ports of 127.0.0.1, without
 // persistence, and a proxy in front of each; stop them with
-// [Cluster.Close]. A server whose process is killed gets SIGTERM from the
-// kernel (Linux), so none outlives a killed test binary. On failure New
+// [Cluster.Close]. On Linux the kernel kills the servers when the process
+// that started them dies, so none outlives a killed test binary. On failure New
 // stops what it started.
 func New(ctx context.Context, n int) (*Cluster, error) {
 	if n < 1 {

@@ -116,3 +116,19 @@ func TestScheduleSeed(t *testing.T) {
 		assert.Equal(t, k1, k2, "seed %d: kind of the first fault", seed)
 	}
 }
+
+// TestScheduleMisuse: a schedule that cannot run panics with what is wrong.
+func TestScheduleMisuse(t *testing.T) {
+	nodes := []Target{&fakeNode{name: "a"}}
+	for _, tc := range []struct {
+		s    Schedule
+		want string
+	}{
+		{Schedule{Gap: -time.Second}, "locktest: Schedule.Gap -1s: must not be negative"},
+		{Schedule{MaxLatency: -1}, "locktest: Schedule.MaxLatency -1ns: must not be negative"},
+		{Schedule{MaxFaulty: -1}, "locktest: Schedule.MaxFaulty -1: must not be negative"},
+		{Schedule{Nodes: []int{1}}, "locktest: Schedule.Nodes lists node 1 of 1"},
+	} {
+		assert.PanicsWithValue(t, tc.want, func() { tc.s.Run(t.Context(), nodes...).Stop() })
+	}
+}

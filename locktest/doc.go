@@ -7,8 +7,9 @@
 //
 // [Start] runs N independent Redis masters as native redis-server
 // processes (no Docker needed), each behind an in-process TCP proxy on
-// 127.0.0.1, and stops them in t.Cleanup, also when the test fails. Clients
-// dial [Cluster.Addrs]. The faults, by node:
+// 127.0.0.1, and stops them in t.Cleanup, also when the test fails; on
+// Linux the kernel kills them when the test binary is killed. Clients dial
+// [Cluster.Addrs]. The faults, by node:
 //
 //   - [Node.Kill] and [Node.Start]: a crash (SIGKILL) and a start without
 //     the data, as without persistence;
@@ -18,9 +19,9 @@
 //     a client partition cuts one [Cluster.View];
 //   - [Node.SetLatency] and [Node.SetLatencies]: delay each way;
 //   - [Node.Failover]: a failover to a replica that lacks the newest writes.
-//     Native nodes have no replica and return [ErrNoReplica]; the nodes of
-//     the Docker rig (the nested module test/, package rig, with
-//     WithReplicas) implement it and satisfy [Target].
+//     Native nodes have no replica and return [ErrNoReplica]; the Docker
+//     nodes of the nested module locktest/rig (with rig.WithReplicas)
+//     implement it, and as [Target]s they take the same fault schedule.
 //
 // # Faults on a schedule
 //

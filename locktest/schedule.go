@@ -138,8 +138,20 @@ type Chaos struct {
 
 // Run starts the schedule s on nodes and returns at once. The faults it
 // injects use contexts of their own: the schedule runs until [Chaos.Stop],
-// or until ctx is done. It panics when s names a node that nodes lack.
+// or until ctx is done. It panics, as on a programming error, when s names
+// a node that nodes lack or has a negative duration or MaxFaulty.
 func (s Schedule) Run(ctx context.Context, nodes ...Target) *Chaos {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"Gap", s.Gap}, {"MaxLatency", s.MaxLatency}, {"FailoverLag", s.FailoverLag}} {
+		if d.v < 0 {
+			panic(fmt.Sprintf("locktest: Schedule.%s %v: must not be negative", d.name, d.v))
+		}
+	}
+	if s.MaxFaulty < 0 {
+		panic(fmt.Sprintf("locktest: Schedule.MaxFaulty %d: must not be negative", s.MaxFaulty))
+	}
 	s.defaults(len(nodes))
 	for _, i := range s.Nodes {
 		if i < 0 || i >= len(nodes) {

@@ -16,6 +16,19 @@ func ms(key string, client int, call, obtained, end int64, ok bool) locktest.Att
 	return locktest.Attempt{Key: key, Client: client, Call: call * m, Obtained: obtained * m, End: end * m, OK: ok}
 }
 
+// verdict checks a check's result: Ok when legal, else Illegal with a
+// visualization written.
+func verdict(t *testing.T, legal bool, res porcupine.CheckResult, path string, err error) {
+	t.Helper()
+	require.NoError(t, err)
+	if legal {
+		require.Equal(t, porcupine.Ok, res)
+		return
+	}
+	require.Equal(t, porcupine.Illegal, res, Verdict(res))
+	require.FileExists(t, path)
+}
+
 // TestCheckLock shows that the lock check accepts the histories of a
 // correct lock and rejects two holders at once, with a visualization.
 func TestCheckLock(t *testing.T) {
@@ -37,14 +50,7 @@ func TestCheckLock(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, path, err := CheckLock(tc.history, 10*time.Second, t.TempDir())
-			require.NoError(t, err)
-			if tc.legal {
-				require.Equal(t, porcupine.Ok, res)
-				return
-			}
-			require.Equal(t, porcupine.Illegal, res)
-			require.FileExists(t, path)
-			require.Equal(t, "ILLEGAL", Verdict(res))
+			verdict(t, tc.legal, res, path, err)
 		})
 	}
 }
@@ -70,13 +76,7 @@ func TestCheckObject(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, path, err := CheckObject(tc.ops, 0, 10*time.Second, t.TempDir())
-			require.NoError(t, err)
-			if tc.legal {
-				require.Equal(t, porcupine.Ok, res)
-				return
-			}
-			require.Equal(t, porcupine.Illegal, res)
-			require.FileExists(t, path)
+			verdict(t, tc.legal, res, path, err)
 		})
 	}
 }

@@ -156,7 +156,9 @@ func (s *Servers) spawn(dir string, port int, extra []string, keep bool) (*proc,
 	}
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // no orphans if the bench dies
+	// No orphans if the test or bench dies: SIGKILL, which also ends a
+	// server stopped by SIGSTOP (a paused node), where SIGTERM would wait.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, "", fmt.Errorf("redisproc: starting redis-server: %w", err)
 	}
