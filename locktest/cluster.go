@@ -2,7 +2,6 @@ package locktest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"syscall"
@@ -31,22 +30,28 @@ type Cluster struct {
 // safe for concurrent use, though two faults on one node at once rarely
 // make sense.
 type Node struct {
-	name   string
-	proxy  *faultproxy.Proxy
-	server *redisproc.Servers // one server
+	name  string
+	proxy *faultproxy.Proxy
 
-	mu     sync.Mutex
-	paused bool
+	mu      sync.Mutex
+	servers [2]*redisproc.Servers // one server each: the master is servers[cur], its replica (or nil) the other
+	cur     int
+	link    *faultproxy.Proxy // the replica's way to the master; nil without a replica
+	paused  bool
 }
+
+// master returns the node's current master server; n.mu is held, or the
+// node is not shared yet.
+func (n *Node) master() *redisproc.Servers { return n.servers[n.cur] }
 
 // Start starts n redis-server processes on free ports of 127.0.0.1 and a
 // proxy in front of each, as [New] does, and stops them in t.Cleanup, also
 // when the test fails. When redis-server is not installed, Start skips t,
 // or fails it when the environment variable CI is "true".
-func Start(t testing.TB, n int) *Cluster {
+func Start(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
 	redisproc.Require(t)
-	c, err := New(t.Context(), n)
+	c, err := New(t.Context(), n, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,9 +64,13 @@ func Start(t testing.TB, n int) *Cluster {
 // [Cluster.Close]. On Linux the kernel kills the servers when the process
 // that started them dies, so none outlives a killed test binary. On failure New
 // stops what it started.
-func New(ctx context.Context, n int) (*Cluster, error) {
+func New(ctx context.Context, n int, opts ...Option) (*Cluster, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("locktest: %d nodes; want at least 1", n)
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
 	}
 	c := &Cluster{Nodes: make([]*Node, n)}
 	var g errgroup.Group
@@ -71,17 +80,19 @@ func New(ctx context.Context, n int) (*Cluster, error) {
 			if err != nil {
 				return err
 			}
-			nd := &Node{name: fmt.Sprintf("node%d", i), server: s}
+			nd := &Node{name: fmt.Sprintf("node%d", i), servers: [2]*redisproc.Servers{s}}
 			c.Nodes[i] = nd
-			nd.proxy, err = faultproxy.NewProxy(s.Addrs[0])
-			return err
+			if nd.proxy, err = faultproxy.NewProxy(s.Addrs[0]); err != nil || !o.replicas {
+				return err
+			}
+			return nd.addReplica(ctx)
 		})
 	}
 	if err := g.Wait(); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("locktest: starting %d nodes: %w", n, err)
 	}
-	c.Version = c.Nodes[0].server.Version
+	c.Version = c.Nodes[0].master().Version
 	return c, nil
 }
 
@@ -92,10 +103,16 @@ func (c *Cluster) Close() {
 			continue
 		}
 		_ = n.Unpause() // a stopped process would not handle SIGTERM
-		if n.proxy != nil {
-			_ = n.proxy.Close()
+		for _, p := range []*faultproxy.Proxy{n.proxy, n.link} {
+			if p != nil {
+				_ = p.Close()
+			}
 		}
-		n.server.Stop()
+		for _, s := range n.servers {
+			if s != nil {
+				s.Stop()
+			}
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -156,7 +173,7 @@ func (n *Node) Addr() string { return n.proxy.Addr() }
 func (n *Node) Kill(context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.server.Kill(0)
+	n.master().Kill(0)
 	n.paused = false
 	n.proxy.Cut()
 	return nil
@@ -180,9 +197,9 @@ func (n *Node) Restart(ctx context.Context, keepData bool) error {
 	n.cont()
 	var err error
 	if keepData {
-		err = n.server.RestartWithData(ctx, 0)
+		err = n.master().RestartWithData(ctx, 0)
 	} else {
-		err = n.server.Restart(ctx, 0)
+		err = n.master().Restart(ctx, 0)
 	}
 	n.proxy.Cut()
 	if err != nil {
@@ -205,7 +222,7 @@ func (n *Node) signal(sig syscall.Signal, pause bool) error {
 		n.cont()
 		return nil
 	}
-	pid := n.server.PIDs()[0]
+	pid := n.master().PIDs()[0]
 	if pid == 0 {
 		return fmt.Errorf("locktest: pausing %s: the server is down", n.name)
 	}
@@ -218,7 +235,7 @@ func (n *Node) signal(sig syscall.Signal, pause bool) error {
 
 // cont resumes the server if it is paused; n.mu is held.
 func (n *Node) cont() {
-	if pid := n.server.PIDs()[0]; n.paused && pid != 0 {
+	if pid := n.master().PIDs()[0]; n.paused && pid != 0 {
 		_ = syscall.Kill(pid, syscall.SIGCONT)
 	}
 	n.paused = false
@@ -238,13 +255,3 @@ func (n *Node) SetLatency(d time.Duration) { n.proxy.SetLatency(d, d) }
 // SetLatencies delays the node's traffic by up on the way to the server and
 // by down on the way back.
 func (n *Node) SetLatencies(up, down time.Duration) { n.proxy.SetLatency(up, down) }
-
-// ErrNoReplica is returned by [Node.Failover] on a node without a replica.
-var ErrNoReplica = errors.New("locktest: the node has no replica to fail over to")
-
-// Failover fails the node over to a replica that lacks its latest writes.
-// Native nodes have no replica, so it returns [ErrNoReplica]; the Docker
-// rig's nodes with replicas support it.
-func (n *Node) Failover(context.Context, time.Duration) error {
-	return fmt.Errorf("%w: %s", ErrNoReplica, n.name)
-}

@@ -53,6 +53,7 @@ func TestNodeFaults(t *testing.T) {
 	require.Eventually(t, func() bool { return cl.Ping(ctx).Err() == nil }, 5*time.Second, 10*time.Millisecond)
 
 	assert.ErrorIs(t, n.Failover(ctx, time.Millisecond), ErrNoReplica)
+	assert.Empty(t, n.ReplicaAddr())
 	assert.NoError(t, client(t, c.Nodes[1].Addr()).Ping(ctx).Err(), "the other node was never touched")
 }
 
@@ -131,4 +132,40 @@ func TestScheduleMisuse(t *testing.T) {
 	} {
 		assert.PanicsWithValue(t, tc.want, func() { tc.s.Run(t.Context(), nodes...).Stop() })
 	}
+}
+
+// TestFailover: a failover loses the writes of its lag and keeps the older
+// ones, and a second failover swaps master and replica back.
+func TestFailover(t *testing.T) {
+	c := Start(t, 1, WithReplicas())
+	n := c.Nodes[0]
+	cl := client(t, n.Addr())
+	ctx := t.Context()
+	require.NoError(t, cl.Set(ctx, "old", "1", 0).Err())
+	require.Eventually(t, func() bool {
+		return client(t, n.ReplicaAddr()).Get(ctx, "old").Val() == "1"
+	}, 5*time.Second, 10*time.Millisecond, "the replica catches up")
+	first := n.ReplicaAddr()
+
+	written := make(chan error, 1)
+	go func() {
+		time.Sleep(100 * time.Millisecond) // within the lag
+		written <- client(t, n.Addr()).Set(ctx, "new", "1", 0).Err()
+	}()
+	require.NoError(t, n.Failover(ctx, 500*time.Millisecond))
+	require.NoError(t, <-written, "the write of the lag reached the old master")
+	assert.Equal(t, "1", cl.Get(ctx, "old").Val(), "the promoted replica has the older write")
+	assert.Equal(t, redis.Nil, cl.Get(ctx, "new").Err(), "and lacks the write of the lag")
+	assert.NotEqual(t, first, n.ReplicaAddr(), "the old master is the replica now")
+
+	require.NoError(t, cl.Set(ctx, "after", "1", 0).Err())
+	require.Eventually(t, func() bool {
+		return client(t, n.ReplicaAddr()).Get(ctx, "after").Val() == "1"
+	}, 5*time.Second, 10*time.Millisecond, "the new replica catches up")
+	require.NoError(t, n.Failover(ctx, 0))
+	assert.Equal(t, first, n.ReplicaAddr(), "a second failover swaps them back")
+	assert.Equal(t, "1", cl.Get(ctx, "after").Val(), "a replicated write survives a failover")
+	require.NoError(t, n.Kill(ctx))
+	require.NoError(t, n.Start(ctx))
+	assert.Equal(t, redis.Nil, cl.Get(ctx, "after").Err(), "a kill acts on the current master")
 }

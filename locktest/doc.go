@@ -18,10 +18,12 @@
 //   - [Node.Partition] and [Node.Heal]: traffic stalls, from every client;
 //     a client partition cuts one [Cluster.View];
 //   - [Node.SetLatency] and [Node.SetLatencies]: delay each way;
-//   - [Node.Failover]: a failover to a replica that lacks the newest writes.
-//     Native nodes have no replica and return [ErrNoReplica]; the Docker
-//     nodes of the nested module locktest/rig (with rig.WithReplicas)
-//     implement it, and as [Target]s they take the same fault schedule.
+//   - [Node.Failover]: a failover to a replica that lacks the newest writes,
+//     for nodes started [WithReplicas].
+//
+// The Docker nodes of the nested module locktest/rig offer the same faults
+// (Failover with rig.WithReplicas) and, as [Target]s, take the same fault
+// schedule. Neither backend runs Sentinel: a failover is the test's.
 //
 // # Faults on a schedule
 //

@@ -30,7 +30,7 @@ const (
 	Latency FaultKind = "latency"
 	// Failover fails the node over to a replica that lacks the writes of
 	// the last Schedule.FailoverLag/10 to FailoverLag. The node must have a
-	// replica (see [Node.Failover]).
+	// replica ([WithReplicas], or the Docker rig's WithReplicas).
 	Failover FaultKind = "failover"
 )
 

@@ -37,8 +37,9 @@ type session struct {
 }
 
 // exercise runs workers on clients, each over its own list of lock nodes,
-// for d under a random fault schedule on nodes, and checks the holds.
-func exercise(t *testing.T, nodes *locktest.Cluster, lists [][]string, d time.Duration) *session {
+// for d under a random fault schedule of kinds on nodes, and checks the
+// holds.
+func exercise(t *testing.T, nodes *locktest.Cluster, lists [][]string, kinds []locktest.FaultKind, d time.Duration) *session {
 	ledgerNode := locktest.Start(t, 1) // the account, never faulted
 	ledger := redis.NewClient(&redis.Options{Addr: ledgerNode.Addrs()[0], MaxRetries: -1})
 	t.Cleanup(func() { ledger.Close() })
@@ -65,7 +66,7 @@ func exercise(t *testing.T, nodes *locktest.Cluster, lists [][]string, d time.Du
 		clients = append(clients, c)
 	}
 
-	chaos := locktest.Schedule{}.Start(t, nodes.Targets()...)
+	chaos := locktest.Schedule{Kinds: kinds}.Start(t, nodes.Targets()...)
 	s := &session{}
 	var rec locktest.Recorder
 	var wg sync.WaitGroup
@@ -141,13 +142,15 @@ func work(ctx context.Context, id int, c *redlock.Client, ledger *redis.Client,
 	return ledgerErr
 }
 
-// TestRunnerUnderFaults runs the job runner on five nodes under the random
-// fault schedule: no two workers may run one job at once, and no charge
+// TestRunnerUnderFaults runs the job runner on five nodes, each with a
+// replica, under the random fault schedule, failovers that lose the newest
+// writes included: no two workers may run one job at once, and no charge
 // may be lost.
 func TestRunnerUnderFaults(t *testing.T) {
-	nodes := locktest.Start(t, 5)
+	nodes := locktest.Start(t, 5, locktest.WithReplicas())
 	addrs := nodes.Addrs()
-	s := exercise(t, nodes, [][]string{addrs, addrs}, 5*time.Second)
+	kinds := []locktest.FaultKind{locktest.Kill, locktest.Pause, locktest.Partition, locktest.Latency, locktest.Failover}
+	s := exercise(t, nodes, [][]string{addrs, addrs}, kinds, 5*time.Second)
 	locktest.Verify(t, s.report.History, s.report.Faults)
 	if s.holds < 100 {
 		t.Errorf("%d holds; want at least 100", s.holds)
@@ -170,7 +173,7 @@ func TestRunnerUnderFaults(t *testing.T) {
 func TestMinorityQuorumControl(t *testing.T) {
 	nodes := locktest.Start(t, 5)
 	addrs := nodes.Addrs()
-	s := exercise(t, nodes, [][]string{addrs[:3], addrs[2:]}, 3*time.Second)
+	s := exercise(t, nodes, [][]string{addrs[:3], addrs[2:]}, nil, 3*time.Second)
 	if s.report.OK() {
 		t.Fatalf("the checkers found nothing in a run with a minority quorum: %s", s.report)
 	}
