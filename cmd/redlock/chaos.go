@@ -25,8 +25,8 @@ random fault schedule hits a minority of them, then the history of holds is
 checked for two holders at once and for fencing tokens that go backwards.
 Prints the checker's summary and writes a timeline (SVG) of holds, faults
 and violations. Native nodes are redis-server processes (kill, pause,
-partition, latency); embedded nodes are in-process (kill, partition,
-latency). --control gives half the contenders a Client over nodes 0-2 and
+partition, latency; with --replicas, failovers that lose the newest
+writes); embedded nodes are in-process (kill, partition, latency). --control gives half the contenders a Client over nodes 0-2 and
 the other half one over nodes 2-4, a quorum of 2 of 5: the checker must
 report violations, and the command fails if it does not.
 
@@ -34,7 +34,7 @@ report violations, and the command fails if it does not.
 
 // chaos runs the chaos command.
 func chaos(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("chaos", "[--backend native|embedded] [--duration D] [--ttl D] [--node-timeout D] [--fencing] [--control] [--svg FILE]", out)
+	fs := newFlags("chaos", "[--backend native|embedded] [--replicas] [--duration D] [--ttl D] [--node-timeout D] [--fencing] [--control] [--svg FILE]", out)
 	fs.about = chaosAbout
 	backend := fs.String("backend", "", "native (redis-server processes) or embedded; default native when redis-server is on PATH")
 	duration := fs.Duration("duration", 5*time.Second, "how long the contenders run")
@@ -46,6 +46,7 @@ func chaos(ctx context.Context, args []string, out io.Writer) error {
 	keys := fs.Int("keys", 2, "keys the contenders share")
 	seed := fs.Uint64("seed", 0, "the fault schedule's seed (default random; printed)")
 	control := fs.Bool("control", false, "the minority-quorum control: violations are expected")
+	replicas := fs.Bool("replicas", false, "native nodes only: give each node a replica and add failovers that lose the newest writes")
 	svg := fs.String("svg", "", "where to write the timeline (default a new file in the temporary directory)")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -57,7 +58,7 @@ func chaos(ctx context.Context, args []string, out io.Writer) error {
 	if err := chaosCheckFlags(*duration, *ttl, *nodeTimeout, *guard, *workers, *keys); err != nil {
 		return err
 	}
-	targets, addrs, kinds, stop, err := chaosStart(ctx, *backend)
+	targets, addrs, kinds, stop, err := chaosStart(ctx, *backend, *replicas)
 	if err != nil {
 		return err
 	}
@@ -132,20 +133,27 @@ func chaosCheckFlags(duration, ttl, nodeTimeout, guard time.Duration, workers, k
 // chaosStart starts the lock nodes of backend and returns them as schedule
 // targets, their addresses, the kinds of fault they support, and how to
 // stop them.
-func chaosStart(ctx context.Context, backend string) ([]locktest.Target, []string, []locktest.FaultKind, func(), error) {
+func chaosStart(ctx context.Context, backend string, replicas bool) ([]locktest.Target, []string, []locktest.FaultKind, func(), error) {
 	if backend == "" {
 		backend = "native"
-		if _, err := exec.LookPath("redis-server"); err != nil {
+		if _, err := exec.LookPath("redis-server"); err != nil && !replicas {
 			backend = "embedded"
 		}
 	}
+	if replicas && backend != "native" {
+		return nil, nil, nil, nil, usagef("--replicas needs --backend native, not %q", backend)
+	}
 	switch backend {
 	case "native":
-		c, err := locktest.New(ctx, chaosNodes)
+		var opts []locktest.Option
+		kinds := []locktest.FaultKind{locktest.Kill, locktest.Pause, locktest.Partition, locktest.Latency}
+		if replicas {
+			opts, kinds = append(opts, locktest.WithReplicas()), append(kinds, locktest.Failover)
+		}
+		c, err := locktest.New(ctx, chaosNodes, opts...)
 		if err != nil {
 			return nil, nil, nil, nil, err
 		}
-		kinds := []locktest.FaultKind{locktest.Kill, locktest.Pause, locktest.Partition, locktest.Latency}
 		return c.Targets(), c.Addrs(), kinds, c.Close, nil
 	case "embedded":
 		var nodes []*memNode

@@ -29,18 +29,20 @@ func overlaps(t *testing.T, out string) int {
 func TestChaosCommand(t *testing.T) {
 	for _, backend := range []string{"embedded", "native"} {
 		t.Run(backend, func(t *testing.T) {
+			args := []string{"chaos", "--backend", backend, "--duration", "2s", "--node-timeout", "300ms"}
 			if backend == "native" {
 				redisproc.Require(t)
+				args = append(args, "--replicas")
 			}
 			leakcheck.Check(t)
 			svg := filepath.Join(t.TempDir(), "timeline.svg")
-			code, out, errOut := runCLI(t, "chaos", "--backend", backend, "--duration", "2s", "--node-timeout", "300ms", "--fencing", "--svg", svg)
+			code, out, errOut := runCLI(t, append(args, "--fencing", "--svg", svg)...)
 			require.Equal(t, 0, code, "%s%s", out, errOut)
 			assert.Zero(t, overlaps(t, out))
 			assert.Contains(t, out, "fence regressions=0")
 			assert.FileExists(t, svg)
 
-			code, out, errOut = runCLI(t, "chaos", "--backend", backend, "--duration", "2s", "--node-timeout", "300ms", "--control", "--svg", svg)
+			code, out, errOut = runCLI(t, append(args, "--control", "--svg", svg)...)
 			require.Equal(t, 0, code, "%s%s", out, errOut)
 			assert.Positive(t, overlaps(t, out), "the control must report overlaps")
 			assert.Contains(t, out, "the control's violations were reported")
@@ -57,6 +59,7 @@ func TestChaosCommandUsage(t *testing.T) {
 		{"chaos", "--backend", "docker"},
 		{"chaos", "--workers", "0"},
 		{"chaos", "extra"},
+		{"chaos", "--backend", "embedded", "--replicas"},
 	} {
 		code, _, errOut := runCLI(t, args...)
 		assert.Equal(t, 2, code, "%v: %s", args, errOut)

@@ -6,7 +6,7 @@
 //	redlock guard status --nodes NODE,... [--prefix P]
 //	redlock guard end    --nodes NODE,... [--prefix P] [--yes]
 //	redlock guard fence  --nodes NODE,... [--prefix P] [--at-least N] [--yes]
-//	redlock chaos   [--backend native|embedded] [--duration D] [--ttl D] [--node-timeout D] [--fencing] [--control] [--svg FILE]
+//	redlock chaos   [--backend native|embedded] [--replicas] [--duration D] [--ttl D] [--node-timeout D] [--fencing] [--control] [--svg FILE]
 //
 // NODE is host:port, or redis://[user:password@]host[:port][/db], or
 // rediss://... for TLS. Without --nodes, demo and bench start five
@@ -38,7 +38,7 @@ usage:
   redlock guard status --nodes NODE,... [--prefix P]
   redlock guard end    --nodes NODE,... [--prefix P] [--yes]
   redlock guard fence  --nodes NODE,... [--prefix P] [--at-least N] [--yes]
-  redlock chaos   [--backend native|embedded] [--duration D] [--ttl D] [--node-timeout D] [--fencing] [--control] [--svg FILE]
+  redlock chaos   [--backend native|embedded] [--replicas] [--duration D] [--ttl D] [--node-timeout D] [--fencing] [--control] [--svg FILE]
 
 Without --nodes, demo and bench run on five in-process nodes. inspect shows
 who holds a key and each node's restart guard; guard end ends the restart
