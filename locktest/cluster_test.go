@@ -3,12 +3,17 @@ package locktest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 )
 
 // client returns a go-redis client of addr with short timeouts and no
@@ -23,6 +28,7 @@ func client(t *testing.T, addr string) *redis.Client {
 // TestNodeFaults drives each fault of a native node and sees its effect
 // through the node's address.
 func TestNodeFaults(t *testing.T) {
+	leakcheck.Check(t)
 	c := Start(t, 2)
 	n := c.Nodes[0]
 	cl := client(t, n.Addr())
@@ -137,6 +143,7 @@ func TestScheduleMisuse(t *testing.T) {
 // TestFailover: a failover loses the writes of its lag and keeps the older
 // ones, and a second failover swaps master and replica back.
 func TestFailover(t *testing.T) {
+	leakcheck.Check(t)
 	c := Start(t, 1, WithReplicas())
 	n := c.Nodes[0]
 	cl := client(t, n.Addr())
@@ -168,4 +175,34 @@ func TestFailover(t *testing.T) {
 	require.NoError(t, n.Kill(ctx))
 	require.NoError(t, n.Start(ctx))
 	assert.Equal(t, redis.Nil, cl.Get(ctx, "after").Err(), "a kill acts on the current master")
+}
+
+// failedT is a test that has failed, whose logs and errors are kept.
+type failedT struct {
+	testing.TB
+	mu   sync.Mutex
+	logs []string
+}
+
+func (f *failedT) Failed() bool { return true }
+func (f *failedT) Logf(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.logs = append(f.logs, fmt.Sprintf(format, args...))
+}
+func (f *failedT) Errorf(format string, args ...any) { f.Logf(format, args...) }
+
+// TestStartLogsTheSeed: a failed test's cleanup logs the schedule's seed
+// and the faults that could not be injected.
+func TestStartLogsTheSeed(t *testing.T) {
+	ft := &failedT{}
+	t.Run("failing", func(t *testing.T) {
+		ft.TB = t
+		nodes := []Target{&fakeNode{name: "a", kinds: make(chan FaultKind, 100)}, &fakeNode{name: "b", kinds: make(chan FaultKind, 100)}}
+		Schedule{Seed: 42, Kinds: []FaultKind{Failover}, MaxFaulty: 1, Gap: time.Millisecond}.Start(ft, nodes...)
+		time.Sleep(20 * time.Millisecond)
+	})
+	logs := strings.Join(ft.logs, "\n")
+	assert.Contains(t, logs, "locktest: fault schedule seed 42 (Schedule.Seed reproduces it)")
+	assert.Contains(t, logs, "locktest: failover of a: no replica")
 }
