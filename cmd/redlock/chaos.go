@@ -58,6 +58,12 @@ func chaos(ctx context.Context, args []string, out io.Writer) error {
 	if err := chaosCheckFlags(*duration, *ttl, *nodeTimeout, *guard, *workers, *keys); err != nil {
 		return err
 	}
+	if *backend == "" {
+		*backend = "native"
+		if _, err := exec.LookPath("redis-server"); err != nil && !*replicas {
+			*backend = "embedded"
+		}
+	}
 	targets, addrs, kinds, stop, err := chaosStart(ctx, *backend, *replicas)
 	if err != nil {
 		return err
@@ -79,7 +85,7 @@ func chaos(ctx context.Context, args []string, out io.Writer) error {
 	sched := locktest.Schedule{Seed: *seed, Kinds: kinds, KillDowntime: *ttl + 500*time.Millisecond, MaxLatency: *nodeTimeout * 3 / 4}
 	c := sched.Run(ctx, targets...)
 	fmt.Fprintf(out, "chaos: %d %s nodes, %d contenders, ttl %v, node timeout %v, fencing %v, fault schedule seed %d\n",
-		chaosNodes, cmpOr(*backend, "native"), *workers, *ttl, *nodeTimeout, *fencing, c.Seed())
+		chaosNodes, *backend, *workers, *ttl, *nodeTimeout, *fencing, c.Seed())
 	s.run(ctx, *workers, time.Now().Add(*duration))
 	faults := c.Stop()
 	report := locktest.Check(s.rec.History(), faults)
@@ -105,13 +111,6 @@ func chaos(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
 func chaosCheckFlags(duration, ttl, nodeTimeout, guard time.Duration, workers, keys int) error {
 	for _, f := range []struct {
 		name string
@@ -134,12 +133,6 @@ func chaosCheckFlags(duration, ttl, nodeTimeout, guard time.Duration, workers, k
 // targets, their addresses, the kinds of fault they support, and how to
 // stop them.
 func chaosStart(ctx context.Context, backend string, replicas bool) ([]locktest.Target, []string, []locktest.FaultKind, func(), error) {
-	if backend == "" {
-		backend = "native"
-		if _, err := exec.LookPath("redis-server"); err != nil && !replicas {
-			backend = "embedded"
-		}
-	}
 	if replicas && backend != "native" {
 		return nil, nil, nil, nil, usagef("--replicas needs --backend native, not %q", backend)
 	}
@@ -156,21 +149,27 @@ func chaosStart(ctx context.Context, backend string, replicas bool) ([]locktest.
 		}
 		return c.Targets(), c.Addrs(), kinds, c.Close, nil
 	case "embedded":
+		srvs, _, err := embedded(chaosNodes)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
 		var nodes []*memNode
 		stop := func() {
 			for _, n := range nodes {
-				n.close()
+				n.proxy.Close()
 			}
+			stopAll(srvs)
 		}
 		var targets []locktest.Target
 		var addrs []string
-		for i := range chaosNodes {
-			n, err := newMemNode(fmt.Sprintf("node%d", i))
+		for i, m := range srvs {
+			p, err := faultproxy.NewProxy(m.Addr())
 			if err != nil {
 				stop()
 				return nil, nil, nil, nil, err
 			}
-			nodes, targets, addrs = append(nodes, n), append(targets, n), append(addrs, n.proxy.Addr())
+			n := &memNode{name: fmt.Sprintf("node%d", i), m: m, proxy: p}
+			nodes, targets, addrs = append(nodes, n), append(targets, n), append(addrs, p.Addr())
 		}
 		return targets, addrs, []locktest.FaultKind{locktest.Kill, locktest.Partition, locktest.Latency}, stop, nil
 	}
@@ -263,21 +262,6 @@ type memNode struct {
 	proxy *faultproxy.Proxy
 }
 
-func newMemNode(name string) (*memNode, error) {
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		return nil, fmt.Errorf("starting an in-process node: %w", err)
-	}
-	m.ClockTTL(true)
-	p, err := faultproxy.NewProxy(m.Addr())
-	if err != nil {
-		m.Close()
-		return nil, err
-	}
-	return &memNode{name: name, m: m, proxy: p}, nil
-}
-
-func (n *memNode) close()       { n.proxy.Close(); n.m.Close() }
 func (n *memNode) Name() string { return n.name }
 
 func (n *memNode) Kill(context.Context) error {
