@@ -170,5 +170,5 @@ func legend(w io.Writer, y int) {
 func keyColor(key string) string {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
-	return fmt.Sprintf("hsl(%d, 45%%, 60%%)", 90+h.Sum32()%180) // greens to blues: never the red of a violation
+	return fmt.Sprintf("hsl(%d, 45%%, 60%%)", 80+h.Sum32()%120) // greens to blues: neither the red of a violation nor the purple of a pause
 }
