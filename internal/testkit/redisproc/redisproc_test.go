@@ -69,3 +69,28 @@ func TestRestart(t *testing.T) {
 		t.Errorf("replication ID %s kept across Restart", after)
 	}
 }
+
+// TestRestartWithData: a server restarted with its data keeps its keys, and
+// a killed server can be started again, empty.
+func TestRestartWithData(t *testing.T) {
+	s := StartT(t, 1)
+	if err := command(s.Addrs[0], "SET", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RestartWithData(t.Context(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := reply(s.Addrs[0], "GET", "k"); err != nil || v != "v" {
+		t.Errorf("GET k after RestartWithData = %q, %v; want v", v, err)
+	}
+	s.Kill(0)
+	if err := s.RestartWithData(t.Context(), 0); err == nil {
+		t.Error("RestartWithData of a killed server succeeded; it has no data to keep")
+	}
+	if err := s.Restart(t.Context(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := reply(s.Addrs[0], "EXISTS", "k"); err != nil || v != "0" {
+		t.Errorf("EXISTS k after Kill and Restart = %q, %v; want 0", v, err)
+	}
+}
