@@ -22,8 +22,9 @@
 //     for nodes started [WithReplicas].
 //
 // The Docker nodes of the nested module locktest/rig offer the same faults
-// (Failover with rig.WithReplicas) and, as [Target]s, take the same fault
-// schedule. Neither backend runs Sentinel: a failover is the test's.
+// but the restart with data (Failover with rig.WithReplicas). Each is a
+// [Target], so the same fault schedule runs on them. Neither backend runs
+// Sentinel: a failover is the test's.
 //
 // # Faults on a schedule
 //
