@@ -205,6 +205,8 @@ func (c *Client) watch(ctx context.Context, l *Lock, ttl time.Duration, stop <-c
 		case <-stop:
 			return nil
 		case <-clk.After(wait):
+		case <-c.life.closing:
+			return ErrClosed // Close releases the lock
 		}
 		left = l.Until().Sub(clk.Now())
 		switch {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redquorum/redquorum/internal/hashslot"
 	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/retry"
 )
 
 // ErrNoLeader means that no leader of an election can be shown: a quorum
@@ -108,7 +109,7 @@ func (e *Election) Campaign(ctx context.Context, value string, ttl time.Duration
 		wctx, cancel = context.WithDeadline(ctx, c.cfg.clock.Now().Add(100*365*24*time.Hour))
 		defer cancel()
 	}
-	for {
+	for failed := 0; ; failed++ {
 		l, err := c.Lock(wctx, e.name, ttl)
 		if err != nil {
 			return nil, err
@@ -120,8 +121,18 @@ func (e *Election) Campaign(ctx context.Context, value string, ttl time.Duration
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*c.cfg.nodeTimeout)
 		_ = l.Unlock(uctx)
 		cancel()
-		if ctx.Err() != nil {
+		// The record did not reach a quorum in time: try again after a
+		// backoff, unless no retry can fix it.
+		var qe *Error
+		if errors.As(err, &qe) && qe.final() {
 			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-c.life.closing:
+			return nil, ErrClosed
+		case <-c.cfg.clock.After(retry.Delay(failed, c.cfg.minRetry, c.cfg.maxRetry)):
 		}
 	}
 }
@@ -205,7 +216,7 @@ func (lead *Leadership) write(ctx context.Context, op string, rec protocol.Recor
 func (lead *Leadership) refresh() {
 	lead.mu.Lock()
 	defer lead.mu.Unlock()
-	_ = lead.write(context.Background(), "campaign", lead.rec, false)
+	_ = lead.write(context.WithoutCancel(lead.ctx), "campaign", lead.rec, false)
 }
 
 // end ends the leadership with cause, once: it cancels the context and

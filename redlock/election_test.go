@@ -301,3 +301,28 @@ func TestElectionObserve(t *testing.T) {
 	for range seen {
 	}
 }
+
+// TestElectionClose: closing the Client ends its leadership at once, not
+// at the next extension, and the next candidate leads without waiting for
+// the TTL: Close released the lock.
+func TestElectionClose(t *testing.T) {
+	leakcheck.Check(t)
+	_, open := electionNodes(t, 3)
+	a, b := open("a", nil), open("b", nil)
+	const ttl = time.Minute
+	lead, err := a.Election("job").Campaign(t.Context(), "a", ttl)
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
+	select {
+	case <-lead.done: // not Done(), which would check the validity itself
+	case <-time.After(ttl / 6):
+		t.Fatal("the leadership outlived Close")
+	}
+	assert.ErrorIs(t, context.Cause(lead.ctx), ErrLockLost)
+	ctx, cancel := context.WithTimeout(t.Context(), ttl/6)
+	defer cancel()
+	lb, err := b.Election("job").Campaign(ctx, "b", ttl)
+	require.NoError(t, err, "the lock was not released by Close")
+	assert.Greater(t, lb.Term(), lead.Term())
+	require.NoError(t, lb.Resign(t.Context()))
+}
