@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(childEnv); cfg != "" {
 		os.Exit(child(cfg))
 	}
+	if cfg := os.Getenv(candidateEnv); cfg != "" {
+		os.Exit(candidateChild(cfg))
+	}
 	code := m.Run()
 	removePrevious()
 	os.Exit(code)

@@ -1,0 +1,81 @@
+package chaos
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// Tenure is one leadership: Obtained is when Campaign returned, End the
+// earlier of the start of Resign and the leadership's last validity.
+type Tenure struct {
+	Attempt
+	Term   uint64
+	Writes []FencedWrite
+}
+
+// FencedWrite is one write of a leader's term to the fencing store. At is
+// when the leader decided to write, before its checks.
+type FencedWrite struct {
+	At       int64
+	Accepted bool
+}
+
+// ElectionResult is what a [RunElection] observed.
+type ElectionResult struct {
+	Tenures        int
+	ByProc         []int
+	Pauses         int       // SIGSTOPs of candidate processes
+	Overlaps       []Overlap // tenures inside their validity at once
+	TermInversions int       // consecutive tenures whose terms did not increase
+	Writes         int
+	Outside        int // writes decided outside the writer's tenure
+	Refused        int // writes the store refused: a higher term had written
+	StaleAccepted  int // writes decided outside the writer's tenure that the store took
+	// Observed counts the leaders that Observe reported in this process;
+	// ObservedInversions those whose term was lower than the one before.
+	Observed, ObservedInversions int
+	Leftover                     []string
+}
+
+// String is the summary line of the run.
+func (r *ElectionResult) String() string {
+	return fmt.Sprintf("%d leaderships (by process: %v), %d pauses, %d writes, %d leaders observed; violations: overlaps=%d term inversions=%d (observed: %d) decided outside the tenure=%d (refused by the store=%d, stale but taken=%d); leftover keys=%d",
+		r.Tenures, r.ByProc, r.Pauses, r.Writes, r.Observed, len(r.Overlaps), r.TermInversions, r.ObservedInversions, r.Outside, r.Refused, r.StaleAccepted, len(r.Leftover))
+}
+
+// checkElection fills r's counts from the tenures of a run.
+func checkElection(r *ElectionResult, tenures []Tenure) {
+	attempts := make([]Attempt, len(tenures))
+	for i, tn := range tenures {
+		attempts[i] = tn.Attempt
+	}
+	r.Tenures = len(tenures)
+	r.Overlaps = CheckOverlaps(attempts)
+	slices.SortFunc(tenures, func(a, b Tenure) int { return cmp.Compare(a.Obtained, b.Obtained) })
+	var last *Tenure
+	for i, tn := range tenures {
+		// A tenure of no length had no validity left when its leader
+		// looked (a pause right after Campaign returned): its Obtained
+		// is not when it led, and it is left out of the order.
+		if tn.End > tn.Obtained {
+			if last != nil && tn.Term <= last.Term {
+				r.TermInversions++
+			}
+			last = &tenures[i]
+		}
+		for _, w := range tn.Writes {
+			r.Writes++
+			outside := w.At < tn.Obtained || w.At > tn.End
+			switch {
+			case !w.Accepted:
+				r.Refused++
+			case outside:
+				r.StaleAccepted++
+			}
+			if outside {
+				r.Outside++
+			}
+		}
+	}
+}
