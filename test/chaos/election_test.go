@@ -1,9 +1,9 @@
 package chaos
 
 import (
+	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -17,7 +17,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/redlock"
@@ -117,15 +116,7 @@ func RunElection(t *testing.T, o ElectionOptions) *ElectionResult {
 	leakcheck.Check(t)
 	c := rig.Start(t, fo.Nodes+1)
 	lockNodes, store := c.Nodes[:fo.Nodes], c.Nodes[fo.Nodes]
-	views := make([][]*rig.Proxy, o.Procs)
-	for p := range views {
-		for _, n := range lockNodes {
-			px, err := rig.NewProxy(n.Addr())
-			require.NoError(t, err)
-			t.Cleanup(func() { px.Close() })
-			views[p] = append(views[p], px)
-		}
-	}
+	views := proxies(t, o.Procs, lockNodes)
 	f := &faulter{o: fo, nodes: lockNodes, views: views, busy: map[int]bool{}, counts: map[FaultKind]int{}}
 	ctx := t.Context()
 	faultCtx, stopFaults := context.WithCancel(ctx)
@@ -148,14 +139,11 @@ func RunElection(t *testing.T, o ElectionOptions) *ElectionResult {
 		}
 	}
 	var children []*exec.Cmd
+	var outputs []*bytes.Buffer
 	for _, cfg := range cfgs[1:] {
-		b, err := json.Marshal(cfg)
-		require.NoError(t, err)
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), candidateEnv+"="+string(b))
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		require.NoError(t, cmd.Start())
+		cmd, buf := spawn(ctx, t, os.Args[0], candidateEnv, cfg)
 		children = append(children, cmd)
+		outputs = append(outputs, buf)
 	}
 	pauses := 0
 	bg.Go(func() { pauses = pauseChildren(faultCtx, children, o.TTL) })
@@ -163,16 +151,11 @@ func RunElection(t *testing.T, o ElectionOptions) *ElectionResult {
 	bg.Go(func() { observed = observe(faultCtx, cfgs[0]) })
 	results := []candidateResult{campaign(ctx, cfgs[0])}
 	for i, cmd := range children {
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("chaos: candidate process %d: %v", i+1, err)
+		var r candidateResult
+		if err := result(cmd, cfgs[i+1].Out, &r); err != nil {
+			t.Errorf("chaos: candidate process %d: %v\n%s", i+1, err, outputs[i])
 			continue
 		}
-		var r candidateResult
-		b, err := os.ReadFile(cfgs[i+1].Out)
-		if err == nil {
-			err = json.Unmarshal(b, &r)
-		}
-		require.NoError(t, err, "candidate process %d's result", i+1)
 		results = append(results, r)
 	}
 	stopFaults()
@@ -255,20 +238,7 @@ func observe(ctx context.Context, cfg candidateConfig) []redlock.LeaderInfo {
 // candidateChild runs one candidate process from its JSON configuration
 // and writes its result to cfg.Out. It returns the process's exit code.
 func candidateChild(raw string) int {
-	var cfg candidateConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "chaos candidate:", err)
-		return 2
-	}
-	b, err := json.Marshal(campaign(context.Background(), cfg))
-	if err == nil {
-		err = os.WriteFile(cfg.Out, b, 0o644)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaos candidate:", err)
-		return 1
-	}
-	return 0
+	return runChild(raw, "chaos candidate", campaign, func(c candidateConfig) string { return c.Out })
 }
 
 // fenceScript is the fencing store: it takes a term that is at least the
