@@ -85,8 +85,8 @@ type LeaderInfo struct {
 // Campaign needs a Client made with Options.Fencing, a non-empty value and
 // a ttl that Lock accepts; otherwise it returns an error naming the
 // missing option or the bad value, and sends nothing. When ctx ends, it
-// returns an error wrapping ctx.Err() and [ErrNotObtained], and leaves no
-// lock behind.
+// returns an error wrapping ctx.Err(), and [ErrNotObtained] when it ended
+// the wait for the lock, and leaves no lock behind.
 func (e *Election) Campaign(ctx context.Context, value string, ttl time.Duration) (*Leadership, error) {
 	c := e.c
 	if !c.cfg.fencing {
@@ -106,7 +106,7 @@ func (e *Election) Campaign(ctx context.Context, value string, ttl time.Duration
 	if _, ok := ctx.Deadline(); !ok {
 		// A deadline, however far, makes Lock wait without Options.MaxWait.
 		var cancel context.CancelFunc
-		wctx, cancel = context.WithDeadline(ctx, c.cfg.clock.Now().Add(100*365*24*time.Hour))
+		wctx, cancel = context.WithDeadline(ctx, time.Now().Add(100*365*24*time.Hour))
 		defer cancel()
 	}
 	for failed := 0; ; failed++ {
@@ -129,6 +129,9 @@ func (e *Election) Campaign(ctx context.Context, value string, ttl time.Duration
 		}
 		select {
 		case <-ctx.Done():
+			if !errors.Is(err, ctx.Err()) {
+				err = joinErrs(err, ctx.Err(), nil)
+			}
 			return nil, err
 		case <-c.life.closing:
 			return nil, ErrClosed

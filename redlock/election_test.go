@@ -326,3 +326,35 @@ func TestElectionClose(t *testing.T) {
 	assert.Greater(t, lb.Term(), lead.Term())
 	require.NoError(t, lb.Resign(t.Context()))
 }
+
+// TestElectionCampaignEnds: a Campaign whose context ends while another
+// leads returns the context's error and ErrNotObtained, and the leader
+// keeps the lead; a Campaign without a deadline waits past
+// Options.MaxWait.
+func TestElectionCampaignEnds(t *testing.T) {
+	leakcheck.Check(t)
+	_, open := electionNodes(t, 3)
+	a, b := open("a", nil), open("b", &Options{Fencing: true, MaxWait: 100 * time.Millisecond})
+	la, err := a.Election("job").Campaign(t.Context(), "a", 10*time.Second)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err = b.Election("job").Campaign(ctx, "b", 10*time.Second)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, ErrNotObtained)
+	info, err := b.Election("job").Leader(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, "a", info.Owner)
+
+	got := make(chan error, 1)
+	go func() {
+		lb, err := b.Election("job").Campaign(context.WithoutCancel(t.Context()), "b", 10*time.Second)
+		if err == nil {
+			err = lb.Resign(t.Context())
+		}
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // thrice b's MaxWait
+	require.NoError(t, la.Resign(t.Context()))
+	require.NoError(t, <-got, "b campaigned until it led")
+}
