@@ -73,9 +73,9 @@
 // # Elections
 //
 // [RunElection] runs several candidate processes in one election
-// (redlock.Election) under the same faults, and pauses the processes other
-// than the test's own (SIGSTOP) for one to three TTLs, so that leaderships
-// run out while their leader sleeps. A leader writes its term to a store on
+// (redlock.Election) under the same faults, and pauses the leader's
+// process when it is not the test's own (SIGSTOP) for one to three TTLs, so
+// that leaderships run out while their leader sleeps. A leader writes its term to a store on
 // the resource node that refuses a term lower than the highest it took,
 // and only while Done is open and its validity has a margin left. Each
 // [Tenure] runs from Campaign's return to the earlier of Resign and the

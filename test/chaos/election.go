@@ -12,6 +12,7 @@ type Tenure struct {
 	Attempt
 	Term   uint64
 	Writes []FencedWrite
+	Lost   bool // Done was closed when the leader stopped: lost, not resigned
 }
 
 // FencedWrite is one write of a leader's term to the fencing store. At is
@@ -24,6 +25,7 @@ type FencedWrite struct {
 // ElectionResult is what a [RunElection] observed.
 type ElectionResult struct {
 	Tenures        int
+	Lost           int // tenures whose leader found them lost
 	ByProc         []int
 	Pauses         int       // SIGSTOPs of candidate processes
 	Overlaps       []Overlap // tenures inside their validity at once
@@ -40,8 +42,8 @@ type ElectionResult struct {
 
 // String is the summary line of the run.
 func (r *ElectionResult) String() string {
-	return fmt.Sprintf("%d leaderships (by process: %v), %d pauses, %d writes, %d leaders observed; violations: overlaps=%d term inversions=%d (observed: %d) decided outside the tenure=%d (refused by the store=%d, stale but taken=%d); leftover keys=%d",
-		r.Tenures, r.ByProc, r.Pauses, r.Writes, r.Observed, len(r.Overlaps), r.TermInversions, r.ObservedInversions, r.Outside, r.Refused, r.StaleAccepted, len(r.Leftover))
+	return fmt.Sprintf("%d leaderships (by process: %v, %d found lost), %d pauses, %d writes, %d leaders observed; violations: overlaps=%d term inversions=%d (observed: %d) decided outside the tenure=%d (refused by the store=%d, stale but taken=%d); leftover keys=%d",
+		r.Tenures, r.ByProc, r.Lost, r.Pauses, r.Writes, r.Observed, len(r.Overlaps), r.TermInversions, r.ObservedInversions, r.Outside, r.Refused, r.StaleAccepted, len(r.Leftover))
 }
 
 // checkElection fills r's counts from the tenures of a run.
@@ -51,6 +53,11 @@ func checkElection(r *ElectionResult, tenures []Tenure) {
 		attempts[i] = tn.Attempt
 	}
 	r.Tenures = len(tenures)
+	for _, tn := range tenures {
+		if tn.Lost {
+			r.Lost++
+		}
+	}
 	r.Overlaps = CheckOverlaps(attempts)
 	slices.SortFunc(tenures, func(a, b Tenure) int { return cmp.Compare(a.Obtained, b.Obtained) })
 	var last *Tenure
