@@ -34,9 +34,9 @@ import (
 // leader, and no write may be decided outside its leader's tenure.
 func TestChaosElection(t *testing.T) {
 	r := RunElection(t, ElectionOptions{Faults: AllFaults})
-	assert.GreaterOrEqual(t, r.Tenures, 20, "leaderships under faults")
+	assert.GreaterOrEqual(t, r.Tenures, 30, "leaderships under faults")
 	assert.Positive(t, r.Pauses, "leaders' processes paused")
-	assert.Positive(t, r.Lost, "leaderships that their leader found lost, after a pause")
+	assert.GreaterOrEqual(t, r.Lost, 2, "leaderships that their leader found lost, after a pause")
 	for p, n := range r.ByProc {
 		assert.Positive(t, n, "leaderships of process %d", p)
 	}
@@ -75,8 +75,12 @@ const candidateEnv = "REDQUORUM_CHAOS_CANDIDATE"
 type ElectionOptions struct {
 	Procs, Candidates int           // candidate processes, this one included (3), and candidates per process (2)
 	TTL               time.Duration // the leadership's TTL (600ms)
-	Duration          time.Duration // of the campaigning (20s)
-	Faults            []FaultKind   // as in Options, on a minority of the 5 lock nodes
+	// The campaigning lasts MinDuration (20s) and until Target leaderships
+	// (30), of which MinLost found lost by their leader (2), have ended,
+	// or MaxDuration (90s).
+	MinDuration, MaxDuration time.Duration
+	Target, MinLost          int
+	Faults                   []FaultKind // as in Options, on a minority of the 5 lock nodes
 	// Careless candidates act without checking Done or their validity
 	// (the negative control).
 	Careless bool
@@ -88,8 +92,11 @@ type candidateConfig struct {
 	Nodes               []string
 	Store               string // the fencing store's address
 	Candidates          int
-	TTL, Duration       time.Duration
+	TTL                 time.Duration
 	Start               time.Time
+	MinDuration         time.Duration
+	MaxDuration         time.Duration
+	Target, MinLost     int
 	Careless            bool
 	Client              redlock.Options
 	Out                 string
@@ -110,7 +117,10 @@ func RunElection(t *testing.T, o ElectionOptions) *ElectionResult {
 	o.Procs = cmp.Or(o.Procs, 3)
 	o.Candidates = cmp.Or(o.Candidates, 2)
 	o.TTL = cmp.Or(o.TTL, 600*time.Millisecond)
-	o.Duration = cmp.Or(o.Duration, 20*time.Second)
+	o.MinDuration = cmp.Or(o.MinDuration, 20*time.Second)
+	o.MaxDuration = cmp.Or(o.MaxDuration, 90*time.Second)
+	o.Target = cmp.Or(o.Target, 30)
+	o.MinLost = cmp.Or(o.MinLost, 2)
 	fo := Options{Faults: o.Faults, Procs: o.Procs, TTL: o.TTL}
 	fo.defaults()
 	fo.Client.Fencing = true
@@ -137,7 +147,8 @@ func RunElection(t *testing.T, o ElectionOptions) *ElectionResult {
 		opts.Owner = procOwner(p) // tells the pauses which process leads
 		cfgs[p] = candidateConfig{
 			Proc: p, Procs: o.Procs, Nodes: addrs, Store: store.Addr(), Candidates: o.Candidates,
-			TTL: o.TTL, Duration: o.Duration, Start: start, Careless: o.Careless, Client: opts,
+			TTL: o.TTL, Start: start, MinDuration: o.MinDuration, MaxDuration: o.MaxDuration,
+			Target: o.Target, MinLost: o.MinLost, Careless: o.Careless, Client: opts,
 			Out: filepath.Join(dir, fmt.Sprintf("candidates%d.json", p)), ElectionName: "chaos:election", Fence: "fence:chaos:election",
 		}
 	}
@@ -286,7 +297,20 @@ func campaign(ctx context.Context, cfg candidateConfig) candidateResult {
 		return candidateResult{Err: err.Error()}
 	}
 	e := client.Election(cfg.ElectionName)
-	end := cfg.Start.Add(cfg.Duration)
+	// done reports whether the run is over, from the counts on the store.
+	done := func() bool {
+		now := time.Now()
+		if now.After(cfg.Start.Add(cfg.MaxDuration)) {
+			return true
+		}
+		counts, err := store.MGet(ctx, "tenures", "lost").Result()
+		n, lost := 0, 0
+		if err == nil {
+			n, _ = strconv.Atoi(fmt.Sprint(counts[0]))
+			lost, _ = strconv.Atoi(fmt.Sprint(counts[1]))
+		}
+		return now.After(cfg.Start.Add(cfg.MinDuration)) && n >= cfg.Target && lost >= cfg.MinLost
+	}
 	margin := cfg.TTL / 4 // covers the store's round trip, as in contend
 	var mu sync.Mutex
 	var out candidateResult
@@ -295,7 +319,7 @@ func campaign(ctx context.Context, cfg candidateConfig) candidateResult {
 		wg.Go(func() {
 			id := cfg.Proc*1000 + w
 			var mine []Tenure
-			for time.Now().Before(end) {
+			for !done() {
 				call := time.Now().UnixNano()
 				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				lead, err := e.Campaign(cctx, strconv.Itoa(id), cfg.TTL)
@@ -305,12 +329,14 @@ func campaign(ctx context.Context, cfg candidateConfig) candidateResult {
 					continue
 				}
 				tn := Tenure{Attempt: Attempt{Key: cfg.ElectionName, Client: id, Call: call, Obtained: time.Now().UnixNano(), OK: true}, Term: lead.Term()}
-				lead1(ctx, store, cfg, lead, margin, &tn)
+				act(ctx, store, cfg, lead, margin, &tn)
 				select {
 				case <-lead.Done(): // Done checks the validity itself
 					tn.Lost = true
+					store.Incr(ctx, "lost")
 				default:
 				}
+				store.Incr(ctx, "tenures")
 				until := lead.Until()
 				resign := time.Now()
 				_ = lead.Resign(ctx)
@@ -326,10 +352,10 @@ func campaign(ctx context.Context, cfg candidateConfig) candidateResult {
 	return out
 }
 
-// lead1 is one leadership's work: up to 8 writes of its term, a little
+// act is one leadership's work: up to 8 writes of its term, a little
 // apart, each only while Done is open and the validity has more than margin
 // left, unless the candidate is careless.
-func lead1(ctx context.Context, store *redis.Client, cfg candidateConfig, lead *redlock.Leadership, margin time.Duration, tn *Tenure) {
+func act(ctx context.Context, store *redis.Client, cfg candidateConfig, lead *redlock.Leadership, margin time.Duration, tn *Tenure) {
 	for range 1 + rand.IntN(8) {
 		at := time.Now()
 		if !cfg.Careless {
