@@ -172,14 +172,7 @@ func TestClusterNodes(t *testing.T) {
 // the fence without it. Fences increase across every shard and slot.
 func TestClusterNodeFencing(t *testing.T) {
 	leakcheck.Check(t)
-	cluster := clusters(t, 3)[0]
-	plain, err := redisproc.Start(t.Context(), 2)
-	require.NoError(t, err)
-	t.Cleanup(plain.Stop)
-	nodes := append([]redis.UniversalClient{cluster}, redlock.NewNodes(plain.Addrs...)...)
-	for _, n := range nodes[1:] {
-		t.Cleanup(func() { _ = n.Close() })
-	}
+	cluster, nodes := clusterAndPlain(t)
 	cl, err := redlock.New(nodes, &redlock.Options{Fencing: true, NodeTimeout: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cl.Close() })
@@ -203,11 +196,10 @@ func TestClusterNodeFencing(t *testing.T) {
 	assert.Contains(t, st, "f", "counter known: %v", st)
 }
 
-// TestClusterNodeElection: an election on a Redis Cluster node beside two
-// plain masters needs a name with a hash tag, so that its lock and record
-// share a slot; with one, campaign, Leader, Proclaim and Resign work.
-func TestClusterNodeElection(t *testing.T) {
-	leakcheck.Check(t)
+// clusterAndPlain returns the nodes of a Client whose first node is a
+// Cluster of three masters, which it also returns, and whose two others are
+// plain masters: a quorum of plain masters, as Options.Fencing needs.
+func clusterAndPlain(t *testing.T) (*redis.ClusterClient, []redis.UniversalClient) {
 	cluster := clusters(t, 3)[0]
 	plain, err := redisproc.Start(t.Context(), 2)
 	require.NoError(t, err)
@@ -216,6 +208,15 @@ func TestClusterNodeElection(t *testing.T) {
 	for _, n := range nodes[1:] {
 		t.Cleanup(func() { _ = n.Close() })
 	}
+	return cluster, nodes
+}
+
+// TestClusterNodeElection: an election on a Redis Cluster node beside two
+// plain masters needs a name with a hash tag, so that its lock and record
+// share a slot; with one, campaign, Leader, Proclaim and Resign work.
+func TestClusterNodeElection(t *testing.T) {
+	leakcheck.Check(t)
+	_, nodes := clusterAndPlain(t)
 	cl, err := redlock.New(nodes, &redlock.Options{Fencing: true, NodeTimeout: time.Second, Owner: "c"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cl.Close() })
