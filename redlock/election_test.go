@@ -312,6 +312,7 @@ func TestElectionClose(t *testing.T) {
 	const ttl = time.Minute
 	lead, err := a.Election("job").Campaign(t.Context(), "a", ttl)
 	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond) // the leadership waits for its first extension
 	require.NoError(t, a.Close())
 	select {
 	case <-lead.done: // not Done(), which would check the validity itself
