@@ -156,6 +156,8 @@ func run(ctx context.Context) error {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run here")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the run here")
 	holdBlocking := flag.Bool("hold-blocking", false, "diagnostic: the hot-key and shared-key holders block their thread in the kernel (nanosleep) for their 1 ms instead of sleeping on a Go timer, which waits in whole milliseconds once the process is woken during the sleep (see loadtest.Scenario.HoldBlocking)")
+	election := flag.Int("election", 0, "instead of the scenarios: measure this many election failovers after a resign and as many after the leader's process died (see election.go)")
+	electionTTL := flag.Duration("election-ttl", time.Second, "the leadership's TTL for --election")
 	instr := flag.Int("node-instructions", 0, "instead of the scenarios: count the instructions one redis-server runs per lock+unlock, over this many operations, under valgrind's callgrind (see instr.go)")
 	flag.Parse()
 	partial := *only != "" || *implName != ""
@@ -166,6 +168,9 @@ func run(ctx context.Context) error {
 		return errors.New("--duration must be positive, --callers, --nodes and --rounds at least 1, --slow-node not negative")
 	}
 
+	if *election > 0 {
+		return electionFailover(ctx, *nodes, *election, *electionTTL)
+	}
 	if *instr > 0 {
 		names := []string{"redsync", "redquorum", "bare-min"}
 		if *implName != "" {

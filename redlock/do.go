@@ -134,7 +134,8 @@ func (c *Client) do(ctx context.Context, key string, ttl time.Duration, fn func(
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		if why := c.watch(ctx, l, ttl, stop); why != nil {
+		extended := func(n int) { c.doEvent(ctx, l, n, nil) }
+		if why := c.watch(ctx, l, ttl, stop, extended); why != nil {
 			c.doEvent(ctx, l, 0, why)
 			lost <- why
 			cancel(ErrLockLost)
@@ -185,9 +186,10 @@ func joinErrs(err, more, replaced error) error {
 
 // watch extends l to ttl every ttl/3 until stop is closed, retrying a
 // failed extension while the lock is valid by more than its drift
-// allowance. It returns nil when stopped, or why the lock can no longer be
-// shown to be held.
-func (c *Client) watch(ctx context.Context, l *Lock, ttl time.Duration, stop <-chan struct{}) error {
+// allowance, and calls extended with the count of extensions after each
+// one that succeeds. It returns nil when stopped, or why the lock can no
+// longer be shown to be held.
+func (c *Client) watch(ctx context.Context, l *Lock, ttl time.Duration, stop <-chan struct{}, extended func(n int)) error {
 	ctx = context.WithoutCancel(ctx) // the caller's cancellation stops fn, not the extensions
 	clk := c.cfg.clock
 	margin := clock.Drift(ttl, c.cfg.drift)
@@ -203,6 +205,8 @@ func (c *Client) watch(ctx context.Context, l *Lock, ttl time.Duration, stop <-c
 		case <-stop:
 			return nil
 		case <-clk.After(wait):
+		case <-c.life.closing:
+			return ErrClosed // Close releases the lock
 		}
 		left = l.Until().Sub(clk.Now())
 		switch {
@@ -220,7 +224,7 @@ func (c *Client) watch(ctx context.Context, l *Lock, ttl time.Duration, stop <-c
 			}
 			if failed = err; err == nil {
 				retries = 0
-				c.doEvent(ctx, l, n, nil)
+				extended(n)
 				n++
 			}
 		case <-clk.After(left):

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redquorum/redquorum/clock"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
 // doHarness runs Client.Do in the background with a fake clock; fn reports its
@@ -157,4 +158,34 @@ func TestDoPanicReleases(t *testing.T) {
 	})
 	require.NoError(t, cl.Close())
 	assert.Equal(t, 0, c.keys("k"))
+}
+
+// TestDoEndsAtClose: Close ends a running Do at once, not at its next
+// extension: fn's context is cancelled with ErrLockLost as Close begins,
+// since Close releases the lock.
+func TestDoEndsAtClose(t *testing.T) {
+	leakcheck.Check(t)
+	s := redisproc.StartT(t, 3)
+	c, err := Open(s.Addrs, nil)
+	require.NoError(t, err)
+	const ttl = time.Minute
+	running := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Do(t.Context(), "job", ttl, func(ctx context.Context) error {
+			close(running)
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(ttl / 6): // before Do's first extension, at ttl/3
+				return errors.New("fn's context outlived Close")
+			}
+		})
+	}()
+	<-running
+	time.Sleep(50 * time.Millisecond) // Do's watch waits for its first extension
+	require.NoError(t, c.Close())
+	err = <-done
+	require.ErrorIs(t, err, ErrLockLost)
+	assert.ErrorIs(t, err, ErrClosed)
 }

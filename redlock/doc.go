@@ -42,6 +42,15 @@
 // that must turn away a holder paused beyond its validity. It costs a
 // second round trip when locking.
 //
+// # Leader election
+//
+// [Client.Election] elects one leader among the callers of
+// [Election.Campaign] in any number of processes, on a fenced lock kept by
+// Do's extensions: a [Leadership] carries its term (the lock's fence) and
+// ends as soon as the lock can no longer be shown to be held.
+// [Election.Leader] and [Election.Observe] report the leader that a quorum
+// of nodes agree on.
+//
 // # Observing
 //
 // Options.Observer receives an event for every operation (its outcome,

@@ -123,7 +123,7 @@ func (e *Error) Error() string {
 	b.WriteString("redlock: ")
 	b.WriteString(e.Op)
 	b.WriteString(" " + strconv.Quote(shortKey(e.Key)) + ": ")
-	b.WriteString(strings.TrimPrefix(e.sentinel.Error(), "redlock: lock "))
+	b.WriteString(strings.TrimPrefix(strings.TrimPrefix(e.sentinel.Error(), "redlock: "), "lock "))
 	if len(e.Nodes) > 0 {
 		fmt.Fprintf(&b, " (%d of %d nodes, %d needed)", e.OK, len(e.Nodes), e.Quorum)
 	}

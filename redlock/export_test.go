@@ -103,19 +103,6 @@ func (c *Client) handChannel() string {
 	return ""
 }
 
-// waker returns c's pub/sub connections.
-func (c *Client) waker() *wake.Waker {
-	switch s := c.wait.(type) {
-	case *handoff:
-		return s.wake
-	case *inLine:
-		return s.wake
-	case *backoff:
-		return s.wake
-	}
-	return nil
-}
-
 // isSole reports whether the lock with token was handed off on the nodes
 // to its waiter's only round.
 func (h *handoff) isSole(token string) bool {

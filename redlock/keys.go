@@ -55,6 +55,8 @@ func (c *Client) checkKeys(keys []string) error {
 			return fmt.Errorf("redlock: key %q starts with %q, which is reserved for the nodes' state", k, protocol.StateKey)
 		case strings.HasPrefix(k, protocol.LinePrefix):
 			return fmt.Errorf("redlock: key %q starts with %q, which is reserved for the lines of waiters", k, protocol.LinePrefix)
+		case strings.HasPrefix(k, protocol.LeaderPrefix):
+			return fmt.Errorf("redlock: key %q starts with %q, which is reserved for the records of elections", k, protocol.LeaderPrefix)
 		}
 		if j := slices.Index(keys[:i], k); j >= 0 {
 			return fmt.Errorf("redlock: keys[%d] %q is the same as keys[%d]", i, k, j)

@@ -139,3 +139,17 @@ func (c *Client) newStrategy(clients []redis.UniversalClient) strategy {
 	b.wake = wake.New(clients, c.cfg.wakeIdle, c.cfg.clock, ledger)
 	return s
 }
+
+// waker returns c's pub/sub connections, which its waiting strategy
+// opened.
+func (c *Client) waker() *wake.Waker {
+	switch s := c.wait.(type) {
+	case *handoff:
+		return s.wake
+	case *inLine:
+		return s.wake
+	case *backoff:
+		return s.wake
+	}
+	return nil
+}

@@ -172,14 +172,7 @@ func TestClusterNodes(t *testing.T) {
 // the fence without it. Fences increase across every shard and slot.
 func TestClusterNodeFencing(t *testing.T) {
 	leakcheck.Check(t)
-	cluster := clusters(t, 3)[0]
-	plain, err := redisproc.Start(t.Context(), 2)
-	require.NoError(t, err)
-	t.Cleanup(plain.Stop)
-	nodes := append([]redis.UniversalClient{cluster}, redlock.NewNodes(plain.Addrs...)...)
-	for _, n := range nodes[1:] {
-		t.Cleanup(func() { _ = n.Close() })
-	}
+	cluster, nodes := clusterAndPlain(t)
 	cl, err := redlock.New(nodes, &redlock.Options{Fencing: true, NodeTimeout: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cl.Close() })
@@ -201,6 +194,46 @@ func TestClusterNodeFencing(t *testing.T) {
 	st := cluster.HGetAll(ctx, first).Val()
 	assert.Equal(t, "0", st["g"], "established: %v", st)
 	assert.Contains(t, st, "f", "counter known: %v", st)
+}
+
+// clusterAndPlain returns the nodes of a Client whose first node is a
+// Cluster of three masters, which it also returns, and whose two others are
+// plain masters: a quorum of plain masters, as Options.Fencing needs.
+func clusterAndPlain(t *testing.T) (*redis.ClusterClient, []redis.UniversalClient) {
+	cluster := clusters(t, 3)[0]
+	plain, err := redisproc.Start(t.Context(), 2)
+	require.NoError(t, err)
+	t.Cleanup(plain.Stop)
+	nodes := append([]redis.UniversalClient{cluster}, redlock.NewNodes(plain.Addrs...)...)
+	for _, n := range nodes[1:] {
+		t.Cleanup(func() { _ = n.Close() })
+	}
+	return cluster, nodes
+}
+
+// TestClusterNodeElection: an election on a Redis Cluster node beside two
+// plain masters needs a name with a hash tag, so that its lock and record
+// share a slot; with one, campaign, Leader, Proclaim and Resign work.
+func TestClusterNodeElection(t *testing.T) {
+	leakcheck.Check(t)
+	_, nodes := clusterAndPlain(t)
+	cl, err := redlock.New(nodes, &redlock.Options{Fencing: true, NodeTimeout: time.Second, Owner: "c"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cl.Close() })
+	ctx := t.Context()
+
+	_, err = cl.Election("scheduler").Campaign(ctx, "v", 10*time.Second)
+	require.ErrorContains(t, err, `election name "scheduler" has no hash tag`)
+	e := cl.Election(keyOnShard(1, 3, "scheduler"))
+	lead, err := e.Campaign(ctx, "v1", 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, lead.Proclaim(ctx, "v2"))
+	info, err := e.Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, redlock.LeaderInfo{Value: "v2", Term: lead.Term(), Owner: "c", TTL: info.TTL}, info)
+	require.NoError(t, lead.Resign(ctx))
+	_, err = e.Leader(ctx)
+	require.ErrorIs(t, err, redlock.ErrNoLeader)
 }
 
 // TestRingNode: a go-redis Ring of two shards as one lock node, beside two

@@ -512,6 +512,27 @@ func TestACL(t *testing.T) {
 	}
 	assert.True(t, handedOff, "a lock was handed off on the nodes to the least-privilege user")
 
+	// An election's record lies under the prefix, and its announcements go
+	// on the release channels: Observe hears a new value at once, not at
+	// its reads at the leader's TTL.
+	lead, err := c.Election("acl-election").Campaign(ctx, "v1", 10*time.Second)
+	require.NoError(t, err, "campaign as the least-privilege user")
+	octx, stopObserving := context.WithCancel(ctx)
+	seen := waiter.Election("acl-election").Observe(octx)
+	require.Equal(t, "v1", (<-seen).Value, "the leader as the least-privilege user sees it")
+	time.Sleep(100 * time.Millisecond) // the observer subscribes
+	require.NoError(t, lead.Proclaim(ctx, "v2"), "proclaim as the least-privilege user")
+	select {
+	case info := <-seen:
+		assert.Equal(t, "v2", info.Value)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Observe missed the announcement of the new value")
+	}
+	require.NoError(t, lead.Resign(ctx), "resign as the least-privilege user")
+	stopObserving()
+	for range seen {
+	}
+
 	// Every node had the scripts loaded from above (EVALSHA fallback to
 	// EVAL); a node restarted empty needs EVAL again.
 	require.NoError(t, ns.c.Nodes[0].Restart(ctx))

@@ -3,6 +3,7 @@
 //	redlock demo    [--nodes NODE,...] [--stock N] [--buyers N]
 //	redlock bench   [--nodes NODE,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE] [--metrics ADDR]
 //	redlock inspect KEY --nodes NODE,... [--prefix P]
+//	redlock election NAME --nodes NODE,... [--prefix P] [--watch]
 //	redlock guard status --nodes NODE,... [--prefix P]
 //	redlock guard end    --nodes NODE,... [--prefix P] [--yes]
 //	redlock guard fence  --nodes NODE,... [--prefix P] [--at-least N] [--yes]
@@ -35,13 +36,15 @@ usage:
   redlock demo    [--nodes NODE,...] [--stock N] [--buyers N]
   redlock bench   [--nodes NODE,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE] [--metrics ADDR]
   redlock inspect KEY --nodes NODE,... [--prefix P]
+  redlock election NAME --nodes NODE,... [--prefix P] [--watch]
   redlock guard status --nodes NODE,... [--prefix P]
   redlock guard end    --nodes NODE,... [--prefix P] [--yes]
   redlock guard fence  --nodes NODE,... [--prefix P] [--at-least N] [--yes]
   redlock chaos   [--backend native|embedded] [--replicas] [--duration D] [--ttl D] [--node-timeout D] [--fencing] [--control] [--svg FILE]
 
 Without --nodes, demo and bench run on five in-process nodes. inspect shows
-who holds a key and each node's restart guard; guard end ends the restart
+who holds a key and each node's restart guard; election shows an election's
+leader, term, TTL and value (--watch follows it); guard end ends the restart
 guard on nodes you vouch for (a development reset, a deployment that came up
 with a node missing): read "redlock guard end -h" first; guard fence
 repairs the fence counters after a quorum of nodes lost their data. chaos
@@ -98,6 +101,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = bench(ctx, rest, stdout, stderr)
 	case "inspect":
 		err = inspect(ctx, rest, stdout)
+	case "election":
+		err = election(ctx, rest, stdout)
 	case "guard":
 		err = guard(ctx, rest, stdout)
 	case "chaos":
@@ -106,7 +111,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		err = usagef("unknown command %q (want demo, bench, inspect, guard or chaos)", cmd)
+		err = usagef("unknown command %q (want demo, bench, inspect, election, guard or chaos)", cmd)
 	}
 	name := args[0]
 	if name == "guard" && len(args) > 1 && !strings.HasPrefix(args[1], "-") {

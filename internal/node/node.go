@@ -205,6 +205,13 @@ func (n *Node) Fence(ctx context.Context, akeys []string, token string, fence in
 	return n.call(ctx, n.cfg.Protocol.Fence(n.ScriptKeys(akeys), token, fence))
 }
 
+// Elect runs an election's record script (see [protocol.Protocol.Elect]) on
+// keys: the election's lock key and record key, as stored. It returns
+// ErrNotOurs when the node changed nothing.
+func (n *Node) Elect(ctx context.Context, keys []string, token, record string, announce bool) error {
+	return n.call(ctx, n.cfg.Protocol.Elect(keys, token, record, announce))
+}
+
 // call runs a token-guarded script in one of the node's slots.
 func (n *Node) call(ctx context.Context, cmd protocol.Cmd) error {
 	if err := n.enter(ctx, nil); err != nil {

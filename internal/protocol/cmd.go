@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
@@ -208,6 +209,18 @@ func (p *Protocol) Fence(keys []string, token string, fence int64) Cmd {
 	return newCmd(p.fence, keys, token, fence)
 }
 
+// Elect returns the command that writes record, an election's record, to
+// keys (the election's lock key and record key, as stored) if the lock key
+// holds token, or withdraws token's record when record is "" (see
+// elect.lua). announce publishes the change to the record's observers.
+func (p *Protocol) Elect(keys []string, token, record string, announce bool) Cmd {
+	a := "0"
+	if announce {
+		a = "1"
+	}
+	return newCmd(p.elect, keys, token, record, a)
+}
+
 // Processor is the part of a go-redis client that running a command needs.
 type Processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
@@ -251,4 +264,33 @@ func run[C interface {
 // the node's state key (as stored): see check.lua and [DecodeCheck].
 func (p *Protocol) Check(stateKey string) Cmd {
 	return newCmd(p.check, []string{stateKey}, p.guard)
+}
+
+// Record is an election's record as its leader publishes it (see
+// elect.lua).
+type Record struct {
+	Term  uint64 // the leader's lock's fence
+	Rev   uint64 // counts the leader's writes of a value, from 1
+	Token string // the leader's lock's token
+	Value string
+}
+
+// String returns r as stored: "term\nrev\ntoken\nvalue".
+func (r Record) String() string {
+	return strconv.FormatUint(r.Term, 10) + "\n" + strconv.FormatUint(r.Rev, 10) + "\n" + r.Token + "\n" + r.Value
+}
+
+// ParseRecord returns the record that s, read from a record key, holds,
+// and false when s is not one (a missing key reads as "").
+func ParseRecord(s string) (Record, bool) {
+	parts := strings.SplitN(s, "\n", 4)
+	if len(parts) != 4 {
+		return Record{}, false
+	}
+	term, err1 := strconv.ParseUint(parts[0], 10, 64)
+	rev, err2 := strconv.ParseUint(parts[1], 10, 64)
+	if err1 != nil || err2 != nil || parts[2] == "" {
+		return Record{}, false
+	}
+	return Record{Term: term, Rev: rev, Token: parts[2], Value: parts[3]}, true
 }

@@ -43,6 +43,11 @@ const (
 	// "queue" because clients of the previous release use the same lines
 	// during a rolling deploy: it must not change.
 	LinePrefix = "redquorum:queue:"
+	// LeaderPrefix, after the client's key prefix and followed by an
+	// election's name without it, is the election's record: its leader's
+	// term, value and token, written by the leader only while it holds the
+	// election's lock (see elect.lua). Lock keys must not start with it.
+	LeaderPrefix = "redquorum:leader:"
 )
 
 // The waiting strategies (see announce.lua) use three more names, none a key.
@@ -76,10 +81,11 @@ func Holding(value string) (token string, waited bool) {
 }
 
 // Reserved reports whether key, without the client's prefix, is one of
-// the library's own keys (a node state or a line of waiters) rather than a
-// lock key. Lock keys must not start with either name.
+// the library's own keys (a node state, a line of waiters or an election's
+// record) rather than a lock key. Lock keys must not start with any of
+// these names.
 func Reserved(key string) bool {
-	return strings.HasPrefix(key, StateKey) || strings.HasPrefix(key, LinePrefix)
+	return strings.HasPrefix(key, StateKey) || strings.HasPrefix(key, LinePrefix) || strings.HasPrefix(key, LeaderPrefix)
 }
 
 // SlotStateKey returns the state key, after prefix, that lives in the hash
@@ -110,6 +116,8 @@ var (
 	inLineLua string
 	//go:embed handoff.lua
 	handoffLua string
+	//go:embed elect.lua
+	electLua string
 )
 
 // script is one Lua script with its reserved names filled in.
@@ -120,7 +128,7 @@ type script struct {
 
 // names fills in the reserved names of the scripts.
 func names() *strings.Replacer {
-	return strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@LINE@", LinePrefix, "@HAND@", HandPrefix, "@WAITED@", WaitedPrefix, "@STATE@", StateKey)
+	return strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@LINE@", LinePrefix, "@HAND@", HandPrefix, "@WAITED@", WaitedPrefix, "@STATE@", StateKey, "@LEADER@", LeaderPrefix)
 }
 
 // newScript returns the script made of parts, in order.
@@ -136,7 +144,7 @@ func newScript(parts ...string) script {
 // holding a string or a large integer costs an allocation per command). It
 // is safe for concurrent use.
 type Protocol struct {
-	acquire, release, extend, fence, check script
+	acquire, release, extend, fence, check, elect script
 
 	strategy    Strategy
 	argc        int // the strategy's acquire arguments (see acquire.lua)
@@ -162,6 +170,7 @@ func New(guard time.Duration, fencing bool, s Strategy, prefix string) *Protocol
 		extend:   newScript(valueLua, newStateLua, extendLua),
 		fence:    newScript(valueLua, fenceLua),
 		check:    newScript(checkLua),
+		elect:    newScript(valueLua, electLua),
 		strategy: s, argc: []int{0, 0, 3, 5}[s],
 		guard: guard.Milliseconds(), none: "", state: prefix + StateKey,
 	}
@@ -209,7 +218,7 @@ func (p *Protocol) ticketArg(ticket int64) any {
 
 // scriptOf returns the script whose SHA is sha.
 func (p *Protocol) scriptOf(sha any) (script, bool) {
-	for _, s := range []script{p.acquire, p.release, p.extend, p.fence, p.check} {
+	for _, s := range []script{p.acquire, p.release, p.extend, p.fence, p.check, p.elect} {
 		if s.sha == sha {
 			return s, true
 		}

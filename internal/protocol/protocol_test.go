@@ -158,7 +158,7 @@ func TestNames(t *testing.T) {
 	}
 	assert.Contains(t, p.acquire.src, "'"+TombstonePrefix+"'")
 	assert.Contains(t, p.release.src, "'"+ReleasedChannel+"' .. key")
-	assert.True(t, Reserved(StateKey) && Reserved(LinePrefix+"k") && Reserved(StateKey+":{a}"))
+	assert.True(t, Reserved(StateKey) && Reserved(LinePrefix+"k") && Reserved(StateKey+":{a}") && Reserved(LeaderPrefix+"k"))
 	assert.False(t, Reserved("job") || Reserved("redquorum:job"), "lock keys")
 	assert.True(t, strings.HasPrefix(SlotStateKey("p:", "k", new(hashslot.Tags)), "p:"+StateKey+":{"), "%s", SlotStateKey("p:", "k", new(hashslot.Tags)))
 }

@@ -74,6 +74,25 @@
 // it builds from the repository (git archive of the commit, then go test
 // -c). TestChaosHotKey mixes both on one key.
 //
+// # Elections
+//
+// [RunElection] runs several candidate processes in one election
+// (redlock.Election) under the same fault schedule (locktest.Schedule), and
+// pauses the leader's process when it is not the test's own (SIGSTOP) for
+// one to three TTLs, so that leaderships run out while their leader sleeps.
+// A leader writes its term to a store on the resource node that refuses a
+// term lower than the highest it took, and only while Done is open and its
+// validity has a margin left. Each [Tenure] (a locktest.Attempt with its
+// term) runs from Campaign's return to the earlier of Resign and the
+// leadership's last validity. [checkElection] requires that no two tenures
+// overlap (locktest.Check; a run with an overlap writes its timeline), that
+// terms increase from tenure to tenure, and that no write was decided
+// outside its tenure; a process also follows the election with Observe,
+// whose reported terms must not go down. The negative control,
+// TestChaosElectionNegativeControl, has careless candidates that skip the
+// checks before acting: their writes after a pause are decided outside
+// their tenure, and the store refuses them or takes them stale.
+//
 // # Assumptions of the suite
 //
 // The lock's assumptions (README) hold during the run: at most a minority of

@@ -38,6 +38,9 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(childEnv); cfg != "" {
 		os.Exit(child(cfg))
 	}
+	if cfg := os.Getenv(candidateEnv); cfg != "" {
+		os.Exit(candidateChild(cfg))
+	}
 	code := m.Run()
 	removePrevious()
 	os.Exit(code)
@@ -317,17 +320,7 @@ func Run(t *testing.T, o Options) *Result {
 	c := rig.Start(t, o.Nodes+1, rigOpts...)
 	lockNodes, resNode := c.Nodes[:o.Nodes], c.Nodes[o.Nodes]
 
-	// Each process reaches each lock node through a proxy of its own, so
-	// that a partition can separate one process from a node.
-	views := make([][]*rig.Proxy, o.Procs)
-	for p := range views {
-		for _, n := range lockNodes {
-			px, err := rig.NewProxy(n.Addr())
-			require.NoError(t, err)
-			t.Cleanup(func() { px.Close() })
-			views[p] = append(views[p], px)
-		}
-	}
+	views := proxies(t, o.Procs, lockNodes)
 	if o.Split {
 		// Connections are refused rather than stalled, so that a whole run
 		// of split does not pile up stalled connections.
@@ -377,34 +370,19 @@ func Run(t *testing.T, o Options) *Result {
 	children := make([]*exec.Cmd, 0, o.Procs-1)
 	var stderr []*bytes.Buffer
 	for _, cfg := range cfgs[1:] {
-		b, err := json.Marshal(cfg)
-		require.NoError(t, err)
 		bin := os.Args[0]
 		if slices.Contains(o.Previous, cfg.Proc) {
 			bin = previous
 		}
-		cmd := exec.CommandContext(ctx, bin, "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"="+string(b))
-		var buf bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &buf, &buf
-		require.NoError(t, cmd.Start())
+		cmd, buf := spawn(ctx, t, bin, childEnv, cfg)
 		children = append(children, cmd)
-		stderr = append(stderr, &buf)
+		stderr = append(stderr, buf)
 	}
 	results := []procResult{contend(ctx, cfgs[0])}
 	for i, cmd := range children {
-		err := cmd.Wait()
-		if err != nil {
-			t.Errorf("chaos: contender process %d (%s): %v\n%s", i+1, o.role(i+1), err, stderr[i])
-			continue
-		}
 		var r procResult
-		b, err := os.ReadFile(cfgs[i+1].Out)
-		if err == nil {
-			err = json.Unmarshal(b, &r)
-		}
-		if err != nil {
-			t.Errorf("chaos: result of contender process %d (%s): %v\n%s", i+1, o.role(i+1), err, stderr[i])
+		if err := result(cmd, cfgs[i+1].Out, &r); err != nil {
+			t.Errorf("chaos: contender process %d (%s): %v\n%s", i+1, o.role(i+1), err, stderr[i])
 			continue
 		}
 		results = append(results, r)
@@ -523,21 +501,72 @@ func lockKeys(t *testing.T, name, addr string) []string {
 // child runs one contender process from its JSON configuration and writes its
 // result to cfg.Out. It returns the process's exit code.
 func child(raw string) int {
-	var cfg procConfig
+	return runChild(raw, "chaos child", contend, func(c procConfig) string { return c.Out })
+}
+
+// runChild runs one child process of a run: it decodes its configuration
+// from raw (JSON), runs it with run and writes the result, in JSON, to the
+// file that out names. It returns the process's exit code, and reports a
+// failure on stderr as what.
+func runChild[C, R any](raw, what string, run func(context.Context, C) R, out func(C) string) int {
+	var cfg C
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "chaos child:", err)
+		fmt.Fprintln(os.Stderr, what+":", err)
 		return 2
 	}
-	r := contend(context.Background(), cfg)
-	b, err := json.Marshal(r)
+	b, err := json.Marshal(run(context.Background(), cfg))
 	if err == nil {
-		err = os.WriteFile(cfg.Out, b, 0o644)
+		err = os.WriteFile(out(cfg), b, 0o644)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaos child:", err)
+		fmt.Fprintln(os.Stderr, what+":", err)
 		return 1
 	}
 	return 0
+}
+
+// spawn starts bin, a chaos test binary, as a child process whose
+// configuration cfg goes in JSON to the environment variable env. Its
+// output goes to the returned buffer.
+func spawn(ctx context.Context, t *testing.T, bin, env string, cfg any) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	b, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	cmd := exec.CommandContext(ctx, bin, "-test.run=^$")
+	cmd.Env = append(os.Environ(), env+"="+string(b))
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	require.NoError(t, cmd.Start())
+	return cmd, &buf
+}
+
+// result waits for the child process cmd and reads its result (JSON) from
+// the file at path into r.
+func result(cmd *exec.Cmd, path string, r any) error {
+	if err := cmd.Wait(); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(b, r)
+	}
+	return err
+}
+
+// proxies returns, for each of procs processes, a proxy of its own to each
+// lock node, so that a partition can separate one process from a node.
+func proxies(t *testing.T, procs int, nodes []*rig.Node) [][]*rig.Proxy {
+	t.Helper()
+	views := make([][]*rig.Proxy, procs)
+	for p := range views {
+		for _, n := range nodes {
+			px, err := rig.NewProxy(n.Addr())
+			require.NoError(t, err)
+			t.Cleanup(func() { px.Close() })
+			views[p] = append(views[p], px)
+		}
+	}
+	return views
 }
 
 // allReady waits until every contender process of the run has its Client,

@@ -1,0 +1,321 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redquorum/redquorum/internal/hashslot"
+	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/retry"
+)
+
+// ErrNoLeader means that no leader of an election can be shown: a quorum
+// of the nodes answered, and fewer than a quorum agree on a leader whose
+// lock they hold.
+var ErrNoLeader = errors.New("redlock: no leader")
+
+// ErrResigned is the cause with which [Leadership.Context] is cancelled
+// when the leader resigns ([Leadership.Resign]).
+var ErrResigned = errors.New("redlock: leadership resigned")
+
+// Election elects one leader among the callers of Campaign with one name,
+// in any number of processes. It is a layer over [Client.Do]'s lock: the
+// leader holds the lock keyed by the election's name, extended while it
+// leads, and its term is the lock's fence, so the Client needs
+// Options.Fencing. The leader also publishes a record (its term, its value
+// and its lock's token) on the nodes, written only while the nodes hold
+// its lock and expiring with it, which [Election.Leader] and
+// [Election.Observe] read. Why terms are fences is argued in
+// docs/DESIGN.md, "Elections".
+//
+// An Election is a name and its Client: it holds no state, and is safe
+// for concurrent use.
+type Election struct {
+	c    *Client
+	name string
+}
+
+// Election returns the election named name on c's nodes. Its lock key is
+// name itself, and its record key is Options.KeyPrefix +
+// "redquorum:leader:" + name. The name is checked by the methods, which
+// return an error naming it when it is not a valid lock key. On a Redis
+// Cluster or Ring node, the name needs a hash tag, as in "{scheduler}".
+func (c *Client) Election(name string) *Election { return &Election{c: c, name: name} }
+
+// Name returns the election's name.
+func (e *Election) Name() string { return e.name }
+
+// keys returns the election's lock key and record key, as stored.
+func (e *Election) keys() []string {
+	return []string{e.c.stored(e.name), e.c.stored(protocol.LeaderPrefix + e.name)}
+}
+
+// check validates the election's name.
+func (e *Election) check() error {
+	if err := e.c.checkKeys([]string{e.name}); err != nil {
+		return fmt.Errorf("%w (the election's name)", err)
+	}
+	k := e.keys()
+	if e.c.sharded && hashslot.Hashed(k[0]) != hashslot.Hashed(k[1]) {
+		return fmt.Errorf("redlock: election name %q has no hash tag: a node is a Redis Cluster or Ring, where the election's lock and record must share a hash slot; name it as in {scheduler}", e.name)
+	}
+	return nil
+}
+
+// LeaderInfo is an election's leader, as a quorum of nodes agree. The zero
+// LeaderInfo, Term 0, means that nobody leads.
+type LeaderInfo struct {
+	Value string        // what the leader published, by Campaign or Proclaim
+	Term  uint64        // the leader's term: its lock's fence
+	Owner string        // the leading Client's Options.Owner
+	TTL   time.Duration // how long a quorum of nodes still hold the leader's lock
+}
+
+// Campaign makes the caller a candidate with value, and blocks until it
+// leads the election or ctx ends. It waits for the election's lock as
+// [Client.Lock] does (waking when the leader resigns), but without
+// Options.MaxWait: only ctx bounds the wait. Once it holds the lock, it
+// publishes value and its term on a quorum of nodes, and returns the
+// [Leadership], which extends the lock to ttl about every ttl/3 until it is
+// lost or resigned.
+//
+// Campaign needs a Client made with Options.Fencing, a non-empty value and
+// a ttl that Lock accepts; otherwise it returns an error naming the
+// missing option or the bad value, and sends nothing. When ctx ends, it
+// returns an error wrapping ctx.Err(), and [ErrNotObtained] when it ended
+// the wait for the lock, and leaves no lock behind.
+func (e *Election) Campaign(ctx context.Context, value string, ttl time.Duration) (*Leadership, error) {
+	c := e.c
+	if !c.cfg.fencing {
+		return nil, fmt.Errorf("redlock: election %q needs a Client with Options.Fencing: a leader's term is its lock's fence", e.name)
+	}
+	if err := e.check(); err != nil {
+		return nil, err
+	}
+	if value == "" {
+		return nil, fmt.Errorf("redlock: election %q: Campaign with an empty value", e.name)
+	}
+	ttl, err := c.checkTTL(ttl)
+	if err != nil {
+		return nil, err
+	}
+	wctx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		// A deadline, however far, makes Lock wait without Options.MaxWait.
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithDeadline(ctx, time.Now().Add(100*365*24*time.Hour))
+		defer cancel()
+	}
+	for failed := 0; ; failed++ {
+		l, err := c.Lock(wctx, e.name, ttl)
+		if err != nil {
+			return nil, err
+		}
+		lead, err := e.lead(ctx, l, value, ttl)
+		if err == nil {
+			return lead, nil
+		}
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*c.cfg.nodeTimeout)
+		_ = l.Unlock(uctx)
+		cancel()
+		// The record did not reach a quorum in time: try again after a
+		// backoff, unless no retry can fix it.
+		var qe *Error
+		if errors.As(err, &qe) && qe.final() {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			if !errors.Is(err, ctx.Err()) {
+				err = joinErrs(err, ctx.Err(), nil)
+			}
+			return nil, err
+		case <-c.life.closing:
+			return nil, ErrClosed
+		case <-c.cfg.clock.After(retry.Delay(failed, c.cfg.minRetry, c.cfg.maxRetry)):
+		}
+	}
+}
+
+// Leadership is one term of a leader, returned by [Election.Campaign]. Its
+// methods are safe for concurrent use.
+//
+// Act as the leader only while Done is open, and pass [Leadership.Term]
+// with every write to the resource the leader guards, which should refuse
+// a term lower than the highest it has seen.
+type Leadership struct {
+	e   *Election
+	l   *Lock
+	ttl time.Duration
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	ended  sync.Once
+
+	stop    chan struct{} // closed to stop the extensions
+	watched chan struct{} // closed when the extensions have stopped
+	stopped sync.Once
+
+	mu  sync.Mutex // orders the writes of the record
+	rec protocol.Record
+}
+
+// lead publishes l's record with value and starts the leadership's
+// extensions. It returns an error when a quorum of nodes did not take the
+// record within l's validity.
+func (e *Election) lead(ctx context.Context, l *Lock, value string, ttl time.Duration) (*Leadership, error) {
+	lead := &Leadership{
+		e: e, l: l, ttl: ttl,
+		done: make(chan struct{}), stop: make(chan struct{}), watched: make(chan struct{}),
+		rec: protocol.Record{Term: l.Fence(), Rev: 1, Token: l.Token(), Value: value},
+	}
+	if err := lead.write(ctx, "campaign", lead.rec, true); err != nil {
+		return nil, err
+	}
+	lead.ctx, lead.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	go func() {
+		defer close(lead.watched)
+		why := e.c.watch(ctx, l, ttl, lead.stop, func(int) { lead.refresh() })
+		if why != nil {
+			lead.end(ErrLockLost)
+		}
+	}()
+	return lead, nil
+}
+
+// write writes rec, or withdraws it when rec.Value is "", on every node,
+// as op. It returns nil once a quorum of nodes did so within the lock's
+// validity, else an [*Error] wrapping ErrNotHeld.
+func (lead *Leadership) write(ctx context.Context, op string, rec protocol.Record, announce bool) error {
+	c, l := lead.e.c, lead.l
+	if err := c.life.enter(); err != nil {
+		return err
+	}
+	defer c.life.exit()
+	keys, record := lead.e.keys(), ""
+	if rec.Value != "" {
+		record = rec.String()
+	}
+	r := c.life.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+		return c.nodes[i].Elect(ctx, keys, rec.Token, record, announce)
+	})
+	ok, err := r.Await(ctx, c.cfg.quorum)
+	if err == nil && (record == "" || c.cfg.clock.Now().Before(l.Until())) {
+		return nil
+	}
+	e := c.newError(op, lead.e.name, ok, r, ErrNotHeld, err)
+	if err == nil {
+		e.Reason = "the lock's validity ran out"
+	}
+	return e
+}
+
+// refresh writes the current record again after an extension, so that it
+// expires with the lock. A failure is left to the next extension.
+func (lead *Leadership) refresh() {
+	lead.mu.Lock()
+	defer lead.mu.Unlock()
+	_ = lead.write(context.WithoutCancel(lead.ctx), "campaign", lead.rec, false)
+}
+
+// end ends the leadership with cause, once: it cancels the context and
+// closes Done together.
+func (lead *Leadership) end(cause error) {
+	lead.ended.Do(func() {
+		lead.cancel(cause)
+		close(lead.done)
+	})
+}
+
+// valid ends the leadership if the lock's validity has run out, on the
+// Client's clock, and reports whether it still holds.
+func (lead *Leadership) valid() bool {
+	if !lead.e.c.cfg.clock.Now().Before(lead.l.Until()) {
+		lead.end(ErrLockLost)
+	}
+	select {
+	case <-lead.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Term returns the leader's term: its lock's fence, strictly greater than
+// the term of every earlier leader of the election.
+func (lead *Leadership) Term() uint64 { return lead.l.Fence() }
+
+// Until returns the end of the leader's current validity, on the Client's
+// clock; the zero time once the leadership has ended by Resign.
+func (lead *Leadership) Until() time.Time { return lead.l.Until() }
+
+// Done returns a channel that is closed as soon as the leadership can no
+// longer be shown: its lock was lost (an extension failed for good, or the
+// validity ran out before one succeeded), the Client was closed, or the
+// leader resigned. Done itself first checks the validity on the Client's
+// clock, so a leader paused beyond it that calls Done on waking finds the
+// channel closed.
+func (lead *Leadership) Done() <-chan struct{} {
+	lead.valid()
+	return lead.done
+}
+
+// Context returns a context that is cancelled when Done is closed, with
+// cause [ErrLockLost] (see context.Cause), or [ErrResigned] after Resign.
+// It carries the values of Campaign's context, not its cancellation. Like
+// Done, it checks the validity first.
+func (lead *Leadership) Context() context.Context {
+	lead.valid()
+	return lead.ctx
+}
+
+// Proclaim publishes value in place of the leader's current one, in the
+// same term. It returns nil once a quorum of nodes took it within the
+// lock's validity. It returns an error wrapping [ErrNotHeld] when the
+// leadership has ended (then it sends nothing) or a quorum did not take
+// it; a node that did shows the new value to [Election.Leader], and the
+// extensions that follow write it to the others. An empty value gives an
+// error naming it.
+func (lead *Leadership) Proclaim(ctx context.Context, value string) error {
+	if value == "" {
+		return fmt.Errorf("redlock: election %q: Proclaim with an empty value", lead.e.name)
+	}
+	lead.mu.Lock()
+	defer lead.mu.Unlock()
+	if !lead.valid() {
+		return &Error{Op: "proclaim", Key: lead.e.name, Quorum: lead.e.c.cfg.quorum, Reason: "the leadership has ended", sentinel: ErrNotHeld}
+	}
+	lead.rec.Rev++
+	lead.rec.Value = value
+	return lead.write(ctx, "proclaim", lead.rec, true)
+}
+
+// Resign steps down at once: it ends the leadership (Done is closed, the
+// context cancelled with [ErrResigned]), stops the extensions, releases
+// the lock, which wakes the candidates waiting in Campaign, and withdraws
+// the record. Like Unlock, it releases even when ctx is done, bounded by
+// Options.NodeTimeout. It returns nil when the lock was released, or an
+// error wrapping [ErrNotHeld] when the leadership had been lost already or
+// Resign was called before.
+func (lead *Leadership) Resign(ctx context.Context) error {
+	lead.end(ErrResigned)
+	lead.stopped.Do(func() { close(lead.stop) })
+	<-lead.watched
+	err := lead.l.Unlock(ctx)
+	lead.mu.Lock()
+	defer lead.mu.Unlock()
+	if errors.Is(err, ErrNotHeld) && lead.rec.Value == "" {
+		return err // resigned before
+	}
+	rec := lead.rec
+	rec.Value = ""
+	lead.rec.Value = ""
+	wctx, cancel := context.WithTimeout(detach(ctx), 2*lead.e.c.cfg.nodeTimeout)
+	defer cancel()
+	_ = lead.write(wctx, "resign", rec, true)
+	return err
+}

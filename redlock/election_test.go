@@ -1,0 +1,364 @@
+package redlock
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/clock"
+	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
+)
+
+// electionNodes starts n redis-server processes and returns a function
+// that opens a Client on them with owner (fencing on when opts is nil),
+// closed at the end of the test.
+func electionNodes(t *testing.T, n int) (*redisproc.Servers, func(owner string, opts *Options) *Client) {
+	s := redisproc.StartT(t, n)
+	return s, func(owner string, opts *Options) *Client {
+		if opts == nil {
+			opts = &Options{Fencing: true}
+		}
+		opts.Owner = owner
+		c, err := Open(s.Addrs, opts)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+}
+
+// lockRounds passes on the start of each round of the Lock calls of a
+// Client whose Observer it is.
+type lockRounds struct{ ch chan []time.Time }
+
+func (r *lockRounds) observer() *Observer {
+	r.ch = make(chan []time.Time, 16)
+	return &Observer{End: func(_ context.Context, e Event) {
+		if e.Op == OpLock && e.Outcome == Obtained {
+			var starts []time.Time
+			for _, r := range e.Rounds {
+				starts = append(starts, r.Start)
+			}
+			r.ch <- starts
+		}
+	}}
+}
+
+// after counts the times in ts after t.
+func after(ts []time.Time, t time.Time) int {
+	n := 0
+	for _, x := range ts {
+		if x.After(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestElectionHandover: terms increase from leader to leader, Leader shows
+// the leader's value, term and owner, and a resign hands the election to
+// the waiting candidate at once, not after its retry delay or the TTL: its
+// Lock ends with the round that follows the release's announcement.
+func TestElectionHandover(t *testing.T) {
+	leakcheck.Check(t)
+	s, open := electionNodes(t, 5)
+	var rounds lockRounds
+	// b retries every 10s at most: only the release's announcement wakes it
+	// sooner.
+	a, b := open("a", nil), open("b", &Options{Fencing: true, Observer: rounds.observer(),
+		MinRetryDelay: 10 * time.Second, MaxRetryDelay: 10 * time.Second})
+	ctx := t.Context()
+	const ttl = 30 * time.Second
+
+	_, err := a.Election("sched").Leader(ctx)
+	require.ErrorIs(t, err, ErrNoLeader)
+	assert.EqualError(t, err, `redlock: leader "sched": no leader (0 of 5 nodes, 3 needed)`)
+
+	la, err := a.Election("sched").Campaign(ctx, "a:1", ttl)
+	require.NoError(t, err)
+	info, err := b.Election("sched").Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, LeaderInfo{Value: "a:1", Term: la.Term(), Owner: "a", TTL: info.TTL}, info)
+	assert.Greater(t, info.TTL, ttl/2)
+	assert.NotZero(t, la.Term())
+
+	got := make(chan *Leadership, 1)
+	go func() {
+		lb, err := b.Election("sched").Campaign(ctx, "b:1", ttl)
+		assert.NoError(t, err)
+		got <- lb
+	}()
+	waitLine(t, s, "sched")
+	select {
+	case <-got:
+		t.Fatal("b leads while a does")
+	default:
+	}
+	resigned := time.Now()
+	require.NoError(t, la.Resign(ctx))
+	lb := <-got
+	took := time.Since(resigned)
+	require.NotNil(t, lb)
+	assert.Less(t, took, ttl/10, "the handover waited for b's retry or the TTL")
+	assert.Equal(t, 1, after(<-rounds.ch, resigned), "b's rounds after the resign: the one it was woken for")
+	assert.Greater(t, lb.Term(), la.Term(), "terms are fences")
+
+	select {
+	case <-la.Done():
+	default:
+		t.Fatal("a's Done is open after Resign")
+	}
+	assert.ErrorIs(t, context.Cause(la.Context()), ErrResigned)
+	assert.ErrorIs(t, la.Resign(ctx), ErrNotHeld, "a second Resign")
+	assert.ErrorIs(t, la.Proclaim(ctx, "a:2"), ErrNotHeld)
+
+	info, err = a.Election("sched").Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "b:1", info.Value)
+	assert.Equal(t, lb.Term(), info.Term)
+	assert.Equal(t, "b", info.Owner)
+
+	require.NoError(t, lb.Proclaim(ctx, "b:2"))
+	info, err = a.Election("sched").Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "b:2", info.Value)
+	assert.Equal(t, lb.Term(), info.Term, "Proclaim keeps the term")
+
+	require.NoError(t, lb.Resign(ctx))
+	_, err = a.Election("sched").Leader(ctx)
+	require.ErrorIs(t, err, ErrNoLeader)
+}
+
+// waitLine waits until a candidate has found the election's lock key held
+// on every node of s: it marks the key, so that the release announces
+// itself.
+func waitLine(t *testing.T, s *redisproc.Servers, name string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, addr := range s.Addrs {
+			v, err := redisproc.Do(t.Context(), addr, "GET", name)
+			if err != nil || !strings.HasPrefix(v, protocol.WaitedPrefix) {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // the candidate's round has come back and it listens
+}
+
+// TestElectionLost: a leader whose lock is gone from a majority of the
+// nodes learns it at its next extension: Done is closed and its context
+// cancelled with ErrLockLost, and Proclaim fails.
+func TestElectionLost(t *testing.T) {
+	leakcheck.Check(t)
+	s, open := electionNodes(t, 3)
+	a := open("a", nil)
+	ctx := t.Context()
+	lead, err := a.Election("job").Campaign(ctx, "a", 300*time.Millisecond)
+	require.NoError(t, err)
+	for _, addr := range s.Addrs[:2] {
+		admin := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+		require.NoError(t, admin.Del(ctx, "job").Err())
+		require.NoError(t, admin.Close())
+	}
+	select {
+	case <-lead.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loss was not seen")
+	}
+	assert.ErrorIs(t, context.Cause(lead.Context()), ErrLockLost)
+	assert.ErrorIs(t, lead.Proclaim(ctx, "a2"), ErrNotHeld)
+	assert.ErrorIs(t, lead.Resign(ctx), ErrNotHeld)
+}
+
+// TestElectionPaused: a leader paused beyond its validity finds Done
+// closed, and its context cancelled, as soon as it looks on waking, on
+// the Client's clock.
+func TestElectionPaused(t *testing.T) {
+	leakcheck.Check(t)
+	fake := clock.NewFake(time.Now())
+	_, open := electionNodes(t, 3)
+	a := open("a", &Options{Fencing: true, Clock: fake})
+	lead, err := a.Election("job").Campaign(t.Context(), "a", 10*time.Second)
+	require.NoError(t, err)
+	select {
+	case <-lead.Done():
+		t.Fatal("Done closed while valid")
+	default:
+	}
+	fake.Advance(lead.Until().Sub(fake.Now()))
+	select {
+	case <-lead.Done():
+	default:
+		t.Fatal("Done open past the validity")
+	}
+	assert.ErrorIs(t, context.Cause(lead.Context()), ErrLockLost)
+	assert.ErrorIs(t, lead.Proclaim(t.Context(), "a2"), ErrNotHeld)
+	_ = lead.Resign(t.Context())
+}
+
+// TestElectionBadInput: bad input gives an error naming the bad value,
+// and leaves no key on the nodes.
+func TestElectionBadInput(t *testing.T) {
+	s, open := electionNodes(t, 3)
+	c := open("a", nil)
+	unfenced := open("b", &Options{})
+	ctx := t.Context()
+	for _, tc := range []struct {
+		c     *Client
+		name  string
+		value string
+		ttl   time.Duration
+		want  string
+	}{
+		{c, "", "v", time.Second, "empty key (the election's name)"},
+		{c, "e", "", time.Second, `election "e": Campaign with an empty value`},
+		{c, "e", "v", 0, "ttl 0s"},
+		{c, "e", "v", -time.Second, "ttl -1s"},
+		{c, "e", "v", 2 * time.Minute, "ttl 2m0s exceeds Options.RestartGuard"},
+		{c, protocol.LeaderPrefix + "x", "v", time.Second, "reserved for the records of elections"},
+		{unfenced, "e", "v", time.Second, "Options.Fencing"},
+	} {
+		_, err := tc.c.Election(tc.name).Campaign(ctx, tc.value, tc.ttl)
+		require.Error(t, err, tc.want)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+	_, err := c.Election("").Leader(ctx)
+	assert.ErrorContains(t, err, "empty key")
+	_, ok := <-c.Election("").Observe(ctx)
+	assert.False(t, ok, "Observe of a bad name closes at once")
+	_, err = c.Lock(ctx, protocol.LeaderPrefix+"x", time.Second)
+	assert.ErrorContains(t, err, "reserved for the records of elections")
+	for _, addr := range s.Addrs {
+		n, err := redisproc.Do(ctx, addr, "DBSIZE")
+		require.NoError(t, err)
+		assert.Equal(t, "0", n, "%s: a key was left", addr)
+	}
+}
+
+// TestElectionObserve: Observe reports nobody, then a leader, its new
+// value, with a minority of the nodes down, and, when the leader stops
+// extending (its process died), its loss within about one TTL, then the
+// next leader with a higher term.
+func TestElectionObserve(t *testing.T) {
+	leakcheck.Check(t)
+	s, open := electionNodes(t, 5)
+	a, b, o := open("a", nil), open("b", nil), open("o", &Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	seen := o.Election("job").Observe(ctx)
+	next := func() LeaderInfo {
+		t.Helper()
+		select {
+		case info, ok := <-seen:
+			require.True(t, ok, "Observe closed")
+			return info
+		case <-time.After(20 * time.Second):
+			t.Fatal("no change observed")
+		}
+		return LeaderInfo{}
+	}
+	assert.Equal(t, LeaderInfo{}, next(), "nobody leads")
+
+	const ttl = 2 * time.Second
+	la, err := a.Election("job").Campaign(ctx, "a:1", ttl)
+	require.NoError(t, err)
+	info := next()
+	assert.Equal(t, "a:1", info.Value)
+	assert.Equal(t, la.Term(), info.Term)
+
+	s.Kill(0)
+	s.Kill(1)
+	require.NoError(t, la.Proclaim(ctx, "a:2"))
+	info = next()
+	assert.Equal(t, "a:2", info.Value, "with two of five nodes down")
+	assert.Equal(t, la.Term(), info.Term)
+
+	// a's process dies: its lock is extended no more, nor released.
+	la.stopped.Do(func() { close(la.stop) })
+	<-la.watched
+	stoppedAt := time.Now()
+	assert.Equal(t, LeaderInfo{}, next(), "a's loss")
+	assert.Less(t, time.Since(stoppedAt), 3*ttl, "a's loss reported within about one TTL")
+
+	got := make(chan *Leadership, 1)
+	go func() {
+		lb, err := b.Election("job").Campaign(ctx, "b:1", ttl)
+		assert.NoError(t, err)
+		got <- lb
+	}()
+	lb := <-got
+	require.NotNil(t, lb)
+	info = next()
+	assert.Equal(t, "b:1", info.Value)
+	assert.Greater(t, info.Term, la.Term())
+	require.NoError(t, lb.Resign(ctx))
+	assert.Equal(t, LeaderInfo{}, next(), "b resigned")
+	cancel()
+	for range seen {
+	}
+}
+
+// TestElectionClose: closing the Client ends its leadership at once, not
+// at the next extension, and the next candidate leads without waiting for
+// the TTL: Close released the lock.
+func TestElectionClose(t *testing.T) {
+	leakcheck.Check(t)
+	_, open := electionNodes(t, 3)
+	a, b := open("a", nil), open("b", nil)
+	const ttl = time.Minute
+	lead, err := a.Election("job").Campaign(t.Context(), "a", ttl)
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond) // the leadership waits for its first extension
+	require.NoError(t, a.Close())
+	select {
+	case <-lead.done: // not Done(), which would check the validity itself
+	case <-time.After(ttl / 6):
+		t.Fatal("the leadership outlived Close")
+	}
+	assert.ErrorIs(t, context.Cause(lead.ctx), ErrLockLost)
+	ctx, cancel := context.WithTimeout(t.Context(), ttl/6)
+	defer cancel()
+	lb, err := b.Election("job").Campaign(ctx, "b", ttl)
+	require.NoError(t, err, "the lock was not released by Close")
+	assert.Greater(t, lb.Term(), lead.Term())
+	require.NoError(t, lb.Resign(t.Context()))
+}
+
+// TestElectionCampaignEnds: a Campaign whose context ends while another
+// leads returns the context's error and ErrNotObtained, and the leader
+// keeps the lead; a Campaign without a deadline waits past
+// Options.MaxWait.
+func TestElectionCampaignEnds(t *testing.T) {
+	leakcheck.Check(t)
+	_, open := electionNodes(t, 3)
+	a, b := open("a", nil), open("b", &Options{Fencing: true, MaxWait: 100 * time.Millisecond})
+	la, err := a.Election("job").Campaign(t.Context(), "a", 10*time.Second)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err = b.Election("job").Campaign(ctx, "b", 10*time.Second)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, ErrNotObtained)
+	info, err := b.Election("job").Leader(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, "a", info.Owner)
+
+	got := make(chan error, 1)
+	go func() {
+		lb, err := b.Election("job").Campaign(context.WithoutCancel(t.Context()), "b", 10*time.Second)
+		if err == nil {
+			err = lb.Resign(t.Context())
+		}
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // thrice b's MaxWait
+	require.NoError(t, la.Resign(t.Context()))
+	require.NoError(t, <-got, "b campaigned until it led")
+}

@@ -1,0 +1,181 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redquorum/redquorum/internal/node"
+	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/retry"
+	"github.com/redquorum/redquorum/internal/wake"
+)
+
+// Leader returns the election's leader as a quorum of nodes agree: a node
+// vouches for a leader when it holds the leader's lock and the record that
+// the leader wrote while holding it. It reads every node once, in
+// parallel, and changes nothing.
+//
+// When a quorum of nodes answered and fewer than a quorum vouch for one
+// leader (nobody leads, a leader is between its lock and its record, or
+// its lock has expired on too many nodes), it returns an [*Error] wrapping
+// [ErrNoLeader]. When fewer than a quorum answered, the error does not wrap
+// ErrNoLeader: who leads is unknown. A bad name gives an error naming it.
+//
+// What it reports may have changed by the time it returns: a leader
+// learns that it leads from its [Leadership], never from Leader.
+func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
+	if err := e.check(); err != nil {
+		return LeaderInfo{}, err
+	}
+	c := e.c
+	vals, r, err := c.read(ctx, e.keys())
+	if err != nil {
+		return LeaderInfo{}, err
+	}
+	answered := 0
+	type vouch struct {
+		rec protocol.Record
+		ttl time.Duration
+	}
+	byToken := map[string][]vouch{}
+	for _, v := range vals {
+		if v == nil {
+			continue
+		}
+		answered++
+		if rec, ok := vouches(v); ok {
+			byToken[rec.Token] = append(byToken[rec.Token], vouch{rec, v[0].TTL})
+		}
+	}
+	var best []vouch
+	for _, vs := range byToken {
+		if len(vs) > len(best) {
+			best = vs
+		}
+	}
+	if len(best) < c.cfg.quorum {
+		sentinel := ErrNoLeader
+		if answered < c.cfg.quorum {
+			sentinel = errLeaderUnknown
+		}
+		return LeaderInfo{}, c.newError("leader", e.name, len(best), r, sentinel, nil)
+	}
+	// The leader's latest value that a node holds: a Proclaim reaches the
+	// nodes one by one.
+	rec := best[0].rec
+	ttls := make([]time.Duration, len(best))
+	for i, v := range best {
+		if v.rec.Rev > rec.Rev {
+			rec = v.rec
+		}
+		ttls[i] = v.ttl
+	}
+	return LeaderInfo{Value: rec.Value, Term: rec.Term, Owner: protocol.Owner(rec.Token), TTL: quorumTTL(ttls, c.cfg.quorum)}, nil
+}
+
+// errLeaderUnknown is Leader's error when too few nodes answered.
+var errLeaderUnknown = errors.New("redlock: leader unknown: too few nodes answered")
+
+// vouches returns the record that a node holding v (the election's lock
+// key, then its record key) vouches for: one whose token the lock key
+// holds.
+func vouches(v []node.Value) (protocol.Record, bool) {
+	rec, ok := protocol.ParseRecord(v[1].Data)
+	if !ok || v[0].TTL <= 0 || v[0].Data != rec.Token {
+		return protocol.Record{}, false
+	}
+	return rec, true
+}
+
+// observeRecheck is how long Observe waits without an announcement before
+// it reads the nodes again while nobody leads: an announcement may be
+// lost (a subscription not yet in place, a connection broken).
+const observeRecheck = 5 * time.Second
+
+// Observe returns a channel that receives the election's leader, as
+// [Election.Leader] reports it, and then every change of leader, term or
+// value; the zero LeaderInfo means that nobody leads (Leader's
+// [ErrNoLeader]). It is closed when ctx ends or the Client is closed. A
+// change comes as soon as the nodes announce it on pub/sub (a leader
+// elected, a value proclaimed, a resignation), and the loss of a leader
+// that stopped extending its lock (its process died) comes once its TTL
+// runs out on a quorum of nodes, within one TTL. A read that finds too few
+// nodes answering is retried, and reports nothing. A bad name closes the
+// channel at once. Observe's goroutine ends when ctx ends.
+//
+// Receive promptly: while the channel is not received from, Observe holds
+// the latest change and reads no more.
+func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
+	ch := make(chan LeaderInfo)
+	if e.check() != nil {
+		close(ch)
+		return ch
+	}
+	go e.observe(ctx, ch)
+	return ch
+}
+
+// observe is Observe's goroutine.
+func (e *Election) observe(ctx context.Context, ch chan<- LeaderInfo) {
+	defer close(ch)
+	c := e.c
+	wk := c.waker()
+	key := e.keys()[1]
+	var last LeaderInfo
+	first, failures := true, 0
+	for {
+		since := c.cfg.clock.Now()
+		info, err := e.Leader(ctx)
+		wait := observeRecheck
+		switch {
+		case err == nil || errors.Is(err, ErrNoLeader):
+			failures = 0
+			if info.Term != 0 {
+				// Read again once the lock would have expired on a
+				// quorum: an extension moves it, a loss shows.
+				wait = info.TTL + c.cfg.minRetry
+			}
+			if first || !sameLeader(info, last) {
+				select {
+				case ch <- info:
+				case <-ctx.Done():
+					return
+				}
+				first, last = false, info
+			}
+		case errors.Is(err, ErrClosed) || ctx.Err() != nil:
+			return
+		default:
+			wait = retry.Delay(failures, c.cfg.minRetry, c.cfg.maxRetry)
+			failures++
+		}
+		if !e.sleep(ctx, wk, key, since, wait) {
+			return
+		}
+	}
+}
+
+// sleep waits for d, or for an announcement on the election's record key
+// heard after since. It returns false when ctx ended or the Client closed.
+func (e *Election) sleep(ctx context.Context, wk *wake.Waker, key string, since time.Time, d time.Duration) bool {
+	var woken <-chan struct{}
+	if wt := wk.Listen(key, since); wt != nil {
+		defer wt.Close()
+		woken = wt.C()
+	}
+	select {
+	case <-woken:
+	case <-e.c.cfg.clock.After(d):
+	case <-ctx.Done():
+		return false
+	case <-e.c.life.closing:
+		return false
+	}
+	return true
+}
+
+// sameLeader reports whether a and b show the same leader, term and value.
+func sameLeader(a, b LeaderInfo) bool {
+	return a.Term == b.Term && a.Value == b.Value && a.Owner == b.Owner
+}

@@ -1,0 +1,105 @@
+package chaos
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/redquorum/redquorum/locktest"
+)
+
+// Tenure is one leadership: Obtained is when Campaign returned, End the
+// earlier of the start of Resign and the leadership's last validity.
+type Tenure struct {
+	locktest.Attempt
+	Term   uint64
+	Writes []FencedWrite
+	Lost   bool // Done was closed when the leader stopped: lost, not resigned
+}
+
+// FencedWrite is one write of a leader's term to the fencing store. At is
+// when the leader decided to write, before its checks.
+type FencedWrite struct {
+	At       int64
+	Accepted bool
+}
+
+// ElectionResult is what a [RunElection] observed.
+type ElectionResult struct {
+	Tenures        int
+	Lost           int // tenures whose leader found them lost
+	ByProc         []int
+	Pauses         int                        // SIGSTOPs of candidate processes
+	Faults         map[locktest.FaultKind]int // faults injected, by kind
+	Overlaps       []locktest.Overlap         // tenures inside their validity at once
+	TermInversions int                        // consecutive tenures whose terms did not increase
+	Writes         int
+	Outside        int // writes decided outside the writer's tenure
+	Refused        int // writes the store refused: a higher term had written
+	StaleAccepted  int // writes decided outside the writer's tenure that the store took
+	// Observed counts the leaders that Observe reported in this process;
+	// ObservedInversions those whose term was lower than the one before.
+	Observed, ObservedInversions int
+	Leftover                     []string
+	Timeline                     string // locktest's timeline of a run with overlaps
+}
+
+// String is the summary line of the run.
+func (r *ElectionResult) String() string {
+	kinds := []string{"none"}
+	if len(r.Faults) > 0 {
+		kinds = nil
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.Faults)) {
+		kinds = append(kinds, fmt.Sprintf("%s=%d", k, r.Faults[k]))
+	}
+	return fmt.Sprintf("%d leaderships (by process: %v, %d found lost), %d pauses, %d writes, %d leaders observed; faults: %s; violations: overlaps=%d term inversions=%d (observed: %d) decided outside the tenure=%d (refused by the store=%d, stale but taken=%d); leftover keys=%d",
+		r.Tenures, r.ByProc, r.Lost, r.Pauses, r.Writes, r.Observed, strings.Join(kinds, " "), len(r.Overlaps), r.TermInversions, r.ObservedInversions, r.Outside, r.Refused, r.StaleAccepted, len(r.Leftover))
+}
+
+// checkElection fills r's counts from the tenures of a run and the faults
+// injected meanwhile, and returns locktest's report of the tenures (for its
+// timeline).
+func checkElection(r *ElectionResult, tenures []Tenure, faults []locktest.Fault) *locktest.Report {
+	attempts := make([]locktest.Attempt, len(tenures))
+	for i, tn := range tenures {
+		attempts[i] = tn.Attempt
+	}
+	r.Tenures = len(tenures)
+	for _, tn := range tenures {
+		if tn.Lost {
+			r.Lost++
+		}
+	}
+	report := locktest.Check(attempts, faults)
+	r.Overlaps = report.Overlaps
+	slices.SortFunc(tenures, func(a, b Tenure) int { return cmp.Compare(a.Obtained, b.Obtained) })
+	var last *Tenure
+	for i, tn := range tenures {
+		// A tenure of no length had no validity left when its leader
+		// looked (a pause right after Campaign returned): its Obtained
+		// is not when it led, and it is left out of the order.
+		if tn.End > tn.Obtained {
+			if last != nil && tn.Term <= last.Term {
+				r.TermInversions++
+			}
+			last = &tenures[i]
+		}
+		for _, w := range tn.Writes {
+			r.Writes++
+			outside := w.At < tn.Obtained || w.At > tn.End
+			switch {
+			case !w.Accepted:
+				r.Refused++
+			case outside:
+				r.StaleAccepted++
+			}
+			if outside {
+				r.Outside++
+			}
+		}
+	}
+	return report
+}
