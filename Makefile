@@ -18,13 +18,17 @@ CONTRIB := contrib/prometheus contrib/otel
 ## the core module depends on neither porcupine nor Docker's client.
 KIT := locktest/linearize locktest/rig examples/jobrunner
 
+## BENCHMOD: the nested module of the comparison with redsync; it has
+## benchmarks only, so `make test` builds and vets it.
+BENCHMOD := bench
+
 ## TESTMOD: the nested module of the integration, chaos and architecture tests
 ## and the Docker rig, so that the core module does not require Docker's client.
 TESTMOD := test
 
 ## test: every test: unit, integration and chaos on real Redis in Docker (in
 ## TESTMOD), the adapters' tests in CONTRIB against redis-server, and the
-## test kit's modules in KIT.
+## test kit's modules in KIT; BENCHMOD is built.
 ## Builds the Redis image first (no registry needed) and runs oldest-go. The
 ## chaos suite runs without -race (the race detector slows it below 10,000
 ## acquisitions in its time budget) and from its own directory, so that
@@ -34,6 +38,7 @@ test: image oldest-go vet
 	$(GO) test -race -count=1 -timeout 9m ./...
 	cd $(TESTMOD) && $(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/test/chaos$$')
 	for m in $(CONTRIB) $(KIT); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
+	cd $(BENCHMOD) && $(GO) test -count=1 ./...
 	cd $(TESTMOD)/chaos && $(GO) test -count=1 -timeout 8m
 
 ## unit: the tests that need neither Docker nor a Redis server.
@@ -64,10 +69,10 @@ bench:
 	./scripts/ensure-redis-server.sh
 	cd bench && $(GO) run . $(BENCHFLAGS)
 
-## vet: the core module, TESTMOD and the CONTRIB and KIT modules.
+## vet: the core module, TESTMOD, BENCHMOD and the CONTRIB and KIT modules.
 vet:
 	$(GO) vet ./...
-	for m in $(TESTMOD) $(CONTRIB) $(KIT); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	for m in $(TESTMOD) $(BENCHMOD) $(CONTRIB) $(KIT); do (cd $$m && $(GO) vet ./...) || exit 1; done
 fmt:
 	gofmt -l -w .
 cover:
