@@ -3,7 +3,6 @@ package chaos
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -48,15 +47,21 @@ type ElectionResult struct {
 
 // String is the summary line of the run.
 func (r *ElectionResult) String() string {
-	kinds := []string{"none"}
-	if len(r.Faults) > 0 {
-		kinds = nil
-	}
-	for _, k := range slices.Sorted(maps.Keys(r.Faults)) {
-		kinds = append(kinds, fmt.Sprintf("%s=%d", k, r.Faults[k]))
-	}
 	return fmt.Sprintf("%d leaderships (by process: %v, %d found lost), %d pauses, %d writes, %d leaders observed; faults: %s; violations: overlaps=%d term inversions=%d (observed: %d) decided outside the tenure=%d (refused by the store=%d, stale but taken=%d); leftover keys=%d",
-		r.Tenures, r.ByProc, r.Lost, r.Pauses, r.Writes, r.Observed, strings.Join(kinds, " "), len(r.Overlaps), r.TermInversions, r.ObservedInversions, r.Outside, r.Refused, r.StaleAccepted, len(r.Leftover))
+		r.Tenures, r.ByProc, r.Lost, r.Pauses, r.Writes, r.Observed, faultSummary(r.Faults), len(r.Overlaps), r.TermInversions, r.ObservedInversions, r.Outside, r.Refused, r.StaleAccepted, len(r.Leftover))
+}
+
+// faultSummary is the faults part of a summary line: the count of each kind
+// of locktest.AllFaults, and of the other kinds that counts has.
+func faultSummary(counts map[locktest.FaultKind]int) string {
+	all := locktest.AllFaults()
+	var kinds []string
+	for _, k := range locktest.ReplicatedFaults() {
+		if _, ok := counts[k]; ok || slices.Contains(all, k) {
+			kinds = append(kinds, fmt.Sprintf("%s=%d", k, counts[k]))
+		}
+	}
+	return strings.Join(kinds, " ")
 }
 
 // checkElection fills r's counts from the tenures of a run and the faults

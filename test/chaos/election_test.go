@@ -401,6 +401,7 @@ func TestCheckElection(t *testing.T) {
 	assert.Empty(t, clean.Overlaps)
 	assert.Zero(t, clean.TermInversions+clean.Outside+clean.Refused+clean.StaleAccepted)
 	assert.Equal(t, 2, clean.Writes)
+	assert.Contains(t, clean.String(), "faults: kill=0 pause=0 partition=0 client-partition=0 latency=0;", "every kind of AllFaults, none injected")
 
 	var bad ElectionResult
 	checkElection(&bad, []Tenure{

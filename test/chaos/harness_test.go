@@ -239,12 +239,6 @@ type Result struct {
 // String is the summary line of the run: totals, faults and violations. It
 // counts every kind of AllFaults, and the other kinds the run could inject.
 func (r *Result) String() string {
-	kinds := make([]string, 0, len(ReplicatedFaults))
-	for _, k := range ReplicatedFaults {
-		if _, ok := r.Faults[k]; ok || slices.Contains(AllFaults, k) {
-			kinds = append(kinds, fmt.Sprintf("%s=%d", k, r.Faults[k]))
-		}
-	}
 	byProc := make([]string, len(r.ByProc))
 	for p, n := range r.ByProc {
 		byProc[p] = strconv.Itoa(n)
@@ -254,7 +248,7 @@ func (r *Result) String() string {
 	}
 	return fmt.Sprintf("%d acquisitions (by process: %s), %d failed attempts in %v (%.0f/s; contenders spent %v in Lock, %v holding); faults: %s (refused by Docker: %d); violations: overlaps=%d oversold=%d porcupine=%s; leftover keys=%d; min stock=%d; resource errors=%d",
 		r.Acquisitions, strings.Join(byProc, " "), r.Failures, r.Duration.Round(time.Millisecond), float64(r.Acquisitions)/r.Duration.Seconds(),
-		r.LockWait.Round(time.Second), r.Held.Round(time.Second), strings.Join(kinds, " "), r.Refused,
+		r.LockWait.Round(time.Second), r.Held.Round(time.Second), faultSummary(r.Faults), r.Refused,
 		len(r.Overlaps), r.Oversold, linearize.Verdict(r.Linearizable), len(r.Leftover), r.MinStock, r.Resource)
 }
 
