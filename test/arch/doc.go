@@ -12,7 +12,10 @@
 // or internal (the tools included) exceeds 400 lines, and the kernel scripts
 // keep their limits (acquire.lua 120 lines, release.lua 50); and every
 // repository path and every Go identifier (`pkg.Name`, `pkg.Type.Member`,
-// `Type.Member`) that docs/ARCHITECTURE.md names in backquotes exists. Files
+// `Type.Member`) that docs/ARCHITECTURE.md names in backquotes exists; and
+// every script in internal/protocol matches the checksum in
+// model/scripts.sum that the model was last reviewed against (or is listed as
+// outside the model). Files
 // being split wait in pendingSplit, which only shrinks. The checks parse the
 // source with go/parser, so they need neither a build nor Redis, and each one
 // also runs on small fixtures that break it, so a check that stops seeing
