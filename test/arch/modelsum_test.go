@@ -22,8 +22,8 @@ import (
 // The scripts the model checks, and their recorded checksums.
 const (
 	scriptsDir = "internal/protocol"
-	scriptsSum = "model/scripts.sum"  // sha256sum's format: hash, two spaces, path
-	safetyDoc  = "docs/SAFETY.md"     // its table maps each script to its model step
+	scriptsSum = "model/scripts.sum" // sha256sum's format: hash, two spaces, path
+	safetyDoc  = "docs/SAFETY.md"    // its table maps each script to its model step
 	sumCommand = "cd test && go test ./arch/ -run TestModelScripts -update"
 )
 
