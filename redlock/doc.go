@@ -80,4 +80,10 @@
 // relying on the lock at [Lock.Until], which it cannot do through a process
 // pause it does not notice, so a resource that must never see two writers
 // also needs fencing.
+//
+// Each guarantee (mutual exclusion, fences, the restart guard, failover
+// detection, the new-deployment shortcut, tombstones, the handoff on the
+// node, no false lockout) is stated in docs/SAFETY.md with the assumptions
+// it needs, its proof, the model that checks it and the tests on real
+// servers that exercise it.
 package redlock

@@ -41,7 +41,7 @@ var (
 	// Ring node there is one per hash slot or shard, and the first lock on
 	// a slot not used before waits out its guard: give lock keys few hash
 	// tags. Why the guard is safe, and what it cannot cover, is argued in
-	// docs/DESIGN.md, "The restart guard".
+	// docs/SAFETY.md, "The restart guard".
 	ErrGuarded = errors.New("redlock: node in its restart guard")
 	// ErrFenceUnknown is the per-node outcome of a node that granted a
 	// fenced lock while its fence counter was unknown, because the node lost

@@ -91,7 +91,8 @@ func (l *Lock) name() string { return strings.Join(l.keys, ", ") }
 // guarded by the lock's token, to every node that granted it; the lock is
 // held only if a quorum acknowledged the write-back within the validity.
 // Why this makes fences increase although the nodes are independent, also
-// after a node lost its data, is argued in docs/DESIGN.md, "Fencing". With
+// after a node lost its data, is argued in docs/SAFETY.md, "Fences increase
+// and stale writes are refused". With
 // Options.UnsafeNoRestartGuard a lost counter reads as 0, and fences can go
 // backwards.
 //

@@ -77,7 +77,7 @@ type Options struct {
 	// DefaultRestartGuard (1 minute). Every TTL passed to Lock, TryLock,
 	// LockMany or Extend must be at most RestartGuard, and every Client of
 	// one deployment must use the same value. See [ErrGuarded], and
-	// docs/DESIGN.md, "The restart guard", for why this is safe.
+	// docs/SAFETY.md, "The restart guard", for why this is safe.
 	RestartGuard time.Duration
 
 	// UnsafeNoRestartGuard turns the restart guard off: a node that restarts
