@@ -3,7 +3,7 @@ GO      ?= go
 IMAGE   := redquorum/redis:7-local
 COMPOSE := $(shell command -v docker-compose 2>/dev/null || echo "docker compose")
 
-.PHONY: demo test unit oldest-go image up down bench vet fmt cover
+.PHONY: demo test unit oldest-go image up down bench vet fmt cover model
 
 ## demo: the oversell scenario on five embedded nodes (or NODES=host:port,...)
 demo:
@@ -34,12 +34,19 @@ TESTMOD := test
 ## acquisitions in its time budget) and from its own directory, so that
 ## `go test` prints its summary line (acquisitions, faults by kind, violations)
 ## even when it passes.
-test: image oldest-go vet
+test: image oldest-go vet model
 	$(GO) test -race -count=1 -timeout 9m ./...
 	cd $(TESTMOD) && $(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/test/chaos$$')
 	for m in $(CONTRIB) $(KIT); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 	cd $(BENCHMOD) && $(GO) test -count=1 ./...
 	cd $(TESTMOD)/chaos && $(GO) test -count=1 -timeout 8m
+
+## model: the Promela model of the lock kernel (model/redlock.pml), every
+## property and every negative control, checked with spin (installed from
+## Debian when missing); see docs/SAFETY.md.
+model:
+	./scripts/ensure-deb.sh spin spin
+	./model/check.sh
 
 ## unit: the tests that need neither Docker nor a Redis server.
 unit:

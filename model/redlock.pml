@@ -1,0 +1,729 @@
+/*
+ * redlock.pml: the lock kernel of redquorum (internal/protocol) and the
+ * client's rounds (redlock/round.go), as a Promela model for spin.
+ * docs/SAFETY.md states each guarantee this checks, and maps every step
+ * below to the script or function it models. model/check.sh runs it.
+ *
+ * Nodes. Each node runs the kernel scripts as atomic steps on one lock
+ * key and its state hash: acquire.lua (restart guard, new-deployment
+ * establish, tombstones, fence counter), release.lua, extend.lua,
+ * fence.lua, and check.lua on every new connection. A node may crash and
+ * lose all its data, or fail over to a replica that holds an older copy
+ * of it (replication is a step that copies the master at any moment).
+ * Either gives the server a new replication ID and drops its connections
+ * with the requests in flight on them. With HANDOFF, releases hand the
+ * key off on the node to the first waiter in line (handoff.lua).
+ *
+ * Clients. Each client makes up to R rounds, each under a fresh token. A
+ * round sends the acquire to every node at once; requests are delivered
+ * in any order, late, or never (LOSS drops them outright); the client
+ * decides at a quorum or once no reply can still come (URGENT: within the
+ * tick), or, with TIMEOUTS, at any moment (a node timeout of any length).
+ * A failed round releases every node that may hold its token. A holder
+ * may extend once (EXTEND), may write to a resource that refuses lower
+ * fences (FENCING), and unlocks; between any two of its steps any amount
+ * of time may pass (a GC pause).
+ *
+ * Time. A tick is a unit of real time; every time is kept as the ticks
+ * left to it, so that states that differ only by when they happen are one
+ * state and time needs no bound. A client's clock is real time: each
+ * guarantee compares one client's clock with one node's, so putting all
+ * the drift on the node's side covers every pair of rates within the
+ * bound. A key set for T ticks, and a restart guard of G = T ticks, may
+ * end up to D ticks early: that is the bounded drift (DESIGN.md,
+ * assumption 4). A round's validity is T - elapsed - ALLOW, ALLOW = D
+ * standing for ttl*DriftFactor + 2ms; it starts when the round is sent. A
+ * key or guard never outlives its nominal end (the tick waits for it): a
+ * later end only delays other clients. Events within a tick are ordered by
+ * interleaving. An acquire AGE ticks old is dropped with ORPHAN (a network
+ * that delivers a SET after its tombstone expired leaves a key nobody
+ * holds for one TTL: DESIGN.md).
+ *
+ * Bounds: one key (multi-key locks take all or none in one script, so a
+ * node's answer for them is the one modelled here), N nodes, C clients, R
+ * rounds each, FAULTS crashes or failovers in all. The search is
+ * exhaustive within them; check.sh fails a truncated search.
+ */
+
+#ifndef N
+#define N 3
+#endif
+#ifndef C
+#define C 2
+#endif
+#ifndef R
+#define R 1               /* rounds per client: 1 or 2 */
+#endif
+#ifndef T
+#define T 3               /* lock TTL in ticks */
+#endif
+#define D 1               /* drift: how early a key or guard may end */
+#ifdef NODRIFT
+#define ALLOW 0           /* control: no drift allowance */
+#else
+#define ALLOW D
+#endif
+#ifdef NOGUARD
+#define G 0               /* control: UnsafeNoRestartGuard */
+#else
+#define G T               /* RestartGuard: every TTL is at most this */
+#endif
+#ifdef MINORITY
+#define Q (N/2)           /* control: half the nodes */
+#else
+#define Q (N/2+1)
+#endif
+#ifndef FAULTS
+#define FAULTS 1
+#endif
+#define AGE (T-D)         /* an acquire this old is never delivered */
+/* A tombstone refuses only its own token's late SET: its lifetime
+ * matters only to the property that checks them (ORPHAN); elsewhere it
+ * may end at any moment. */
+#ifdef ORPHAN
+#define TOMB_LIFE T
+#else
+#define TOMB_LIFE 0
+#endif
+
+#define NONE 255
+/* A key's value: 0 when missing, a token t (1..C*R), a hand value
+ * HAND|t (handoff.lua's "@HAND@" .. t) or a tombstone GONE|t. */
+#define HAND 32
+#define GONE 64
+#define TOK(c,r) ((c)*R+(r)+1)
+
+/* Replies to an acquire. */
+#define GRANTED 1
+#define TAKEN   2
+#define GUARDED 3
+#define OWNGONE 4         /* the key holds this token's tombstone: -3 */
+/* Client phases. */
+#define IDLE   0
+#define ACQ    1
+#define FENCEW 2
+#define HELD   3
+#define EXT    4
+#define WAIT   5
+#define DONE   6
+/* Requests other than acquires and releases. */
+#define XFENCE 1
+#define XEXT   2
+
+
+/* Node i: its lock key, the ticks left to the key's nominal expiry, its
+ * mark (a waiter was refused: announce.lua), the state hash (st: it
+ * exists; g: ticks left in the restart guard, 0 established, NONE
+ * missing; sid: id; f: fence counter, NONE unknown; rr: recorded
+ * replication ID, 0 none) and the server's replication ID. Times are
+ * kept as ticks left, not as instants, so that states that differ only
+ * by when they happen are one state, and time need not be bounded. */
+byte key[N], kl[N];
+bit mark[N];
+bit st[N];
+byte g[N], sid[N], f[N], rr[N], rid[N];
+byte newId = 100;         /* replication IDs, apart from tokens */
+/* The replica's copy of node i, as of its last replication. */
+byte pkey[N], pkl[N], pg[N], psid[N], pf[N], prr[N];
+bit pmark[N], pst[N];
+byte faults;
+
+/* Client c: rl, the validity its round would have if decided now
+ * (T - elapsed - ALLOW, in ticks, 0 when spent); ul, the ticks left of its
+ * lock's validity (Until); xl, rl for its extend. */
+byte rnd[C], tok[C], rl[C], ul[C], xl[C], phase[C], fence[C], seq[C];
+byte estRound[C];         /* the round that establishes, or NONE */
+bit inService[C], extended[C], wrote[C], checked[C];
+byte mh[C];               /* bit j: node j may hold the round's token */
+
+/* In flight between client c and node i (index c*N+i): acquires by round
+ * (bit r), releases by round (bit r: the clean-up of a failed round; R+r:
+ * an unlock of round r's hand value; 2R+r: an unlock of its token), one
+ * fence write-back or extend, and the replies. */
+byte acq[C*N], rel[C*N], xreq[C*N];
+byte rep[C*N], repv[C*N], xrep[C*N];
+byte conn[C*N];           /* replication ID that the connection checked */
+byte estId[C*N];          /* the guarded state's id that round estRound ends */
+byte relDone[C*R+1];      /* bit i: node i ran the release of token t */
+#ifdef ORPHAN
+byte al[C*N];             /* ticks before the acquire in flight is dropped */
+#endif
+#ifdef ORPHAN
+#define AGE_START(c, jj) al[c*N+jj] = AGE
+#define AGE_TICK() \
+       jj = 0; \
+       do \
+       :: jj < C*N -> \
+          if \
+          :: al[jj] > 0 -> al[jj]--; if :: al[jj] == 0 -> acq[jj] = 0 :: else -> skip fi \
+          :: else -> skip \
+          fi; \
+          jj++ \
+       :: else -> break \
+       od
+#else
+#define AGE_START(c, jj) skip
+#define AGE_TICK() skip
+#endif
+
+
+
+/* Scratch for the steps, each of which is atomic, sets them before use
+ * and clears them at its end (CLEAN), so that no state differs by them. */
+byte jj, nn, mm, kk, hh, tt, vv, kd, gdd, kp;
+#define CLEAN jj = 0; nn = 0; mm = 0; kk = 0; hh = 0; tt = 0; vv = 0; kd = 0; gdd = 0; kp = 0
+
+/* The resource that refuses lower fences, and the record of holders. */
+byte resMax, resSeq, seqs, maxFence;
+
+#include "handoff.pml"
+
+/* exclusive is asserted whenever client c's validity begins or moves:
+ * no other client is inside its validity. */
+inline exclusive(c) {
+  jj = 0;
+  do
+  :: jj < C ->
+     assert(jj == c || !((phase[jj] == HELD || phase[jj] == EXT) && ul[jj] > 0));
+     jj++
+  :: else -> break
+  od
+}
+
+/* ---- Node steps: the kernel scripts, each atomic. ---- */
+
+/* newState: newstate.lua. */
+inline newState(i, id) {
+  st[i] = 1; g[i] = G; sid[i] = id; rr[i] = rid[i]
+}
+
+/* check: check.lua, run when client c opens a connection to node i. */
+inline check(c, i) {
+#ifndef NOCHECK
+  if
+  :: rr[i] == rid[i] -> skip
+  :: rr[i] != rid[i] && (rr[i] == 0 || G == 0) -> rr[i] = rid[i]; st[i] = 1
+  :: rr[i] != rid[i] && rr[i] != 0 && G > 0 ->
+     if
+     :: g[i] == NONE || g[i] < G -> g[i] = G
+     :: else -> skip
+     fi;
+     sid[i] = rid[i]; rr[i] = rid[i]; f[i] = NONE; st[i] = 1
+  fi;
+#endif
+  conn[c*N+i] = rid[i]
+}
+
+/* acquire: acquire.lua for round r of client c on node i. Sets gd when
+ * the node is in its restart guard. */
+inline acquire(c, r, i) {
+  tt = TOK(c, r);
+  gdd = 0;
+  if
+  :: key[i] == (GONE | tt) -> kd = OWNGONE
+  :: key[i] != (GONE | tt) ->
+     if
+     :: key[i] == 0 || key[i] == tt || (key[i] & GONE) || FREE_BEFORE(c, r, i) ->
+        /* guarded() */
+        if
+        :: G == 0 || g[i] == 0 -> skip
+        :: G > 0 && g[i] == NONE -> newState(i, tt); gdd = 1
+        :: G > 0 && g[i] != 0 && g[i] != NONE ->
+           if
+           :: estRound[c] == r && estId[c*N+i] == sid[i] ->
+              g[i] = 0;
+              if
+              :: f[i] == NONE -> f[i] = 0
+              :: else -> skip
+              fi
+           :: !(estRound[c] == r && estId[c*N+i] == sid[i]) ->
+              if
+              :: g[i] <= D -> g[i] = 0  /* ended, perhaps early */
+              :: else -> gdd = 1
+              fi
+           fi
+        fi;
+        if
+        :: gdd -> kd = GUARDED; vv = sid[i]
+        :: else ->
+#ifdef ORPHAN
+           /* a late SET must not land after its own release */
+           assert(!(relDone[tt] & (1 << i)));
+#endif
+           if
+           :: key[i] == 0 || (key[i] & GONE) -> mark[i] = 0
+           :: else -> skip  /* the mark stays */
+           fi;
+           key[i] = tt; kl[i] = T;
+           GRANT_HOOK(c, r, i);
+           kd = GRANTED;
+           if
+           :: f[i] != NONE -> vv = f[i] + 1
+           :: f[i] == NONE && G == 0 -> vv = 1
+           :: else -> vv = 0          /* unknown */
+           fi
+        fi
+     :: else ->
+        REFUSED_HOOK(c, r, i);
+        kd = TAKEN
+     fi
+  fi;
+  printf("MSC: node %d: acquire %d of client %d -> %d\n", i, tt, c, kd);
+  if
+  :: tok[c] == tt && phase[c] == ACQ -> rep[c*N+i] = kd; repv[c*N+i] = vv
+  :: else -> skip                   /* a reply nobody waits for */
+  fi;
+}
+
+/* release: release.lua for the token of round r of client c (its hand
+ * value when hand) on node i; announce for an unlock, not for the clean-up
+ * of a failed round. */
+inline release(c, r, hand, announce, i) {
+  tt = TOK(c, r);
+  if
+  :: hand -> tt = tt | HAND
+  :: else -> skip
+  fi;
+  if
+  :: key[i] == tt ->
+     kp = 0;
+     HANDOFF_HOOK(i, announce);
+     if
+     :: !kp -> key[i] = 0; mark[i] = 0
+     :: else -> skip
+     fi
+  :: key[i] == 0 ->
+#ifndef NOTOMB
+     key[i] = GONE | tt; kl[i] = TOMB_LIFE; mark[i] = 0;
+#endif
+     skip
+  :: key[i] != tt && key[i] != 0 -> skip
+  fi;
+#ifdef ORPHAN
+  relDone[tt & ~HAND] = relDone[tt & ~HAND] | (1 << i);
+#endif
+  printf("MSC: node %d: release %d of client %d -> key %d\n", i, tt, c, key[i])
+}
+
+/* xrun: extend.lua or fence.lua for client c's lock on node i. A reply
+ * that comes after the client decided is not read. */
+inline xrun(c, i) {
+  if
+  :: key[i] == tok[c] && xreq[c*N+i] == XEXT -> kl[i] = T; vv = 1
+  :: key[i] == tok[c] && xreq[c*N+i] == XFENCE ->
+     if
+     :: f[i] == NONE || f[i] < fence[c] -> f[i] = fence[c]
+     :: else -> skip
+     fi;
+     vv = 1
+  :: key[i] != tok[c] ->
+     if
+     :: xreq[c*N+i] == XEXT && G > 0 && !st[i] -> newState(i, tok[c] & ~HAND)
+     :: else -> skip
+     fi;
+     vv = 2
+  fi;
+  printf("MSC: node %d: %d of client %d -> %d\n", i, xreq[c*N+i], c, vv);
+  if
+  :: phase[c] == FENCEW || phase[c] == EXT -> xrep[c*N+i] = vv
+  :: else -> skip
+  fi;
+  xreq[c*N+i] = 0
+}
+
+/* lose drops node i's data (crash) or replaces it with its replica's
+ * copy (failover); either way the server is new, and its connections
+ * and the requests on them are gone. */
+inline newServer(i) {
+  printf("MSC: node %d: new server (crash or failover), key %d g %d\n", i, key[i], g[i]);
+  faults++;
+  rid[i] = newId; newId++;
+  jj = 0;
+  do
+  :: jj < C -> acq[jj*N+i] = 0; rel[jj*N+i] = 0; xreq[jj*N+i] = 0; jj++
+  :: else -> break
+  od;
+  LINE_CLEAR(i)
+}
+
+#define ACQ_ARRIVES(c, r) \
+  :: atomic { acq[c*N+i] & (1 << r) -> acq[c*N+i] = acq[c*N+i] & ~(1 << r); acquire(c, r, i); CLEAN }
+#define REL_ARRIVES(c, b) \
+  :: atomic { rel[c*N+i] & (1 << b) -> rel[c*N+i] = rel[c*N+i] & ~(1 << b); release(c, b % R, b / R == 1, b >= R, i); CLEAN }
+#define X_ARRIVES(c) \
+  :: atomic { xreq[c*N+i] != 0 -> xrun(c, i); CLEAN }
+#ifdef LOSS
+#define LOST(c) \
+  :: atomic { acq[c*N+i] != 0 -> acq[c*N+i] = 0; CLEAN } \
+  :: atomic { xreq[c*N+i] != 0 -> xreq[c*N+i] = 0; CLEAN }
+#else
+#define LOST(c)
+#endif
+#define FROM(c) ACQ_ARRIVES(c, 0) ACQ_ARRIVES(c, 1) REL_ARRIVES(c, 0) REL_ARRIVES(c, 1) \
+  REL_ARRIVES(c, 2) REL_ARRIVES(c, 3) REL_ARRIVES(c, 4) REL_ARRIVES(c, 5) X_ARRIVES(c) LOST(c)
+
+proctype Node(byte i) {
+end:
+  do
+  FROM(0)
+  FROM(1)
+#if C > 2
+  FROM(2)
+#endif
+  :: atomic { key[i] != 0 && (kl[i] <= D || (key[i] & GONE && TOMB_LIFE == 0)) ->
+       printf("MSC: node %d: key %d expires\n", i, key[i]); key[i] = 0; mark[i] = 0; kl[i] = 0; CLEAN }
+#ifdef CRASH
+  :: atomic { faults < FAULTS ->
+       key[i] = 0; mark[i] = 0; st[i] = 0; g[i] = NONE; sid[i] = 0; f[i] = NONE; rr[i] = 0;
+       newServer(i); CLEAN }
+#endif
+#ifdef FAILOVER
+  :: atomic { faults == 0 ->
+       pkey[i] = key[i]; pkl[i] = kl[i]; pmark[i] = mark[i]; pst[i] = st[i];
+       pg[i] = g[i]; psid[i] = sid[i]; pf[i] = f[i]; prr[i] = rr[i]; CLEAN }
+  :: atomic { faults < FAULTS ->
+       key[i] = pkey[i]; kl[i] = pkl[i]; mark[i] = pmark[i]; st[i] = pst[i];
+       g[i] = pg[i]; sid[i] = psid[i]; f[i] = pf[i]; rr[i] = prr[i];
+       newServer(i); CLEAN }
+#endif
+  od
+}
+
+/* ---- Client steps: redlock/round.go, lock.go. ---- */
+
+/* send starts round rnd[c] of client c: the acquire to every node, each
+ * over a connection checked when it opened. */
+inline send(c) {
+  tok[c] = TOK(c, rnd[c]); rl[c] = T - ALLOW;
+  phase[c] = ACQ;
+  SEND_HOOK(c);
+  jj = 0;
+  do
+  :: jj < N ->
+     if
+     :: conn[c*N+jj] != rid[jj] -> check(c, jj)
+     :: else -> skip
+     fi;
+     rep[c*N+jj] = 0;
+     acq[c*N+jj] = acq[c*N+jj] | (1 << rnd[c]);
+     AGE_START(c, jj);
+     jj++
+  :: else -> break
+  od;
+  rnd[c]++;
+  printf("MSC: client %d: round %d sent\n", c, tok[c])
+}
+
+/* fail releases every node from the failed round of client c, its
+ * current token (Client.release), and ends the round. */
+/* MAYHOLD: node j may hold client c's token: it granted it, or its
+ * answer never came. A node that refused it needs no release: its acquire
+ * ran, and a release there would change nothing but leave a tombstone
+ * that no request of the token can meet. */
+#define MAYHOLD(c, jj) (mh[c] & (1 << jj))
+
+/* settle records where the decided round may hold its token, and forgets
+ * the replies (later ones are not read). */
+inline settle(c) {
+  mh[c] = 0; jj = 0;
+  do
+  :: jj < N ->
+     if
+     :: rep[c*N+jj] == 0 || rep[c*N+jj] == GRANTED -> mh[c] = mh[c] | (1 << jj)
+     :: else -> skip
+     fi;
+     rep[c*N+jj] = 0; repv[c*N+jj] = 0;
+     jj++
+  :: else -> break
+  od
+}
+
+/* CLEAR_X forgets the replies of a decided write-back or extend. */
+#define CLEAR_X(c) jj = 0; do :: jj < N -> xrep[c*N+jj] = 0; jj++ :: else -> break od
+
+inline fail(c) {
+  printf("MSC: client %d: round %d failed\n", c, tok[c]);
+  jj = 0;
+  do
+  :: jj < N && MAYHOLD(c, jj) -> rel[c*N+jj] = rel[c*N+jj] | (1 << (rnd[c] - 1)); jj++
+  :: jj < N && !MAYHOLD(c, jj) -> jj++
+  :: else -> break
+  od;
+  phase[c] = IDLE
+}
+
+/* DECIDED: quorum.Round.Await returns: a quorum of replies of kind ok
+ * (for an acquire, of any grant: the client then counts the known
+ * fences), or no reply can still come from any node that has not
+ * answered (its request was lost), or, with TIMEOUTS, at any moment. */
+#define PENDING(c, jj, reply) (reply[c*N+jj] == 0 && (acq[c*N+jj] != 0 || xreq[c*N+jj] != 0))
+#define OK(c, jj, reply, ok) (reply[c*N+jj] == ok)
+#define DECIDED(c, reply, ok) (TIMEOUT || DECIDABLE(c, reply, ok))
+#define DECIDABLE(c, reply, ok) ( \
+  (OK(c, 0, reply, ok) + OK(c, 1, reply, ok) + OK(c, 2, reply, ok) + (N > 3 && OK(c, 3, reply, ok)) + (N > 3 && OK(c, 4, reply, ok)) >= Q) || \
+  !(PENDING(c, 0, reply) || PENDING(c, 1, reply) || PENDING(c, 2, reply) || (N > 3 && PENDING(c, 3, reply)) || (N > 3 && PENDING(c, 4, reply))))
+/* SEND_OK: when client c may start a round. LATE3, for a control that
+ * needs only some runs: the third client starts once the second holds. */
+#ifdef LATE3
+#define SEND_OK(c) (c != 2 || phase[1] == HELD)
+#else
+#define SEND_OK(c) 1
+#endif
+
+/* URGENT: client c's round, write-back or extend can be decided without a
+ * timeout. quorum.Round.Await returns at that moment, so the decision is
+ * taken in the same tick: the clock waits for it. */
+#define URGENT(c) (c < C && ( \
+  (phase[c] == ACQ && DECIDABLE(c, rep, GRANTED)) || \
+  ((phase[c] == FENCEW || phase[c] == EXT) && DECIDABLE(c, xrep, 1)) || HAND_URGENT(c)))
+#ifdef TIMEOUTS
+#define TIMEOUT 1
+#else
+#define TIMEOUT 0
+#endif
+
+/* obtained: the lock is held for the ticks left, left. */
+inline obtained(c, left) {
+  ul[c] = left;
+  printf("MSC: client %d: holds %d for %d, fence %d\n", c, tok[c], ul[c], fence[c]);
+  exclusive(c);
+#ifdef FENCING
+  seqs++; seq[c] = seqs;
+  assert(fence[c] > maxFence);
+  maxFence = fence[c];
+#endif
+  extended[c] = 0; wrote[c] = 0; checked[c] = 0; rl[c] = 0;
+  phase[c] = HELD
+}
+
+proctype Client(byte c) {
+end:
+  do
+  :: atomic { phase[c] == IDLE && rnd[c] < R && SEND_OK(c) -> send(c); CLEAN }
+  :: atomic { phase[c] == IDLE && rnd[c] == R -> phase[c] = DONE; LEAVE(c); CLEAN }
+  :: atomic { phase[c] == ACQ && DECIDED(c, rep, GRANTED) ->
+       /* The round is decided: at a quorum, or once it cannot change. */
+       nn = 0; mm = 0; kk = 0; hh = 0; jj = 0;
+       do
+       :: jj < N ->
+          if
+          :: rep[c*N+jj] == GRANTED && (repv[c*N+jj] > 0 || !FENCED) ->
+             nn++;
+             if
+             :: repv[c*N+jj] > hh -> hh = repv[c*N+jj]
+             :: else -> skip
+             fi
+          :: rep[c*N+jj] == GUARDED -> mm++
+          :: else -> skip
+          fi;
+          if
+          :: rep[c*N+jj] != 0 && rep[c*N+jj] != GUARDED -> inService[c] = 1
+          :: else -> skip
+          fi;
+          if
+          :: rep[c*N+jj] != 0 -> kk++
+          :: else -> skip
+          fi;
+          jj++
+       :: else -> break
+       od;
+       if
+       :: nn >= Q && rl[c] > 0 ->
+#if defined(FENCING) && !defined(NOWRITEBACK)
+          fence[c] = hh;              /* repv is the counter + 1 */
+          jj = 0;
+          do
+          :: jj < N ->
+             if
+             :: rep[c*N+jj] == GRANTED -> xreq[c*N+jj] = XFENCE
+             :: else -> skip
+             fi;
+             jj++
+          :: else -> break
+          od;
+          settle(c);
+          phase[c] = FENCEW
+#else
+          fence[c] = FENCED * hh;
+          settle(c);
+          obtained(c, rl[c])
+#endif
+       :: else ->
+          /* Client.newDeployment: never in service, every node guarded. */
+          if
+          :: G > 0 && !inService[c] && mm == N && rnd[c] < R ->
+             jj = 0;
+             do
+             :: jj < N -> estId[c*N+jj] = repv[c*N+jj]; jj++
+             :: else -> break
+             od;
+             settle(c);
+             fail(c);
+             estRound[c] = rnd[c];
+             send(c)
+          :: else ->
+             settle(c);
+             fail(c);
+             JOINED(c)
+          fi
+       fi; CLEAN }
+  :: atomic { phase[c] == FENCEW && DECIDED(c, xrep, 1) ->
+       nn = 0; jj = 0;
+       do
+       :: jj < N ->
+          if
+          :: xrep[c*N+jj] == 1 -> nn++
+          :: else -> skip
+          fi;
+          jj++
+       :: else -> break
+       od;
+       CLEAR_X(c);
+       if
+       :: nn >= Q && rl[c] > 0 -> obtained(c, rl[c])
+       :: else -> fail(c); rl[c] = 0
+       fi; CLEAN }
+  /* The holder: extend once, write the resource, unlock. */
+#ifdef EXTEND
+  :: atomic { phase[c] == HELD && !extended[c] && ul[c] > 0 ->
+       extended[c] = 1; xl[c] = T - ALLOW; phase[c] = EXT;
+       jj = 0;
+       do
+       :: jj < N ->
+          if
+          :: conn[c*N+jj] != rid[jj] -> check(c, jj)
+          :: else -> skip
+          fi;
+          xreq[c*N+jj] = XEXT; xrep[c*N+jj] = 0; jj++
+       :: else -> break
+       od; CLEAN }
+  :: atomic { phase[c] == EXT && DECIDED(c, xrep, 1) ->
+       nn = 0; jj = 0;
+       do
+       :: jj < N ->
+          if
+          :: xrep[c*N+jj] == 1 -> nn++
+          :: else -> skip
+          fi;
+          jj++
+       :: else -> break
+       od;
+       phase[c] = HELD;
+       CLEAR_X(c);
+       if
+       :: nn >= Q && xl[c] > 0 ->
+          ul[c] = xl[c]; exclusive(c)
+       :: else -> skip                /* Until stays */
+       fi;
+       xl[c] = 0; CLEAN }
+#endif
+#ifdef FENCING
+  :: atomic { phase[c] == HELD && !wrote[c] && ul[c] > 0 -> checked[c] = 1; CLEAN }
+  :: atomic { checked[c] && !wrote[c] ->
+       /* the write, perhaps after a pause: refused below the largest fence */
+       wrote[c] = 1; checked[c] = 0;
+       if
+       :: fence[c] >= resMax ->
+          assert(seq[c] >= resSeq);   /* no later holder wrote */
+          resMax = fence[c]; resSeq = seq[c]
+       :: else -> skip
+       fi; CLEAN }
+#endif
+  :: atomic { phase[c] == HELD ->
+       jj = 0;
+       do
+       :: jj < N && (HANDOFF_ON || MAYHOLD(c, jj)) -> rel[c*N+jj] = rel[c*N+jj] | UNLOCK_BIT(c); jj++
+       :: jj < N && !(HANDOFF_ON || MAYHOLD(c, jj)) -> jj++
+       :: else -> break
+       od;
+       checked[c] = 0; ul[c] = 0; wrote[c] = 0; extended[c] = 0; fence[c] = 0; mh[c] = 0;
+       phase[c] = IDLE; CLEAN }
+  HANDOFF_STEPS(c)
+  od
+}
+
+#define ENDS_LATER(i) (i >= N || key[i] == 0 || kl[i] > 0)
+#define DOWN(x) if :: x > 0 -> x-- :: else -> skip fi
+
+/* Time: a tick, once every key that must end now has ended, counts down
+ * every time left, and drops the requests that are too old (ORPHAN). */
+proctype Clock() {
+end:
+  do
+  :: atomic {
+       !URGENT(0) && !URGENT(1) && !URGENT(2) &&
+       ENDS_LATER(0) && ENDS_LATER(1) && ENDS_LATER(2) && ENDS_LATER(3) && ENDS_LATER(4) ->
+       printf("MSC: tick\n");
+       jj = 0;
+       do
+       :: jj < N ->
+          DOWN(kl[jj]); DOWN(pkl[jj]);
+          if
+          :: g[jj] != NONE && g[jj] > 0 -> g[jj]--
+          :: else -> skip
+          fi;
+          if
+          :: pg[jj] != NONE && pg[jj] > 0 -> pg[jj]--
+          :: else -> skip
+          fi;
+          if
+          :: pkey[jj] != 0 && pkl[jj] == 0 -> pkey[jj] = 0; pmark[jj] = 0
+          :: else -> skip
+          fi;
+          jj++
+       :: else -> break
+       od;
+       jj = 0;
+       do
+       :: jj < C -> DOWN(rl[jj]); DOWN(ul[jj]); DOWN(xl[jj]); jj++
+       :: else -> break
+       od;
+       AGE_TICK(); CLEAN }
+  od
+}
+
+init {
+  byte i;
+  atomic {
+    i = 0;
+    do
+    :: i < N ->
+       g[i] = NONE; f[i] = NONE; pg[i] = NONE; pf[i] = NONE;
+       rid[i] = newId; newId++;
+       i++
+    :: else -> break
+    od;
+#ifndef FRESH
+    /* A deployment in service: every node established, its fence known. */
+    i = 0;
+    do
+    :: i < N ->
+       st[i] = 1; g[i] = 0; f[i] = 0; rr[i] = rid[i]; sid[i] = 1;
+       pst[i] = 1; pg[i] = 0; pf[i] = 0; prr[i] = rid[i]; psid[i] = 1; /* replicated */
+       i++
+    :: else -> break
+    od;
+#endif
+    i = 0;
+    do
+    :: i < C ->
+       estRound[i] = NONE;
+#ifndef FRESH
+       inService[i] = 1;
+#endif
+       i++
+    :: else -> break
+    od;
+    i = 0;
+    do
+    :: i < N -> run Node(i); i++
+    :: else -> break
+    od;
+    i = 0;
+    do
+    :: i < C -> run Client(i); i++
+    :: else -> break
+    od;
+    run Clock(); CLEAN
+  }
+}
