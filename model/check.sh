@@ -9,6 +9,8 @@
 # finds the error it was built for; its trail is replayed to count the
 # counterexample's events.
 # Usage: model/check.sh [name ...]   (default: every run but the EXTRA ones)
+# MODEL_MEM_MB bounds each run's memory (default 6000); MODEL_COLLAPSE=1
+# compresses the stored states of the properties' runs (slower, smaller).
 set -euo pipefail
 cd "$(dirname "$0")"
 command -v spin >/dev/null || { echo "check.sh: spin is not installed (apt-get install spin)" >&2; exit 2; }
@@ -51,7 +53,7 @@ while IFS='|' read -r name defs expect; do
   fi
   ( cd "$work" && rm -f pan pan.* ./*.trail
     spin $defs -a redlock.pml >/dev/null
-    if [ "$expect" = ok ]; then flags="-DSAFETY"; run="./pan -m$DEPTH -w26"; else flags="-DSAFETY -DBFS -DCOLLAPSE"; run=./pan; fi
+    if [ "$expect" = ok ]; then flags="-DSAFETY${MODEL_COLLAPSE:+ -DCOLLAPSE}"; run="./pan -m$DEPTH -w26"; else flags="-DSAFETY -DBFS -DCOLLAPSE"; run=./pan; fi
     gcc -O2 $flags -DMEMLIM="$MEM" -o pan pan.c 2>/dev/null
     start=$(date +%s%N)
     $run > out.txt 2>&1 || true
