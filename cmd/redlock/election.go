@@ -19,17 +19,9 @@ func election(ctx context.Context, args []string, out io.Writer) error {
 	nodesFlag := fs.String("nodes", "", nodesUsage+" (required)")
 	prefix := fs.String("prefix", "", "the Options.KeyPrefix of the campaigning clients")
 	watch := fs.Bool("watch", false, "print every change of leader, term or value until interrupted")
-	pos, err := parse(fs, args)
+	pos, err := parseOne(fs, args, "NAME", nodesFlag)
 	if err != nil {
 		return err
-	}
-	switch {
-	case len(pos) != 1:
-		return usagef("want exactly one NAME, got %d arguments", len(pos))
-	case pos[0] == "":
-		return usagef("empty NAME")
-	case *nodesFlag == "":
-		return usagef("--nodes is required")
 	}
 	addrs, _, err := parseNodes(*nodesFlag)
 	if err != nil {

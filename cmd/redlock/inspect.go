@@ -23,17 +23,9 @@ func inspect(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlags("inspect", "KEY --nodes NODE,... [--prefix P]", out)
 	nodesFlag := fs.String("nodes", "", nodesUsage+" (required)")
 	prefix := fs.String("prefix", "", "the Options.KeyPrefix of the locking clients")
-	pos, err := parse(fs, args)
+	pos, err := parseOne(fs, args, "KEY", nodesFlag)
 	if err != nil {
 		return err
-	}
-	switch {
-	case len(pos) != 1:
-		return usagef("want exactly one KEY, got %d arguments", len(pos))
-	case pos[0] == "":
-		return usagef("empty KEY")
-	case *nodesFlag == "":
-		return usagef("--nodes is required")
 	}
 	addrs, names, err := parseNodes(*nodesFlag)
 	if err != nil {
@@ -178,4 +170,21 @@ func short(tok string) string {
 		return tok
 	}
 	return tok[:8] + "…"
+}
+
+// parseOne parses args with fs for a command that takes exactly one
+// non-empty positional argument, called what in errors, and --nodes.
+func parseOne(fs flags, args []string, what string, nodes *string) ([]string, error) {
+	pos, err := parse(fs, args)
+	switch {
+	case err != nil:
+		return nil, err
+	case len(pos) != 1:
+		return nil, usagef("want exactly one %s, got %d arguments", what, len(pos))
+	case pos[0] == "":
+		return nil, usagef("empty %s", what)
+	case *nodes == "":
+		return nil, usagef("--nodes is required")
+	}
+	return pos, nil
 }
