@@ -2,6 +2,8 @@ package redlock
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,4 +68,164 @@ func TestHandOverLateAcquire(t *testing.T) {
 		assert.NotEqual(t, a.Token(), tok, "a's late acquire left its key on the slow node, pttl %v", admin.PTTL(ctx, "k").Val())
 		assert.NotEqual(t, b.Token(), tok)
 	}
+}
+
+// lateRig is three real servers, the last two of which a Client may reach
+// through proxies that delay its acquires beyond its rounds.
+type lateRig struct {
+	s       *redisproc.Servers
+	proxies []*faultproxy.Proxy // to servers 1 and 2
+	admin   []*redis.Client     // to each server, direct
+}
+
+// newLateRig starts the servers and proxies.
+func newLateRig(t *testing.T) *lateRig {
+	r := &lateRig{s: redisproc.StartT(t, 3)}
+	for i, addr := range r.s.Addrs {
+		r.admin = append(r.admin, redis.NewClient(&redis.Options{Addr: addr, Protocol: 2}))
+		t.Cleanup(func() { _ = r.admin[i].Close() })
+		if i > 0 {
+			p, err := faultproxy.NewProxy(addr)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = p.Close() })
+			r.proxies = append(r.proxies, p)
+		}
+	}
+	return r
+}
+
+// client returns a Client of the servers, through the proxies when slow,
+// whose deployment is established.
+func (r *lateRig) client(t *testing.T, slow bool) *Client {
+	addrs := append([]string(nil), r.s.Addrs...)
+	if slow {
+		addrs = []string{r.s.Addrs[0], r.proxies[0].Addr(), r.proxies[1].Addr()}
+	}
+	cl, err := Open(addrs, &Options{NodeTimeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cl.Close() })
+	warm, err := cl.Lock(t.Context(), "warm", 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(t.Context()))
+	settle(cl)
+	return cl
+}
+
+// failLate makes each of cls try k once while the proxies hold their
+// acquires for delay: each round fails, and its release reaches servers 1
+// and 2 first. It returns once every release has run.
+func (r *lateRig) failLate(t *testing.T, delay time.Duration, cls ...*Client) {
+	for _, p := range r.proxies {
+		p.SetLatency(delay, 0)
+	}
+	done := make(chan error, len(cls))
+	for _, cl := range cls {
+		go func() {
+			_, err := cl.TryLock(t.Context(), "k", time.Minute)
+			done <- err
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // the proxies have read the acquires, and hold them
+	for _, p := range r.proxies {
+		p.SetLatency(0, 0) // the releases, on new connections, overtake them
+	}
+	for range cls {
+		require.ErrorIs(t, <-done, ErrNotObtained)
+	}
+	for _, cl := range cls {
+		settle(cl)
+	}
+}
+
+// scriptCalls returns how many scripts server i has run.
+func (r *lateRig) scriptCalls(t *testing.T, i int) int64 {
+	info, err := r.admin[i].Info(t.Context(), "commandstats").Result()
+	require.NoError(t, err)
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"cmdstat_eval:", "cmdstat_evalsha:"} {
+			if rest, ok := strings.CutPrefix(line, cmd); ok {
+				var c int64
+				_, err := fmt.Sscanf(rest, "calls=%d", &c)
+				require.NoError(t, err)
+				n += c
+			}
+		}
+	}
+	return n
+}
+
+// landed waits until servers 1 and 2 have each run late more scripts, the
+// late acquires, since before.
+func (r *lateRig) landed(t *testing.T, before []int64, late int64) {
+	for i := 1; i < 3; i++ {
+		require.Eventually(t, func() bool { return r.scriptCalls(t, i) >= before[i]+late }, 10*time.Second, 5*time.Millisecond,
+			"server %d: the late acquires did not land", i)
+	}
+}
+
+// calls returns scriptCalls of every server.
+func (r *lateRig) calls(t *testing.T) []int64 {
+	return []int64{r.scriptCalls(t, 0), r.scriptCalls(t, 1), r.scriptCalls(t, 2)}
+}
+
+// leftFree asserts that no server holds k (a server may keep
+// tombstones), and that a new Client locks k at once.
+func (r *lateRig) leftFree(t *testing.T) {
+	for i, admin := range r.admin {
+		v, err := admin.Get(t.Context(), "k").Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		require.NoError(t, err)
+		h, _ := protocol.Holding(v)
+		assert.True(t, strings.HasPrefix(h, protocol.TombstonePrefix), "server %d: a late acquire left k holding %q (pttl %v)", i, v, admin.PTTL(t.Context(), "k").Val())
+	}
+	c := r.client(t, false)
+	l, err := c.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err, "a third Client cannot lock k")
+	require.NoError(t, l.Unlock(t.Context()))
+}
+
+// tombstoneOf waits until servers 1 and 2 hold tombstones only for k.
+func (r *lateRig) tombstoneOf(t *testing.T) {
+	for i := 1; i < 3; i++ {
+		require.Eventually(t, func() bool {
+			return strings.HasPrefix(r.admin[i].Get(t.Context(), "k").Val(), protocol.TombstonePrefix)
+		}, 5*time.Second, time.Millisecond, "server %d: no tombstone", i)
+	}
+}
+
+// TestLateAcquireAfterTakeover: a round's acquires to two of three servers
+// come after its release left its tombstones there, and after another
+// Client took the key over the tombstones and released it. The late
+// acquires set nothing, and a third Client locks the key at once.
+func TestLateAcquireAfterTakeover(t *testing.T) {
+	leakcheck.Check(t)
+	r := newLateRig(t)
+	a, b := r.client(t, true), r.client(t, false)
+	r.failLate(t, 3*time.Second, a)
+	r.tombstoneOf(t)
+	lb, err := b.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err, "b takes the key over a's tombstones")
+	require.NoError(t, lb.Unlock(t.Context()))
+	settle(b)
+	before := r.calls(t)
+	r.landed(t, before, 1)
+	r.leftFree(t)
+}
+
+// TestLateAcquiresTwoTombstones: two Clients' rounds fail on the same key
+// while their acquires to two of three servers are held; each release
+// finds the key missing or holding the other's tombstone. Neither late
+// acquire sets the key, and a third Client locks it at once.
+func TestLateAcquiresTwoTombstones(t *testing.T) {
+	leakcheck.Check(t)
+	r := newLateRig(t)
+	a, d := r.client(t, true), r.client(t, true)
+	r.failLate(t, 3*time.Second, a, d)
+	r.tombstoneOf(t)
+	before := r.calls(t)
+	r.landed(t, before, 2)
+	r.leftFree(t)
 }
