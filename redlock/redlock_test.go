@@ -287,10 +287,27 @@ func TestTombstone(t *testing.T) {
 	assert.Equal(t, int64(0), v, "another token finds the key free")
 	got, _ := value(m, "k")
 	assert.Equal(t, "other", got)
+	assert.InDelta(t, 10.0, m.TTL("k").Seconds(), 0.1, "the TTL of the holder")
 
-	// A release of a key that is there deletes it and leaves nothing.
+	// The key keeps the tombstone while another token holds it, and after.
+	v, err = runAcquire(t.Context(), n, "k", "late", 10000).Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(-3), v, "the late SET, while another token holds the key")
 	release("other")
-	assert.False(t, m.Exists("k"))
+	raw, err := m.Get("k")
+	require.NoError(t, err)
+	assert.Equal(t, protocol.TombstonePrefix+"late", raw, "the release of the holder leaves the tombstone it kept")
+	v, err = runAcquire(t.Context(), n, "k", "late", 10000).Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(-3), v, "the late SET, after the holder's release")
+
+	// A release of a key that keeps no tombstone deletes it and leaves nothing.
+	v, err = runAcquire(t.Context(), n, "k2", "other", 10000).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(0), v)
+	_, err = scripts.Release.Run(t.Context(), n, []string{"k2"}, "other", 2000).Result()
+	require.NoError(t, err)
+	assert.False(t, m.Exists("k2"))
 }
 
 func TestIdempotentAcquire(t *testing.T) {

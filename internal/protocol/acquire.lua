@@ -10,14 +10,14 @@
 -- ARGV[4+argc], the id of a guarded state to establish at once (sent only
 -- by a client that saw every node guarded at once: a new deployment), and
 -- ARGV[5+argc], the token of an earlier lock of the same client that this
--- round takes over: a key that holds it counts as free, as does another
--- token's tombstone ("@GONE@" .. token, see release.lua). A key's mark
--- (value.lua) stays when the round sets the key.
+-- round takes over: a key that holds it counts as free, as does one that
+-- holds only tombstones (tombstone.lua). A key that the round sets keeps
+-- its mark and its tombstones (value.lua).
 -- Returns 0 when every key now holds our token (newly set, or already
 -- ours: a lost reply or a retry, which resets the TTL), or, for a fenced
 -- client, {0, f} (f = -1: unknown); the largest TTL in ms (≥ 1) left to the
 -- keys another token holds, or -1 when one has no expiry; -3 when a key
--- holds this very token's tombstone (the round gave up on this node and
+-- keeps this very token's tombstone (the round gave up on this node and
 -- released it before this request came); {-2, ms left, id} when the node
 -- is in its restart guard, which is read only before a grant.
 -- A "--@name" line is where a waiting strategy's code for that hook goes
@@ -71,7 +71,9 @@ local function guarded()
   return nil
 end
 
--- granted is the reply once every key holds the token.
+-- granted is the reply once every key holds the token; tails[i] is what
+-- follows the token on key i (its tombstones), nil for nothing.
+local tails = {}
 local function granted()
   --@granted
   if not fenced then return 0 end
@@ -90,14 +92,14 @@ if first == false then -- the single key, set above
   return granted()
 end
 if type(first) ~= 'string' then first = nil end
-local wait, marks = 0, {}
+local wait, marks, rests = 0, {}, {}
 for i = 1, #KEYS - 1 do
   local key, v = KEYS[i], first
   if i > 1 or not v then v = redis.call('GET', key) end
-  local h, mark = holder(v)
-  marks[i] = mark
-  if h == '@GONE@' .. token then return -3 end
-  local free = not h or h == token or h == over or string.sub(h, 1, #'@GONE@') == '@GONE@'
+  local h, mark, rest = holder(v)
+  marks[i], rests[i] = mark, rest
+  if rest ~= '' and buried(rest, token) then return -3 end
+  local free = not h or h == token or h == over
   --@free
   if not free then
     local left = redis.call('PTTL', key)
@@ -113,6 +115,6 @@ end
 local g = guarded()
 if g then return g end
 for i = 1, #KEYS - 1 do
-  redis.call('SET', KEYS[i], marks[i] .. token, 'PX', ttl)
+  tails[i] = bury(KEYS[i], marks[i] .. token, rests[i], ttl)
 end
 return granted()

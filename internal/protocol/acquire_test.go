@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,27 +23,37 @@ func TestAcquireCases(t *testing.T) {
 	p := New(time.Minute, false, Handoff, "")
 
 	const token, prev, prevRound = "tok-new", "tok-prev", "tok-round"
+	now := nodeTime(t, node)
+	later := tombstone("a", now+time.Minute) // a tombstone that keeps a minute
 	cases := []struct {
 		name  string
 		value string // "" for no key
 		ttl   time.Duration
 		want  AcquireKind
-		held  bool // the key holds token afterwards
+		held  bool     // the key holds token afterwards
+		kept  []string // and keeps the tombstones of these tokens
 	}{
-		{"free", "", 0, Granted, true},
-		{"own token (a retry)", token, time.Second, Granted, true},
-		{"own token, waited for", WaitedPrefix + token, time.Second, Granted, true},
-		{"another token", "tok-other", time.Minute, Taken, false},
-		{"another token, waited for", WaitedPrefix + "tok-other", time.Minute, Taken, false},
-		{"another token, no expiry", "tok-other", 0, Taken, false},
-		{"another token's tombstone", TombstonePrefix + "tok-other", time.Minute, Granted, true},
-		{"own tombstone", TombstonePrefix + token, time.Minute, Gone, false},
-		{"the handed-over lock of the same client", prev, time.Minute, Granted, true},
-		{"the handed-over lock of the same client, waited for", WaitedPrefix + prev, time.Minute, Granted, true},
-		{"a handoff to the handed-over lock's round", HandPrefix + prev, time.Minute, Granted, true},
-		{"a handoff to the waiter's previous round", WaitedPrefix + HandPrefix + prevRound, time.Minute, Granted, true},
-		{"the waiter's previous round, not yet cleaned up", prevRound, time.Minute, Granted, true},
-		{"a handoff to another round", WaitedPrefix + HandPrefix + "tok-other", time.Minute, Taken, false},
+		{"free", "", 0, Granted, true, nil},
+		{"own token (a retry)", token, time.Second, Granted, true, nil},
+		{"own token, waited for", WaitedPrefix + token, time.Second, Granted, true, nil},
+		{"another token", "tok-other", time.Minute, Taken, false, nil},
+		{"another token, waited for", WaitedPrefix + "tok-other", time.Minute, Taken, false, nil},
+		{"another token, no expiry", "tok-other", 0, Taken, false, nil},
+		{"another token's tombstone", TombstonePrefix + "tok-other", time.Minute, Granted, true, []string{"tok-other"}},
+		{"two tombstones", later[1:] + tombstone("b", now+time.Hour), time.Hour, Granted, true, []string{"a", "b"}},
+		{"an expired tombstone", later[1:] + tombstone("b", now-time.Second), time.Hour, Granted, true, []string{"a"}},
+		{"own token, keeping a tombstone", token + later, time.Second, Granted, true, []string{"a"}},
+		{"own token, waited for, keeping a tombstone", WaitedPrefix + token + later, time.Second, Granted, true, []string{"a"}},
+		{"own tombstone", TombstonePrefix + token, time.Minute, Gone, false, nil},
+		{"own tombstone after another", later[1:] + tombstone(token, now+time.Hour), time.Hour, Gone, false, nil},
+		{"own tombstone, kept by another token", "tok-other" + tombstone(token, now+time.Hour), time.Minute, Gone, false, nil},
+		{"another token, keeping a tombstone", "tok-other" + later, time.Minute, Taken, false, nil},
+		{"the handed-over lock of the same client", prev, time.Minute, Granted, true, nil},
+		{"the handed-over lock of the same client, waited for", WaitedPrefix + prev, time.Minute, Granted, true, nil},
+		{"a handoff to the handed-over lock's round", HandPrefix + prev, time.Minute, Granted, true, nil},
+		{"a handoff to the waiter's previous round", WaitedPrefix + HandPrefix + prevRound, time.Minute, Granted, true, nil},
+		{"the waiter's previous round, not yet cleaned up", prevRound, time.Minute, Granted, true, nil},
+		{"a handoff to another round", WaitedPrefix + HandPrefix + "tok-other", time.Minute, Taken, false, nil},
 	}
 	for _, tc := range cases {
 		for _, keys := range [][]string{{"k"}, {"k", "k2"}} {
@@ -58,19 +70,19 @@ func TestAcquireCases(t *testing.T) {
 				require.NoError(t, err)
 				assert.Equal(t, tc.want, r.Kind)
 				got := node.Get(ctx, "k").Val()
-				before, waited := Holding(tc.value)
+				_, waited := Holding(tc.value)
 				switch {
 				case tc.held:
-					// A key taken over keeps its mark; a free one gets none.
-					want := token
-					if waited {
-						want = WaitedPrefix + token
-					}
-					assert.Equal(t, want, got)
+					// A key taken over keeps its mark and its tombstones; a
+					// free one gets none.
+					h, marked := Holding(got)
+					assert.Equal(t, token, h)
+					assert.Equal(t, waited, marked)
+					assert.Equal(t, tc.kept, buriedTokens(t, node, got), "the tombstones kept")
 					assert.InDelta(t, 30*time.Second, node.PTTL(ctx, "k").Val(), float64(time.Second), "the TTL asked for")
 				case tc.want == Taken && tc.ttl > 0:
 					// The holder keeps its token and its TTL, marked as waited for.
-					assert.Equal(t, WaitedPrefix+before, got, "the key is marked, its value kept")
+					assert.Equal(t, WaitedPrefix+strings.TrimPrefix(tc.value, WaitedPrefix), got, "the key is marked, its value kept")
 					assert.InDelta(t, tc.ttl, node.PTTL(ctx, "k").Val(), float64(time.Second), "the holder's TTL is kept")
 				default:
 					assert.Equal(t, tc.value, got, "the key is untouched")
@@ -222,4 +234,47 @@ func oneNode(t *testing.T, established bool) *redis.Client {
 		require.NoError(t, node.HSet(t.Context(), StateKey, "g", "0").Err())
 	}
 	return node
+}
+
+// nodeTime returns node's clock, as the scripts read it (TIME).
+func nodeTime(t *testing.T, node *redis.Client) time.Duration {
+	t.Helper()
+	now, err := node.Time(t.Context()).Result()
+	require.NoError(t, err)
+	return time.Duration(now.UnixMilli()) * time.Millisecond
+}
+
+// tombstone returns token's tombstone as a key keeps it after a holder,
+// expiring at node time at (see nodeTime).
+func tombstone(token string, at time.Duration) string {
+	return "\n" + TombstonePrefix + token + "\t" + strconv.FormatInt(at.Milliseconds(), 10)
+}
+
+// buriedTokens returns the tokens whose tombstones value keeps, in order,
+// and checks that each one expires within a day of node time, and that
+// the key expires no earlier than its last tombstone.
+func buriedTokens(t *testing.T, node *redis.Client, value string) []string {
+	t.Helper()
+	_, tail, _ := strings.Cut(value, "\n")
+	if strings.HasPrefix(value, TombstonePrefix) {
+		tail = value
+	}
+	now := nodeTime(t, node)
+	var tokens []string
+	for e := range strings.SplitSeq(tail, "\n") {
+		if e == "" {
+			continue
+		}
+		tomb, exp, ok := strings.Cut(e, "\t")
+		tok, isTomb := strings.CutPrefix(tomb, TombstonePrefix)
+		require.True(t, isTomb, "%q is not a tombstone", e)
+		if ok {
+			ms, err := strconv.ParseInt(exp, 10, 64)
+			require.NoError(t, err)
+			at := time.Duration(ms) * time.Millisecond
+			assert.True(t, at > now && at < now+24*time.Hour, "%s's tombstone expires at %v, node time %v", tok, at, now)
+		}
+		tokens = append(tokens, tok)
+	}
+	return tokens
 }

@@ -16,7 +16,8 @@
 -- that is refused joins the line (entry, see handoff.lua), keeping its
 -- place; a grant leaves it, and marks the keys when others are still in
 -- line (a waiter's round with '1' or '2'), so that the release names the
--- next of them.
+-- next of them; the mark keeps the keys' tombstones (tails, see
+-- acquire.lua).
 -- release: an announced release of KEYS[1] names the first in line, the
 -- lowest ticket, whom it takes off the line; other keys name nobody. An
 -- entry of a waiter that joined for a handoff (handoff.lua) is named by
@@ -69,7 +70,7 @@ if place and entries ~= '' then
   --@forget
   if redis.pcall('EXISTS', line) == 1 then
     for i = 1, #KEYS - 1 do
-      redis.pcall('SET', KEYS[i], '@WAITED@' .. token, 'KEEPTTL')
+      redis.pcall('SET', KEYS[i], '@WAITED@' .. token .. (tails[i] or ''), 'KEEPTTL')
     end
   end
 end

@@ -29,8 +29,11 @@ const (
 	// checked it ("r", see check.lua). On a Redis Cluster node there is one per hash
 	// slot (see [SlotStateKey]). Lock keys must not start with it.
 	StateKey = "redquorum:node"
-	// TombstonePrefix, followed by a token, is the value a release leaves
-	// where a key is missing, so that the token's late SET is refused.
+	// TombstonePrefix, followed by a token, is the tombstone a release
+	// leaves on a key that does not hold the token, so that the token's
+	// late SET is refused. A key keeps its tombstones after its holder's
+	// token, each after a '\n' (see tombstone.lua); a key with no holder
+	// begins with the first of them, and counts as free.
 	TombstonePrefix = "redquorum:gone:"
 	// ReleasedChannel, followed by a key as stored, is the channel on which
 	// an unlock announces the key's release. The message names the first
@@ -72,11 +75,18 @@ const (
 	WaitedPrefix = "w:"
 )
 
+// MaxTombstones is the most tombstones a key keeps (see
+// [TombstonePrefix]); beyond it, a release drops the one that expires
+// first.
+const MaxTombstones = 8
+
 // Holding returns the token or hand value that value, read from a lock
-// key, holds, without the mark of [WaitedPrefix], and whether the mark
-// was there.
+// key, holds, without the mark of [WaitedPrefix] and the tombstones that
+// follow it, and whether the mark was there. For a key that holds only
+// tombstones it returns the first of them ([TombstonePrefix]): free.
 func Holding(value string) (token string, waited bool) {
 	token, waited = strings.CutPrefix(value, WaitedPrefix)
+	token, _, _ = strings.Cut(token, "\n")
 	return token, waited
 }
 
@@ -110,6 +120,8 @@ var (
 	newStateLua string
 	//go:embed value.lua
 	valueLua string
+	//go:embed tombstone.lua
+	tombstoneLua string
 	//go:embed announce.lua
 	announceLua string
 	//go:embed inline.lua
@@ -128,12 +140,12 @@ type script struct {
 
 // names fills in the reserved names of the scripts.
 func names() *strings.Replacer {
-	return strings.NewReplacer("@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@LINE@", LinePrefix, "@HAND@", HandPrefix, "@WAITED@", WaitedPrefix, "@STATE@", StateKey, "@LEADER@", LeaderPrefix)
+	return strings.NewReplacer("@MAXGONE@", strconv.Itoa(MaxTombstones), "@GONE@", TombstonePrefix, "@RELEASED@", ReleasedChannel, "@LINE@", LinePrefix, "@HAND@", HandPrefix, "@WAITED@", WaitedPrefix, "@STATE@", StateKey, "@LEADER@", LeaderPrefix)
 }
 
 // newScript returns the script made of parts, in order.
 func newScript(parts ...string) script {
-	included := strings.NewReplacer("@VALUE@", valueLua, "@NEWSTATE@", newStateLua)
+	included := strings.NewReplacer("@VALUE@", valueLua+"\n"+tombstoneLua, "@NEWSTATE@", newStateLua)
 	src := names().Replace(included.Replace(strings.Join(parts, "\n")))
 	sum := sha1.Sum([]byte(src))
 	return script{src: src, sha: hex.EncodeToString(sum[:])}

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -76,6 +77,20 @@ func TestReleaseWaited(t *testing.T) {
 		assert.Equal(t, "3:"+HandPrefix+"rk", m.Payload, "the hand value unmarked, then the key")
 		assert.Nil(t, heard(), "and not announced to the others")
 	})
+	t.Run("waited for, keeping a tombstone: not handed off", func(t *testing.T) {
+		// The waiter may be a client of the previous release, which would
+		// not know its hand value followed by a tombstone: it is named.
+		entry := redis.Z{Score: 1, Member: "i|r|30000|" + HandChannel + "w"}
+		tomb := tombstone("a", nodeTime(t, node)+time.Hour)
+		require.EqualValues(t, 1, release(WaitedPrefix+"tok"+tomb, entry))
+		assert.Equal(t, TombstonePrefix+"a", node.Get(ctx, "k").Val(), "the key keeps only its tombstone, in the form of one alone")
+		assert.InDelta(t, time.Hour, node.PTTL(ctx, "k").Val(), float64(time.Second), "until it expires")
+		m := heard()
+		require.NotNil(t, m, "the release is announced")
+		assert.Equal(t, ReleasedChannel+"k", m.Channel)
+		assert.Equal(t, "r", m.Payload, "naming the waiter by its round's token")
+		assert.Nil(t, heard(), "and nothing is handed off")
+	})
 	t.Run("waited for, the next in line's client is gone", func(t *testing.T) {
 		// Nobody listens on the first waiter's channel: the PUBLISH that
 		// tells it reaches nobody, so the key goes to the waiter after it.
@@ -113,6 +128,65 @@ func TestReleaseWaited(t *testing.T) {
 		require.NoError(t, err)
 		assert.False(t, Held(n), "another token does not extend it")
 	})
+}
+
+// TestReleaseTombstones runs release.lua on a real server for each value
+// a lock key can hold with tombstones (tombstone.lua): what the key keeps
+// afterwards, and for how long.
+func TestReleaseTombstones(t *testing.T) {
+	ctx := t.Context()
+	node := oneNode(t, true)
+	p := New(time.Minute, false, Handoff, "")
+	now := nodeTime(t, node)
+	a, b := tombstone("a", now+time.Hour), tombstone("b", now+2*time.Hour)
+	expired := tombstone("x", now-time.Second)
+	var eight string // eight tombstones, the first expiring soonest
+	for i := range MaxTombstones {
+		eight += tombstone(string(rune('c'+i)), now+time.Hour+time.Duration(i)*time.Minute)
+	}
+	for _, tc := range []struct {
+		name  string
+		value string // "" for no key
+		ttl   time.Duration
+		kept  []string      // the tokens whose tombstones k keeps after the release of "tok"
+		left  time.Duration // k's TTL afterwards; 0: gone
+		alone bool          // k holds one tombstone, in the previous release's form
+	}{
+		{"missing", "", 0, []string{"tok"}, time.Minute, true},
+		{"holding tok", "tok", time.Minute, nil, 0, false},
+		{"another tombstone", TombstonePrefix + "a", time.Hour, []string{"a", "tok"}, time.Hour, false},
+		{"its own tombstone (a release delivered again)", TombstonePrefix + "tok", time.Hour, []string{"tok"}, time.Hour, true},
+		{"its own tombstone among others", a[1:] + tombstone("tok", now+time.Minute), time.Hour, []string{"a", "tok"}, time.Hour, false},
+		{"two tombstones", a[1:] + b, 2 * time.Hour, []string{"a", "b", "tok"}, 2 * time.Hour, false},
+		{"an expired tombstone", expired[1:] + a, time.Hour, []string{"a", "tok"}, time.Hour, false},
+		{"tok keeping a tombstone", "tok" + a, time.Minute, []string{"a"}, time.Hour, true},
+		{"tok keeping two", WaitedPrefix + "tok" + b + a, time.Minute, []string{"b", "a"}, 2 * time.Hour, false},
+		{"tok keeping an expired tombstone", "tok" + expired, time.Minute, nil, 0, false},
+		{"another token (left alone)", "tok-other" + a, time.Minute, []string{"a"}, time.Minute, false},
+		{"the most tombstones: the first to expire is dropped", eight[1:], time.Hour, []string{"d", "e", "f", "g", "h", "i", "j", "tok"}, 2 * time.Hour, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, node.Del(ctx, "k").Err())
+			if tc.value != "" {
+				require.NoError(t, node.Set(ctx, "k", tc.value, tc.ttl).Err())
+			}
+			ttl := time.Minute
+			if tc.name == "the most tombstones: the first to expire is dropped" {
+				ttl = 2 * time.Hour
+			}
+			_, err := p.RunInt(ctx, node, p.Release(Release{Keys: []string{"k"}, Token: "tok", TTL: ttl}))
+			require.NoError(t, err)
+			v, err := node.Get(ctx, "k").Result()
+			if tc.left == 0 {
+				assert.ErrorIs(t, err, redis.Nil, "k is gone, not %q", v)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.kept, buriedTokens(t, node, v))
+			assert.InDelta(t, tc.left, node.PTTL(ctx, "k").Val(), float64(time.Second), "k's TTL")
+			assert.Equal(t, tc.alone, !strings.Contains(v, "\t"), "%q", v)
+		})
+	}
 }
 
 // TestLineKeyFromPrefix: with a key prefix, the acquire finds the line
