@@ -39,12 +39,14 @@ func (c *Client) Holder(ctx context.Context, key string) (Holder, error) {
 	byToken := map[string][]time.Duration{}
 	free := 0
 	for _, v := range vals {
-		switch {
-		case v == nil: // no answer
-		case v[0].Data == "" || strings.HasPrefix(v[0].Data, protocol.TombstonePrefix):
-			free++ // missing, or a tombstone that grants nothing
+		if v == nil {
+			continue // no answer
+		}
+		switch h, _ := protocol.Holding(v[0].Data); {
+		case h == "" || strings.HasPrefix(h, protocol.TombstonePrefix):
+			free++ // missing, or tombstones that grant nothing
 		case v[0].TTL > 0:
-			byToken[v[0].Data] = append(byToken[v[0].Data], v[0].TTL)
+			byToken[h] = append(byToken[h], v[0].TTL)
 		}
 	}
 	if free >= c.cfg.quorum {
@@ -109,7 +111,7 @@ func heldFor(vals []node.Value, token string) (time.Duration, bool) {
 	}
 	left := time.Duration(-1)
 	for _, v := range vals {
-		if v.Data != token || v.TTL <= 0 {
+		if h, _ := protocol.Holding(v.Data); h != token || v.TTL <= 0 {
 			return 0, false
 		}
 		if left < 0 || v.TTL < left {

@@ -82,7 +82,7 @@ var errLeaderUnknown = errors.New("redlock: leader unknown: too few nodes answer
 // holds.
 func vouches(v []node.Value) (protocol.Record, bool) {
 	rec, ok := protocol.ParseRecord(v[1].Data)
-	if !ok || v[0].TTL <= 0 || v[0].Data != rec.Token {
+	if h, _ := protocol.Holding(v[0].Data); !ok || v[0].TTL <= 0 || h != rec.Token {
 		return protocol.Record{}, false
 	}
 	return rec, true

@@ -6,13 +6,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/redquorum/redquorum/internal/protocol"
 )
 
 // Value is what a node holds at one key.
 type Value struct {
-	Data string        // "" when the key is missing; without the mark of a key waited for (protocol.WaitedPrefix)
+	Data string        // the value as stored ("" when the key is missing); protocol.Holding reads a lock key's
 	TTL  time.Duration // the key's remaining TTL; not positive when it has none or is missing
 }
 
@@ -39,8 +37,7 @@ func (n *Node) Read(ctx context.Context, keys []string) ([]Value, error) {
 		if err := ttls[i].Err(); err != nil {
 			return nil, err
 		}
-		data, _ := protocol.Holding(gets[i].Val())
-		vals[i] = Value{Data: data, TTL: ttls[i].Val()}
+		vals[i] = Value{Data: gets[i].Val(), TTL: ttls[i].Val()}
 	}
 	return vals, nil
 }

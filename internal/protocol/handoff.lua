@@ -28,10 +28,8 @@
 -- waiter whose process is gone (its entry is dropped and the next tried).
 -- A key handed off is kept, and not announced: the others have nothing
 -- to try until the next release. Otherwise the waiter is named, by its
--- token; so is it when the key keeps tombstones (rest, see value.lua),
--- since a waiter of the previous release would not know its hand value
--- followed by them. A grant that marks its keys keeps their tombstones
--- (tails, see acquire.lua).
+-- token. A key handed off keeps its tombstones (rest, see value.lua), as
+-- does a grant that marks its keys (tails, see acquire.lua).
 
 --@@quiet
 quiet = quiet and string.sub(token, 1, #'@HAND@') ~= '@HAND@' -- a grant marks a hand value's keys
@@ -97,12 +95,12 @@ if i == 1 then
     local ids, hold, ch = string.match(next, '^(.+)|(%d+)|([^|]+)$')
     if not ids or #ids % 2 == 0 then break end -- a waiter that is only named
     next = string.sub(ids, (#ids + 1) / 2 + 1) -- its round's token
-    if #KEYS > 1 or rest ~= '' or (ARGV[5] ~= '1' and redis.pcall('HGET', announce, 'g') ~= '0') then break end
+    if #KEYS > 1 or (ARGV[5] ~= '1' and redis.pcall('HGET', announce, 'g') ~= '0') then break end
     local value = '@HAND@' .. next
-    -- Set before it is told: a SET that fails ends the script before
-    -- anyone heard of the handoff. To the client: the hand value's
-    -- length, ':', the value and the key.
-    redis.call('SET', key, '@WAITED@' .. value, 'PX', hold)
+    -- Set before it is told, keeping the key's tombstones: a SET that
+    -- fails ends the script before anyone heard of the handoff. To the
+    -- client: the hand value's length, ':', the value and the key.
+    bury(key, '@WAITED@' .. value, rest, hold)
     local heard = redis.pcall('PUBLISH', ch, #value .. ':' .. value .. key)
     if type(heard) ~= 'number' then break end -- an ACL without the channel: only named
     if heard > 0 then

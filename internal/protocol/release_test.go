@@ -77,19 +77,21 @@ func TestReleaseWaited(t *testing.T) {
 		assert.Equal(t, "3:"+HandPrefix+"rk", m.Payload, "the hand value unmarked, then the key")
 		assert.Nil(t, heard(), "and not announced to the others")
 	})
-	t.Run("waited for, keeping a tombstone: not handed off", func(t *testing.T) {
-		// The waiter may be a client of the previous release, which would
-		// not know its hand value followed by a tombstone: it is named.
+	t.Run("waited for, keeping tombstones, handed off", func(t *testing.T) {
+		now := nodeTime(t, node)
+		tomb, expired := tombstone("a", now+time.Hour), tombstone("x", now-time.Second)
 		entry := redis.Z{Score: 1, Member: "i|r|30000|" + HandChannel + "w"}
-		tomb := tombstone("a", nodeTime(t, node)+time.Hour)
-		require.EqualValues(t, 1, release(WaitedPrefix+"tok"+tomb, entry))
-		assert.Equal(t, TombstonePrefix+"a", node.Get(ctx, "k").Val(), "the key keeps only its tombstone, in the form of one alone")
-		assert.InDelta(t, time.Hour, node.PTTL(ctx, "k").Val(), float64(time.Second), "until it expires")
+		require.EqualValues(t, 1, release(WaitedPrefix+"tok"+tomb+expired, entry))
+		assert.Equal(t, WaitedPrefix+HandPrefix+"r"+tomb, node.Get(ctx, "k").Val(), "handed off, marked, keeping its live tombstone")
+		assert.InDelta(t, 30*time.Second, node.PTTL(ctx, "k").Val(), float64(time.Second), "for the waiter's TTL")
 		m := heard()
-		require.NotNil(t, m, "the release is announced")
-		assert.Equal(t, ReleasedChannel+"k", m.Channel)
-		assert.Equal(t, "r", m.Payload, "naming the waiter by its round's token")
-		assert.Nil(t, heard(), "and nothing is handed off")
+		require.NotNil(t, m, "the handoff is told to the waiter's client")
+		assert.Equal(t, "3:"+HandPrefix+"rk", m.Payload, "the hand value alone, then the key")
+		assert.Nil(t, heard())
+		n, err := p.RunInt(ctx, node, p.Release(Release{Keys: []string{"k"}, Token: HandPrefix + "r", TTL: time.Minute}))
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, n, "the hand value's release")
+		assert.Equal(t, TombstonePrefix+"a", node.Get(ctx, "k").Val(), "leaves the tombstone alone")
 	})
 	t.Run("waited for, the next in line's client is gone", func(t *testing.T) {
 		// Nobody listens on the first waiter's channel: the PUBLISH that
