@@ -142,6 +142,14 @@ func TestAcquireLineEntries(t *testing.T) {
 	assert.Equal(t, WaitedPrefix+"tok-n", node.Get(ctx, "k").Val(), "another waiter is in line: the key is marked")
 	assert.InDelta(t, 30*time.Second, node.PTTL(ctx, "k").Val(), float64(time.Second), "with the TTL asked for")
 
+	reset(false)
+	require.NoError(t, node.Set(ctx, "k", TombstonePrefix+"a", time.Minute).Err())
+	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n", Join: Join{Prev: "tok-p", Entries: MayHave}}))
+	v := node.Get(ctx, "k").Val()
+	h, marked := Holding(v)
+	assert.True(t, marked && h == "tok-n", "a grant over a tombstone marks the key: %q", v)
+	assert.Equal(t, []string{"a"}, buriedTokens(t, node, v), "and keeps the tombstone")
+
 	require.NoError(t, node.Del(ctx, "k", line).Err())
 	require.NoError(t, node.ZAdd(ctx, line, redis.Z{Score: 1, Member: prevRound}).Err())
 	require.Equal(t, Granted, acquire(Acquire{Token: "tok-n", Join: Join{Prev: "tok-p", Entries: MayHave}}))
