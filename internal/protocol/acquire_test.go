@@ -230,7 +230,7 @@ func TestKernelIgnoresWaiting(t *testing.T) {
 
 // oneNode starts a redis-server for t and returns a client of it; with
 // established, the node's state is that of an established deployment.
-func oneNode(t *testing.T, established bool) *redis.Client {
+func oneNode(t testing.TB, established bool) *redis.Client {
 	t.Helper()
 	redisproc.Require(t)
 	s, err := redisproc.Start(t.Context(), 1)
