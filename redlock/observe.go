@@ -54,6 +54,13 @@ const (
 	OpExtend      Op = "extend"
 	OpUnlock      Op = "unlock"
 	OpDo          Op = "do"
+
+	OpAcquire    Op = "acquire"    // Semaphore.Acquire
+	OpTryAcquire Op = "tryacquire" // Semaphore.TryAcquire
+	OpRLock      Op = "rlock"      // RWMutex.RLock
+	OpTryRLock   Op = "tryrlock"   // RWMutex.TryRLock
+	OpWLock      Op = "wlock"      // RWMutex.Lock
+	OpTryWLock   Op = "trywlock"   // RWMutex.TryLock
 )
 
 // Outcome is how an operation ended; its values are few and fixed, fit for
