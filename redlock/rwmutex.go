@@ -2,8 +2,10 @@ package redlock
 
 import (
 	"context"
-	"errors"
+	"strconv"
 	"time"
+
+	"github.com/redquorum/redquorum/internal/protocol"
 )
 
 // RWMutexReaders is how many readers may hold a [RWMutex] at once: its
@@ -13,9 +15,10 @@ const RWMutexReaders = 64
 // RWMutex is a read-write lock on the Client's nodes: many readers at
 // once (up to [RWMutexReaders]), or one writer and no reader. A reader
 // holds one slot of a semaphore; a writer holds every slot, in one lock of
-// many keys, so reader and writer exclude each other by each slot's
-// mutual exclusion. A waiting writer makes new readers wait, so a stream
-// of readers cannot starve it (see docs/DESIGN.md, "Semaphores and
+// many keys, so readers and writers exclude each other by each slot's
+// mutual exclusion, under the same assumptions as a [Lock]. A waiting
+// writer leaves an intent on the nodes that makes new readers wait, so a
+// stream of readers cannot starve it (see docs/DESIGN.md, "Semaphores and
 // read-write locks"). An RWMutex is a name and a Client: it holds no
 // state, and is safe for concurrent use.
 type RWMutex struct {
@@ -23,36 +26,86 @@ type RWMutex struct {
 }
 
 // RWMutex returns the read-write lock named name on c's nodes. Its keys
-// are Options.KeyPrefix + "redquorum:rw:" + name and what follows. The
-// name is checked by the methods, as a [Semaphore]'s is.
+// are Options.KeyPrefix + "redquorum:rw:" + name, then ":" and a reader
+// slot's number, "limit", "writer" or "intent". The name is checked by
+// the methods, as a [Semaphore]'s is. On a Redis Cluster or Ring node, the
+// name needs a hash tag, as in "{prices}".
 func (c *Client) RWMutex(name string) *RWMutex {
-	return &RWMutex{sem: Semaphore{c: c, name: name, limit: RWMutexReaders}}
+	return &RWMutex{sem: Semaphore{c: c, name: name, limit: RWMutexReaders, prefix: protocol.RWMutexPrefix}}
 }
 
 // Name returns the read-write lock's name.
 func (rw *RWMutex) Name() string { return rw.sem.name }
 
-// RLock waits until no writer holds or waits for the lock and returns a
-// reader's [Lock], as [Client.Lock] waits. Uncontended, it costs one round
-// trip. Unlock, Extend, Until and TTL act on it as on any lock.
+// RLock waits until no writer holds or waits for the lock and a reader
+// slot is free, and returns the reader's [Lock], as [Client.Lock] waits.
+// Uncontended, it costs one round trip. Unlock, Extend, Until and TTL act
+// on it as on any lock; its Key is its slot's key. Errors are as for
+// [Semaphore.Acquire].
 func (rw *RWMutex) RLock(ctx context.Context, ttl time.Duration) (*Lock, error) {
-	return nil, errors.New("redlock: RWMutex.RLock: not implemented yet")
+	return rw.rlock(ctx, OpRLock, ttl, true)
 }
 
-// TryRLock is [RWMutex.RLock] in one attempt: it returns an error
-// wrapping [ErrNotObtained] when a writer holds or waits for the lock.
+// TryRLock is [RWMutex.RLock] without waiting: it returns an error
+// wrapping [ErrNotObtained] when a writer holds or waits for the lock, or
+// every reader slot is taken.
 func (rw *RWMutex) TryRLock(ctx context.Context, ttl time.Duration) (*Lock, error) {
-	return nil, errors.New("redlock: RWMutex.TryRLock: not implemented yet")
+	return rw.rlock(ctx, OpTryRLock, ttl, false)
+}
+
+func (rw *RWMutex) rlock(ctx context.Context, op Op, ttl time.Duration, wait bool) (*Lock, error) {
+	s := &rw.sem
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	c := s.c
+	l := protocol.Layer{Keys: []string{c.stored(s.key("limit")), c.stored(s.key("intent")), c.stored(s.key("writer"))},
+		Limit: strconv.Itoa(s.limit), Role: protocol.ReaderRole}
+	lock, _, err := c.slots(ctx, op, slotRounds{sem: s, layer: l, wait: wait, reader: true}, ttl)
+	return lock, err
 }
 
 // Lock waits until it holds the lock alone, with no reader and no other
-// writer, and returns the writer's [Lock]. While it waits, new readers
-// wait too.
+// writer, and returns the writer's [Lock]; its Key is the writer key, and
+// Keys also lists every reader slot. While it waits, its rounds leave an
+// intent on the nodes that refuses new readers, so that the readers
+// holding the lock drain; the intent lasts twice Options.MaxRetryDelay
+// and twice Options.NodeTimeout past the writer's last round, and a
+// writer's grant takes it off. Errors are as for [Semaphore.Acquire].
 func (rw *RWMutex) Lock(ctx context.Context, ttl time.Duration) (*Lock, error) {
-	return nil, errors.New("redlock: RWMutex.Lock: not implemented yet")
+	return rw.lock(ctx, OpWLock, ttl, true)
 }
 
-// TryLock is [RWMutex.Lock] in one attempt.
+// TryLock is [RWMutex.Lock] in one round: it returns an error wrapping
+// [ErrNotObtained] when a reader or a writer holds the lock. Its round
+// leaves no intent.
 func (rw *RWMutex) TryLock(ctx context.Context, ttl time.Duration) (*Lock, error) {
-	return nil, errors.New("redlock: RWMutex.TryLock: not implemented yet")
+	return rw.lock(ctx, OpTryWLock, ttl, false)
+}
+
+func (rw *RWMutex) lock(ctx context.Context, op Op, ttl time.Duration, wait bool) (*Lock, error) {
+	s := &rw.sem
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	c := s.c
+	var intent time.Duration // TryLock's round leaves no intent
+	if wait {
+		intent = 2*c.cfg.maxRetry + 2*c.cfg.nodeTimeout
+	}
+	l := protocol.Layer{Keys: []string{c.stored(s.key("limit")), c.stored(s.key("intent"))},
+		Limit: strconv.Itoa(s.limit), Role: protocol.WriterRole(intent, protocol.NewToken(c.cfg.owner))}
+	lock, _, err := c.slots(ctx, op, slotRounds{sem: s, layer: l, wait: wait, writer: s.key("writer")}, ttl)
+	return lock, err
+}
+
+// writerKeys returns the keys of a writer's lock, without the Client's
+// prefix: the writer key first, then every slot.
+func (s *Semaphore) writerKeys(writer string) []string {
+	keys := make([]string, 0, s.limit+1)
+	keys = append(keys, writer)
+	for i := range s.limit {
+		keys = append(keys, s.slotKey(i))
+	}
+	return keys
 }

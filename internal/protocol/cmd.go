@@ -38,6 +38,9 @@ type Acquire struct {
 	Over string
 	// Join is the waiting strategy's part, for a round of a waiter.
 	Join Join
+	// Layer is the limit layer's part, for a round of a semaphore or a
+	// read-write lock; zero for a lock.
+	Layer Layer
 }
 
 // Join is what a waiter's round tells the waiting strategy on the node
@@ -112,10 +115,16 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 			n = i + 1
 		}
 	}
-	cmd := make(Cmd, 0, 3+len(a.Keys)+3+n)
-	cmd = append(cmd, "evalsha", p.acquire.sha, len(a.Keys))
-	for _, k := range a.Keys {
-		cmd = append(cmd, k)
+	l := a.Layer
+	cmd := make(Cmd, 0, 3+len(a.Keys)+len(l.Keys)+5+n)
+	if l.Keys == nil {
+		cmd = append(cmd, "evalsha", p.acquire.sha, len(a.Keys))
+		for _, k := range a.Keys {
+			cmd = append(cmd, k)
+		}
+	} else {
+		cmd = append(cmd, "evalsha", p.limitAcquire.sha, len(a.Keys)+len(l.Keys))
+		cmd = append(appendKeys(cmd, a.Keys, l), l.Limit, l.Role)
 	}
 	cmd = append(cmd, a.Token, p.ttlArg(a.TTL), p.guard)
 	for _, v := range opt[:n] {
@@ -160,11 +169,16 @@ func (p *Protocol) Release(r Release) Cmd {
 // command, asked for, sharing acq's boxed keys, token and ttl: r's Keys,
 // Token and TTL are not read.
 func (p *Protocol) ReleaseAfter(acq Cmd, r Release) Cmd {
-	nkeys := acq[2].(int) - 1 // without the state key
+	all, layer := acq[2].(int), p.layerKeys(acq)
+	argv := 3 + all // the first argument: the token, or the layer's limit
+	if layer > 0 {
+		argv += 2
+	}
+	nkeys := all - 1 - layer // without the layer's keys and the state key
 	cmd := make(Cmd, 0, 3+nkeys+5)
 	cmd = append(cmd, "evalsha", p.release.sha, nkeys)
 	cmd = append(cmd, acq[3:3+nkeys]...)
-	return p.releaseArgs(cmd, acq[3+nkeys+1], acq[3+nkeys+2], r)
+	return p.releaseArgs(cmd, acq[argv], acq[argv+1], r)
 }
 
 // releaseArgs appends the arguments of r to cmd: token, ttl (its
@@ -201,6 +215,17 @@ func (p *Protocol) releaseArgs(cmd Cmd, token, ttl any, r Release) Cmd {
 // keys (the lock keys as stored, then the node's state key) to ttl.
 func (p *Protocol) Extend(keys []string, token string, ttl time.Duration) Cmd {
 	return newCmd(p.extend, keys, token, p.ttlArg(ttl), p.guard)
+}
+
+// ExtendIn is [Protocol.Extend] for a lock of the limit layer l (see
+// layer.lua), which also keeps l's limit record on the node for ttl.
+func (p *Protocol) ExtendIn(l Layer, keys []string, token string, ttl time.Duration) Cmd {
+	if l.Keys == nil {
+		return p.Extend(keys, token, ttl)
+	}
+	cmd := make(Cmd, 0, 3+len(keys)+len(l.Keys)+5)
+	cmd = append(cmd, "evalsha", p.limitExtend.sha, len(keys)+len(l.Keys))
+	return append(appendKeys(cmd, keys, l), l.Limit, l.Role, token, p.ttlArg(ttl), p.guard)
 }
 
 // Fence returns the write-back of a fenced lock's fence to keys (the lock
