@@ -38,71 +38,85 @@ func (c *Client) slots(ctx context.Context, op Op, sr slotRounds, ttl time.Durat
 	return l, slot, err
 }
 
-// slotRounds is slots, recorded in rec when not nil. Each pass tries the
-// slots in turn from one at random, a round each, and stops at the first
-// that grants; between passes it waits (slotWait.sleep). A writer's pass
-// is one round on every slot.
+// slotRounds is slots, recorded in rec when not nil: passes over the
+// slots (slotPass), with a wait between them (slotWait.sleep) unless
+// sr.wait is false.
 func (c *Client) slotRounds(ctx context.Context, sr slotRounds, ttl time.Duration, rec *record) (*Lock, int, error) {
 	ttl, err := c.checkTTL(ttl)
 	if err != nil {
 		return nil, 0, err
 	}
-	s := sr.sem
-	if err := c.ready(ctx, []string{s.name}); err != nil {
+	if err := c.ready(ctx, []string{sr.sem.name}); err != nil {
 		return nil, 0, err
 	}
 	w := c.newSlotWait(ctx)
 	var last *Error
 	for {
-		start, tries := rand.IntN(s.limit), s.limit
-		if sr.writer != "" {
-			tries = 1
+		l, slot, err := c.slotPass(ctx, sr, ttl, rec, w)
+		if err != nil || l != nil {
+			return l, slot, err
 		}
-		var hint time.Duration
-		var listen []string
-		for i := range tries {
-			slot := (start + i) % s.limit
-			keys := []string{s.slotKey(slot)}
-			if sr.writer != "" {
-				keys = s.writerKeys(sr.writer)
-			}
-			l, freeIn, _, err := c.attempt(ctx, keys, ttl, handover{}, join{layer: sr.layer}, rec)
-			if err == nil {
-				return l, slot, nil
-			}
-			if err := c.sameServer(keys); err != nil {
-				return nil, 0, err
-			}
-			var e *Error
-			if !errors.As(err, &e) {
-				return nil, 0, err // closed
-			}
-			if e.earlier = last; last != nil {
-				last.earlier = nil
-			}
-			last = e
-			if err := s.mismatch(e); err != nil {
-				return nil, 0, err
-			}
-			if e.final() || e.ctx != nil {
-				return nil, 0, e
-			}
-			if freeIn > 0 && (hint == 0 || freeIn < hint) {
-				hint = freeIn
-			}
-			if sr.reader && errors.Is(e, errWriterWaits) {
-				listen = []string{s.key("writer")} // its release wakes the reader
-				break
-			}
-			listen = append(listen, keys...)
-		}
+		last = w.last
 		if !sr.wait {
 			return nil, 0, last
 		}
-		if err := w.sleep(listen, hint, last); err != nil {
+		if err := w.sleep(last); err != nil {
 			return nil, 0, err
 		}
 	}
+}
+
+// slotPass tries the slots in turn from one at random, a round each, and
+// returns the lock of the first that grants, or an error that ends the
+// call. When every slot refused it returns nil and leaves in w what to
+// wait for: the keys whose release ends the wait, the soonest time a
+// holder's keys expire, and the last round's error. A writer's pass is
+// one round on every slot; a reader's ends at the first round that a
+// writer refused, since every slot would.
+func (c *Client) slotPass(ctx context.Context, sr slotRounds, ttl time.Duration, rec *record, w *slotWait) (*Lock, int, error) {
+	s := sr.sem
+	start, tries := rand.IntN(s.limit), s.limit
+	if sr.writer != "" {
+		tries = 1
+	}
+	w.listen, w.hint = w.listen[:0], 0
+	for i := range tries {
+		slot := (start + i) % s.limit
+		keys := []string{s.slotKey(slot)}
+		if sr.writer != "" {
+			keys = s.writerKeys(sr.writer)
+		}
+		l, freeIn, _, err := c.attempt(ctx, keys, ttl, handover{}, join{layer: sr.layer}, rec)
+		if err == nil {
+			return l, slot, nil
+		}
+		if err := c.sameServer(keys); err != nil {
+			return nil, 0, err
+		}
+		var e *Error
+		if !errors.As(err, &e) {
+			return nil, 0, err // closed
+		}
+		if e.earlier = w.last; w.last != nil {
+			w.last.earlier = nil // one round back is enough
+		}
+		w.last = e
+		if err := s.mismatch(e); err != nil {
+			return nil, 0, err
+		}
+		if e.final() || e.ctx != nil {
+			return nil, 0, e
+		}
+		if freeIn > 0 && (w.hint == 0 || freeIn < w.hint) {
+			w.hint = freeIn
+		}
+		if sr.reader && errors.Is(e, errWriterWaits) {
+			w.listen = append(w.listen[:0], s.key("writer")) // its release wakes the reader
+			break
+		}
+		w.listen = append(w.listen, keys...)
+	}
+	return nil, 0, nil
 }
 
 // mismatch returns the error of a round that nodes refused because they
@@ -133,6 +147,10 @@ type slotWait struct {
 	attempts int
 	start    time.Time // of the last pass
 	giveUp   <-chan time.Time
+	// listen, hint and last are what the last pass found (see slotPass).
+	listen []string
+	hint   time.Duration
+	last   *Error
 }
 
 func (c *Client) newSlotWait(ctx context.Context) *slotWait {
@@ -143,11 +161,13 @@ func (c *Client) newSlotWait(ctx context.Context) *slotWait {
 	return w
 }
 
-// sleep waits for the backoff, or until hint (plus a jitter) when that is
-// sooner, or until a node announces the release of one of keys (then
-// plus a jitter, see waiter.jitter). It returns the error for the caller
-// to return when ctx ends, MaxWait passes or the Client closes.
-func (w *slotWait) sleep(keys []string, hint time.Duration, last *Error) error {
+// sleep waits for the backoff, or until w.hint (plus a jitter) when that
+// is sooner, or until a node announces the release of one of w.listen
+// (then plus a jitter, see waiter.jitter). It returns the error for the
+// caller to return when ctx ends, MaxWait passes or the Client closes:
+// last, the last round's, with the reason.
+func (w *slotWait) sleep(last *Error) error {
+	hint := w.hint
 	cfg := w.c.cfg
 	wait := retry.Delay(w.attempts, cfg.minRetry, cfg.maxRetry)
 	w.attempts++
@@ -161,7 +181,7 @@ func (w *slotWait) sleep(keys []string, hint time.Duration, last *Error) error {
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.c.life.closing)},
 	}
 	if wk := w.c.waker(); wk != nil {
-		for _, k := range keys {
+		for _, k := range w.listen {
 			wt := wk.Listen(w.c.stored(k), w.start)
 			defer wt.Close()
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(wt.C())})
