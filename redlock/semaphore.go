@@ -227,6 +227,8 @@ func (c *Client) DoSemaphore(ctx context.Context, name string, limit int, ttl ti
 	if err == nil {
 		err = c.hold(ctx, p.lock, ttl, fn, rec)
 	}
-	rec.end(err, Released)
+	if rec != nil {
+		rec.end(err, Released)
+	}
 	return err
 }

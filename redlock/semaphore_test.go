@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,9 +10,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/internal/protocol"
 )
 
-func TestSemaphoreBasic(t *testing.T) {
+func TestSemaphoreTryAcquire(t *testing.T) {
 	ctx := t.Context()
 	c := newCluster(t, 3)
 	cl := c.client(t, nil)
@@ -25,13 +26,96 @@ func TestSemaphoreBasic(t *testing.T) {
 	assert.NotEqual(t, p1.Slot(), p2.Slot())
 	_, err = sem.TryAcquire(ctx, time.Second)
 	require.ErrorIs(t, err, ErrNotObtained)
+	require.ErrorIs(t, err, ErrTaken)
 	require.NoError(t, p1.Extend(ctx, 2*time.Second))
+	ttl, err := p1.TTL(ctx)
+	require.NoError(t, err)
+	assert.Greater(t, ttl, time.Second)
 	require.NoError(t, p1.Release(ctx))
+	assert.True(t, p1.Until().IsZero())
 	p3, err := sem.TryAcquire(ctx, time.Second)
 	require.NoError(t, err)
-	assert.Equal(t, p1.Slot(), p3.Slot())
+	assert.Equal(t, p1.Slot(), p3.Slot(), "the only free slot")
 	require.NoError(t, p2.Release(ctx))
 	require.NoError(t, p3.Release(ctx))
+	require.ErrorIs(t, p3.Release(ctx), ErrNotHeld)
+	var nilPermit *Permit
+	require.ErrorIs(t, nilPermit.Release(ctx), ErrNotHeld)
+	assert.Equal(t, -1, nilPermit.Slot())
+}
+
+// TestSemaphoreOneRoundTrip: uncontended, Acquire and Release each send
+// one command to each node, as a lock does; a refused slot is followed by
+// the others in the same call, one round each.
+func TestSemaphoreOneRoundTrip(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	cl := c.client(t, nil)
+	sem := cl.Semaphore("reports", 3)
+	count := func() (n int64) {
+		for _, h := range c.hooks {
+			n += h.calls.Load()
+		}
+		return n
+	}
+	rw := cl.RWMutex("prices")
+	// Once first, so that the connections are made and checked and the
+	// scripts loaded.
+	warm, err := sem.Acquire(ctx, time.Second)
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+	r, err := rw.RLock(ctx, time.Second)
+	require.NoError(t, err)
+	require.NoError(t, r.Unlock(ctx))
+	time.Sleep(50 * time.Millisecond) // late answers
+	base := count()
+	p, err := sem.Acquire(ctx, time.Second)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return count()-base == 3 }, time.Second, time.Millisecond) // late answers
+	assert.EqualValues(t, 3, count()-base, "one acquire per node")
+	base = count()
+	require.NoError(t, p.Release(ctx))
+	require.Eventually(t, func() bool { return count()-base == 3 }, time.Second, time.Millisecond)
+	assert.EqualValues(t, 3, count()-base, "one release per node")
+
+	base = count()
+	r, err = rw.RLock(ctx, time.Second)
+	require.NoError(t, err)
+	require.NoError(t, r.Unlock(ctx))
+	require.Eventually(t, func() bool { return count()-base == 6 }, time.Second, time.Millisecond)
+	assert.EqualValues(t, 6, count()-base, "RLock and Unlock: one command per node each")
+}
+
+// TestSemaphoreBound: many callers on two Clients never hold more than
+// the limit at once, and do reach it.
+func TestSemaphoreBound(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	opts := func() *Options { return &Options{MinRetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond} }
+	clients := []*Client{c.client(t, opts()), c.client(t, opts())}
+	const limit = 3
+	var in, most atomic.Int32
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			sem := clients[g%2].Semaphore("reports", limit)
+			for range 5 {
+				p, err := sem.Acquire(ctx, 5*time.Second)
+				if !assert.NoError(t, err) {
+					return
+				}
+				n := in.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(20 * time.Millisecond)
+				in.Add(-1)
+				assert.NoError(t, p.Release(ctx))
+			}
+		})
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, most.Load(), int32(limit), "more holders than the limit")
+	assert.Equal(t, int32(limit), most.Load(), "the limit was never reached: the test shows nothing")
 }
 
 func TestSemaphoreLimitMismatch(t *testing.T) {
@@ -40,43 +124,131 @@ func TestSemaphoreLimitMismatch(t *testing.T) {
 	a, b := c.client(t, nil), c.client(t, nil)
 	p, err := a.Semaphore("reports", 3).TryAcquire(ctx, time.Second)
 	require.NoError(t, err)
-	_, err = b.Semaphore("reports", 4).TryAcquire(ctx, time.Second)
-	require.ErrorIs(t, err, ErrLimitMismatch)
-	require.ErrorIs(t, err, ErrNotObtained)
-	assert.Contains(t, err.Error(), "limit is 4")
-	assert.Contains(t, err.Error(), "with limit 3")
+	for _, limit := range []int{4, 2} {
+		_, err = b.Semaphore("reports", limit).TryAcquire(ctx, time.Second)
+		require.ErrorIs(t, err, ErrLimitMismatch)
+		require.ErrorIs(t, err, ErrNotObtained)
+		assert.Contains(t, err.Error(), "limit is "+string(rune('0'+limit)))
+		assert.Contains(t, err.Error(), "with limit 3")
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = b.Semaphore("reports", 4).Acquire(wctx, time.Second)
+	require.ErrorIs(t, err, ErrLimitMismatch, "Acquire gives up at once")
+	require.NoError(t, wctx.Err())
 	require.NoError(t, p.Release(ctx))
 }
 
-func TestRWMutexBasic(t *testing.T) {
+func TestSemaphoreBadInput(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	cl := c.client(t, nil)
+	fn := func(context.Context) error { return nil }
+	cases := []struct {
+		name string
+		do   func() error
+		want string
+	}{
+		{"limit 0", func() error { _, err := cl.Semaphore("s", 0).Acquire(ctx, time.Second); return err }, "limit 0"},
+		{"limit -1", func() error { _, err := cl.Semaphore("s", -1).TryAcquire(ctx, time.Second); return err }, "limit -1"},
+		{"limit too high", func() error { _, err := cl.Semaphore("s", MaxSemaphoreLimit+1).Acquire(ctx, time.Second); return err }, "limit 129"},
+		{"empty name", func() error { _, err := cl.Semaphore("", 2).Acquire(ctx, time.Second); return err }, "empty key"},
+		{"reserved name", func() error {
+			_, err := cl.Semaphore(protocol.SemaphorePrefix+"x", 2).Acquire(ctx, time.Second)
+			return err
+		}, `"redquorum:sem:x"`},
+		{"bad ttl", func() error { _, err := cl.Semaphore("s", 2).Acquire(ctx, -time.Second); return err }, "-1s"},
+		{"nil fn", func() error { return cl.DoSemaphore(ctx, "s", 2, time.Second, nil) }, "nil fn"},
+		{"Do limit", func() error { return cl.DoSemaphore(ctx, "s", 0, time.Second, fn) }, "limit 0"},
+		{"rw empty name", func() error { _, err := cl.RWMutex("").RLock(ctx, time.Second); return err }, "empty key"},
+		{"rw reserved", func() error { _, err := cl.RWMutex(protocol.RWMutexPrefix+"x").Lock(ctx, time.Second); return err }, `"redquorum:rw:x"`},
+		{"rw bad ttl", func() error { _, err := cl.RWMutex("p").TryLock(ctx, 0); return err }, "0s"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.do()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	for i, h := range c.hooks {
+		assert.Empty(t, h.commands(), "node %d was sent commands", i)
+		assert.Empty(t, c.srv[i].Keys()[1:], "node %d has keys beside its state", i)
+	}
+	// A lock key under the new prefixes is refused as well.
+	_, err := cl.TryLock(ctx, protocol.SemaphorePrefix+"reports:0", time.Second)
+	require.ErrorContains(t, err, "reserved")
+	_, err = cl.TryLock(ctx, protocol.RWMutexPrefix+"prices:writer", time.Second)
+	require.ErrorContains(t, err, "reserved")
+}
+
+// TestSemaphoreReleaseWakes: a waiter whose backoff is far longer than
+// the test is woken by the release of the slot, and obtains it in a few
+// rounds: it does not poll.
+func TestSemaphoreReleaseWakes(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	var rounds atomic.Int32
+	obs := &Observer{End: func(_ context.Context, e Event) {
+		if e.Op == OpAcquire {
+			rounds.Store(int32(len(e.Rounds)))
+		}
+	}}
+	slow := &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute, Observer: obs}
+	holder, waiter := c.client(t, nil), c.client(t, slow)
+	p, err := holder.Semaphore("reports", 1).Acquire(ctx, 10*time.Second)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		q, err := waiter.Semaphore("reports", 1).Acquire(wctx, 10*time.Second)
+		if err == nil {
+			err = q.Release(ctx)
+		}
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return waiter.waker().Waits() > 0 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, p.Release(ctx))
+	require.NoError(t, <-done)
+	assert.LessOrEqual(t, rounds.Load(), int32(3), "rounds of the woken waiter")
+}
+
+func TestRWMutex(t *testing.T) {
 	ctx := t.Context()
 	c := newCluster(t, 3)
 	cl := c.client(t, nil)
 	rw := cl.RWMutex("prices")
 	r1, err := rw.TryRLock(ctx, time.Second)
 	require.NoError(t, err)
-	r2, err := rw.TryRLock(ctx, time.Second)
+	r2, err := rw.RLock(ctx, time.Second)
 	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(r1.Key(), protocol.RWMutexPrefix+"prices:"))
 	_, err = rw.TryLock(ctx, time.Second)
 	require.ErrorIs(t, err, ErrNotObtained)
-	r4, err := rw.TryRLock(ctx, time.Second) // TryLock left no intent
+	r3, err := rw.TryRLock(ctx, time.Second) // TryLock left no intent
 	require.NoError(t, err)
-	require.NoError(t, r4.Unlock(ctx))
+	require.NoError(t, r3.Unlock(ctx))
+
+	got := make(chan *Lock, 1)
+	go func() {
+		w, err := rw.Lock(ctx, time.Second)
+		assert.NoError(t, err)
+		got <- w
+	}()
+	require.Eventually(t, func() bool { return c.srv[0].Exists(protocol.RWMutexPrefix + "prices:intent") }, 5*time.Second, time.Millisecond)
+	_, err = rw.TryRLock(ctx, time.Second)
+	require.ErrorIs(t, err, errWriterWaits, "a waiting writer's intent turns new readers away")
 	require.NoError(t, r1.Unlock(ctx))
 	require.NoError(t, r2.Unlock(ctx))
-	w, err := rw.TryLock(ctx, time.Second)
-	require.NoError(t, err)
+	w := <-got
+	require.NotNil(t, w)
+	assert.Len(t, w.Keys(), RWMutexReaders+1)
 	_, err = rw.TryRLock(ctx, time.Second)
 	require.ErrorIs(t, err, ErrNotObtained)
 	require.NoError(t, w.Extend(ctx, time.Second))
 	require.NoError(t, w.Unlock(ctx))
-	r3, err := rw.TryRLock(ctx, time.Second)
+	r4, err := rw.TryRLock(ctx, time.Second)
 	require.NoError(t, err)
-	require.NoError(t, r3.Unlock(ctx))
+	require.NoError(t, r4.Unlock(ctx))
 }
-
-var _ = strings.Contains
-var _ sync.Mutex
-var _ atomic.Int32
-var _ = errors.Is
-var _ context.Context
