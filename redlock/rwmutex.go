@@ -109,3 +109,26 @@ func (s *Semaphore) writerKeys(writer string) []string {
 	}
 	return keys
 }
+
+// Holders returns the holders of the read-write lock that a quorum of
+// nodes agree on: its readers, each with its Slot, or its writer (and no
+// reader). It reads every node once, in parallel, and changes nothing;
+// a slot on which no quorum agrees, as while a round is in progress, is
+// left out. Use it to see who holds the lock, never to decide whether to
+// take it.
+func (rw *RWMutex) Holders(ctx context.Context) (readers []Holder, writer Holder, err error) {
+	s := &rw.sem
+	if err := s.check(); err != nil {
+		return nil, Holder{}, err
+	}
+	all, err := s.holders(ctx, s.key("writer"))
+	if err != nil {
+		return nil, Holder{}, err
+	}
+	if len(all) > 0 && all[0].Slot == -1 {
+		writer = all[0] // its lock holds every slot too
+		writer.Slot = 0
+		return nil, writer, nil
+	}
+	return all, Holder{}, nil
+}

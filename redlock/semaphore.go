@@ -232,3 +232,45 @@ func (c *Client) DoSemaphore(ctx context.Context, name string, limit int, ttl ti
 	}
 	return err
 }
+
+// Holders returns the holders of the semaphore's slots that a quorum of
+// nodes agree on, each with its Slot, in slot order. It reads every node
+// once, in parallel, and changes nothing; a slot on which no quorum
+// agrees, as while a round is in progress, is left out. Use it to see who
+// holds the semaphore, never to decide whether to take it.
+func (s *Semaphore) Holders(ctx context.Context) ([]Holder, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return s.holders(ctx, "")
+}
+
+// holders reads every slot, and first the key first when not "" (as Slot
+// -1), and returns those held.
+func (s *Semaphore) holders(ctx context.Context, first string) ([]Holder, error) {
+	c := s.c
+	keys := make([]string, 0, s.limit+1)
+	if first != "" {
+		keys = append(keys, c.stored(first))
+	}
+	for i := range s.limit {
+		keys = append(keys, c.stored(s.slotKey(i)))
+	}
+	vals, _, err := c.read(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	var hs []Holder
+	for i := range keys {
+		h, token, agreed := c.holderOf(vals, i)
+		if !agreed || token == "" {
+			continue
+		}
+		h.Slot = i
+		if first != "" {
+			h.Slot--
+		}
+		hs = append(hs, h)
+	}
+	return hs, nil
+}

@@ -27,6 +27,11 @@ func TestSemaphoreTryAcquire(t *testing.T) {
 	_, err = sem.TryAcquire(ctx, time.Second)
 	require.ErrorIs(t, err, ErrNotObtained)
 	require.ErrorIs(t, err, ErrTaken)
+	hs, err := sem.Holders(ctx)
+	require.NoError(t, err)
+	require.Len(t, hs, 2)
+	assert.ElementsMatch(t, []int{p1.Slot(), p2.Slot()}, []int{hs[0].Slot, hs[1].Slot})
+	assert.Equal(t, cl.cfg.owner, hs[0].Owner)
 	require.NoError(t, p1.Extend(ctx, 2*time.Second))
 	ttl, err := p1.TTL(ctx)
 	require.NoError(t, err)
@@ -228,6 +233,10 @@ func TestRWMutex(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotObtained)
 	r3, err := rw.TryRLock(ctx, time.Second) // TryLock left no intent
 	require.NoError(t, err)
+	readers, writer, err := rw.Holders(ctx)
+	require.NoError(t, err)
+	assert.Len(t, readers, 3)
+	assert.Zero(t, writer)
 	require.NoError(t, r3.Unlock(ctx))
 
 	got := make(chan *Lock, 1)
@@ -244,6 +253,10 @@ func TestRWMutex(t *testing.T) {
 	w := <-got
 	require.NotNil(t, w)
 	assert.Len(t, w.Keys(), RWMutexReaders+1)
+	readers, writer, err = rw.Holders(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, readers)
+	assert.GreaterOrEqual(t, writer.Nodes, 2, "a quorum agrees on the writer")
 	_, err = rw.TryRLock(ctx, time.Second)
 	require.ErrorIs(t, err, ErrNotObtained)
 	require.NoError(t, w.Extend(ctx, time.Second))
