@@ -27,7 +27,8 @@ type RWMutex struct {
 
 // RWMutex returns the read-write lock named name on c's nodes. Its keys
 // are Options.KeyPrefix + "redquorum:rw:" + name, then ":" and a reader
-// slot's number, "limit", "writer" or "intent". The name is checked by
+// slot's number, "writer" or "limit" (the limit record, which also tells
+// readers that a writer waits). The name is checked by
 // the methods, as a [Semaphore]'s is. On a Redis Cluster or Ring node, the
 // name needs a hash tag, as in "{prices}".
 func (c *Client) RWMutex(name string) *RWMutex {
@@ -59,8 +60,7 @@ func (rw *RWMutex) rlock(ctx context.Context, op Op, ttl time.Duration, wait boo
 		return nil, err
 	}
 	c := s.c
-	l := protocol.Layer{Keys: []string{c.stored(s.key("limit")), c.stored(s.key("intent")), c.stored(s.key("writer"))},
-		Limit: strconv.Itoa(s.limit), Role: protocol.ReaderRole}
+	l := protocol.Layer{Role: protocol.Reader, Keys: []string{c.stored(s.key("writer")), c.stored(s.key("limit"))}, Limit: strconv.Itoa(s.limit)}
 	lock, _, err := c.slots(ctx, op, slotRounds{sem: s, layer: l, wait: wait, reader: true}, ttl)
 	return lock, err
 }
@@ -93,8 +93,7 @@ func (rw *RWMutex) lock(ctx context.Context, op Op, ttl time.Duration, wait bool
 	if wait {
 		intent = 2*c.cfg.maxRetry + 2*c.cfg.nodeTimeout
 	}
-	l := protocol.Layer{Keys: []string{c.stored(s.key("limit")), c.stored(s.key("intent"))},
-		Limit: strconv.Itoa(s.limit), Role: protocol.WriterRole(intent, protocol.NewToken(c.cfg.owner))}
+	l := protocol.Layer{Role: protocol.Writer, Keys: []string{c.stored(s.key("limit"))}, Limit: strconv.Itoa(s.limit), Intent: protocol.Intent(intent)}
 	lock, _, err := c.slots(ctx, op, slotRounds{sem: s, layer: l, wait: wait, writer: s.key("writer")}, ttl)
 	return lock, err
 }

@@ -102,7 +102,7 @@ func (s *Semaphore) check() error {
 // layer returns what the semaphore's rounds tell the limit layer on the
 // nodes.
 func (s *Semaphore) layer() protocol.Layer {
-	return protocol.Layer{Keys: []string{s.c.stored(s.key("limit"))}, Limit: strconv.Itoa(s.limit), Role: ""}
+	return protocol.Layer{Role: protocol.Slot, Keys: []string{s.c.stored(s.key("limit"))}, Limit: strconv.Itoa(s.limit)}
 }
 
 // Acquire waits for a free slot and returns its [Permit], as

@@ -245,7 +245,10 @@ func TestRWMutex(t *testing.T) {
 		assert.NoError(t, err)
 		got <- w
 	}()
-	require.Eventually(t, func() bool { return c.srv[0].Exists(protocol.RWMutexPrefix + "prices:intent") }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		v, _ := c.srv[0].Get(protocol.RWMutexPrefix + "prices:limit")
+		return strings.HasPrefix(v, "64w")
+	}, 5*time.Second, time.Millisecond)
 	_, err = rw.TryRLock(ctx, time.Second)
 	require.ErrorIs(t, err, errWriterWaits, "a waiting writer's intent turns new readers away")
 	require.NoError(t, r1.Unlock(ctx))

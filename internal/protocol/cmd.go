@@ -117,14 +117,16 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 	}
 	l := a.Layer
 	cmd := make(Cmd, 0, 3+len(a.Keys)+len(l.Keys)+5+n)
-	if l.Keys == nil {
-		cmd = append(cmd, "evalsha", p.acquire.sha, len(a.Keys))
-		for _, k := range a.Keys {
-			cmd = append(cmd, k)
-		}
-	} else {
-		cmd = append(cmd, "evalsha", p.limitAcquire.sha, len(a.Keys)+len(l.Keys))
-		cmd = append(appendKeys(cmd, a.Keys, l), l.Limit, l.Role)
+	sha := p.acquire.sha
+	if l.Role != NoLayer {
+		sha = p.layerScript(l.Role).sha
+	}
+	cmd = append(cmd, "evalsha", sha, len(a.Keys)+len(l.Keys))
+	for _, k := range a.Keys {
+		cmd = append(cmd, k)
+	}
+	for _, k := range l.Keys {
+		cmd = append(cmd, k)
 	}
 	cmd = append(cmd, a.Token, p.ttlArg(a.TTL), p.guard)
 	for _, v := range opt[:n] {
@@ -132,6 +134,9 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 			v = p.none
 		}
 		cmd = append(cmd, v)
+	}
+	if l.Role != NoLayer {
+		cmd = appendLayerArgs(cmd, l)
 	}
 	return cmd
 }
@@ -169,16 +174,12 @@ func (p *Protocol) Release(r Release) Cmd {
 // command, asked for, sharing acq's boxed keys, token and ttl: r's Keys,
 // Token and TTL are not read.
 func (p *Protocol) ReleaseAfter(acq Cmd, r Release) Cmd {
-	all, layer := acq[2].(int), p.layerKeys(acq)
-	argv := 3 + all // the first argument: the token, or the layer's limit
-	if layer > 0 {
-		argv += 2
-	}
-	nkeys := all - 1 - layer // without the layer's keys and the state key
+	all := acq[2].(int)
+	nkeys := all - 1 - p.layerKeys(acq) // without the state key and the layer's keys
 	cmd := make(Cmd, 0, 3+nkeys+5)
 	cmd = append(cmd, "evalsha", p.release.sha, nkeys)
 	cmd = append(cmd, acq[3:3+nkeys]...)
-	return p.releaseArgs(cmd, acq[argv], acq[argv+1], r)
+	return p.releaseArgs(cmd, acq[3+all], acq[3+all+1], r)
 }
 
 // releaseArgs appends the arguments of r to cmd: token, ttl (its
@@ -220,12 +221,15 @@ func (p *Protocol) Extend(keys []string, token string, ttl time.Duration) Cmd {
 // ExtendIn is [Protocol.Extend] for a lock of the limit layer l (see
 // layer.lua), which also keeps l's limit record on the node for ttl.
 func (p *Protocol) ExtendIn(l Layer, keys []string, token string, ttl time.Duration) Cmd {
-	if l.Keys == nil {
+	if l.Role == NoLayer {
 		return p.Extend(keys, token, ttl)
 	}
-	cmd := make(Cmd, 0, 3+len(keys)+len(l.Keys)+5)
-	cmd = append(cmd, "evalsha", p.limitExtend.sha, len(keys)+len(l.Keys))
-	return append(appendKeys(cmd, keys, l), l.Limit, l.Role, token, p.ttlArg(ttl), p.guard)
+	cmd := make(Cmd, 0, 3+len(keys)+1+4)
+	cmd = append(cmd, "evalsha", p.limitExtend.sha, len(keys)+1)
+	for _, k := range keys {
+		cmd = append(cmd, k)
+	}
+	return append(cmd, l.Keys[len(l.Keys)-1], token, p.ttlArg(ttl), p.guard, l.Limit)
 }
 
 // Fence returns the write-back of a fenced lock's fence to keys (the lock

@@ -1,77 +1,83 @@
 package protocol
 
 import (
-	"strconv"
 	"strings"
 	"time"
 )
 
+// Role is what a round of a semaphore or a read-write lock is to the
+// limit layer on the node (layer.lua).
+type Role uint8
+
+const (
+	// NoLayer is a lock's round: its commands run the kernel scripts alone.
+	NoLayer Role = iota
+	// Slot is a round of a semaphore's slot.
+	Slot
+	// Reader is a round of a read-write lock's reader, refused while a
+	// writer waits or holds.
+	Reader
+	// Writer is a round of a read-write lock's writer, whose refusal
+	// leaves its intent on the node.
+	Writer
+)
+
 // Layer is what a round of a semaphore or a read-write lock tells the
-// limit layer on the node (layer.lua). The zero Layer is a plain lock's:
-// its commands run the kernel scripts alone.
+// limit layer on the node (layer.lua). The zero Layer is a lock's.
 type Layer struct {
-	// Keys are the layer's keys as stored (see layer.lua): the limit
-	// record; for a writer, then the writer's intent; for a reader, the
-	// intent and the writer key. nil for no layer.
+	Role Role
+	// Keys are the layer's keys as stored: for a Reader the writer key,
+	// then for every role the limit record.
 	Keys []string
-	// Limit is the semaphore's limit, boxed once: a decimal string.
+	// Limit is the semaphore's limit, a decimal string, boxed once.
 	Limit any
-	// Role is "" for a semaphore's slot, [ReaderRole] for a reader, or
-	// what [WriterRole] returns for a writer.
-	Role any
+	// Intent is, for a Writer, how long its intent lasts on a node that
+	// refused it (0: none), in whole ms, boxed once.
+	Intent any
 }
 
-// ReaderRole is the role of a read-write lock's reader: refused while a
-// writer's intent is on the node.
-const ReaderRole = "r"
+// Intent returns d as a Layer's Intent.
+func Intent(d time.Duration) any { return d.Milliseconds() }
 
-// WriterRole returns the role of a read-write lock's writer id: its
-// refused acquires leave an intent of id on the node that lasts for
-// intent and refuses readers; none when intent is 0 (a writer that does
-// not wait).
-func WriterRole(intent time.Duration, id string) string {
-	return "w" + strconv.FormatInt(intent.Milliseconds(), 10) + ":" + id
-}
-
-// layered returns kernel, an acquire or extend script, inside the limit
-// layer's section name: the layer's head, then kernel as the function
-// kernel(KEYS, ARGV), then the section.
+// layered returns kernel, an acquire or extend script, in the limit
+// layer's section name, at its mark "--@kernel".
 func layered(kernel, name string) string {
-	parts := strings.Split(layerLua, "\n--@@")
-	section := ""
-	for _, sec := range parts[1:] {
+	for _, sec := range strings.Split(layerLua, "\n--@@")[1:] {
 		if head, code, _ := strings.Cut(sec, "\n"); head == name {
-			section = code
+			return hooks{"kernel": kernel}.fill(strings.TrimRight(code, "\n"))
 		}
 	}
-	return parts[0] + "\nlocal function kernel(KEYS, ARGV)\n" + kernel + "\nend\n" + section
+	panic("protocol: no section " + name + " in layer.lua")
 }
 
-// appendKeys appends the script keys of a command with layer l to cmd:
-// keys but the last (the lock keys), l's keys, then the last of keys (the
-// node's state).
-func appendKeys(cmd Cmd, keys []string, l Layer) Cmd {
-	for _, k := range keys[:len(keys)-1] {
-		cmd = append(cmd, k)
+// layerScript returns the acquire script of role r.
+func (p *Protocol) layerScript(r Role) script {
+	switch r {
+	case Reader:
+		return p.readAcquire
+	case Writer:
+		return p.writeAcquire
 	}
-	for _, k := range l.Keys {
-		cmd = append(cmd, k)
+	return p.slotAcquire
+}
+
+// appendLayerArgs appends the layer's arguments of l to cmd, an acquire's
+// command with the kernel's arguments.
+func appendLayerArgs(cmd Cmd, l Layer) Cmd {
+	if l.Role == Writer {
+		cmd = append(cmd, l.Intent)
 	}
-	return append(cmd, keys[len(keys)-1])
+	return append(cmd, l.Limit)
 }
 
 // layerKeys returns how many of the keys of acq, an acquire's command, are
-// its layer's, after the lock keys and before the state key: 0 for a
-// plain lock's.
+// its layer's, after the state key: 0 for a lock's.
 func (p *Protocol) layerKeys(acq Cmd) int {
-	if acq[1] != p.limitAcquire.sha {
-		return 0
-	}
-	switch role := acq[3+acq[2].(int)+1]; role {
-	case "":
+	switch acq[1] {
+	case p.slotAcquire.sha, p.writeAcquire.sha:
 		return 1
-	case ReaderRole:
-		return 3
+	case p.readAcquire.sha:
+		return 2
 	}
-	return 2
+	return 0
 }

@@ -1,70 +1,104 @@
--- Layer "limit" (semaphores and read-write locks): code that runs around a
--- kernel script, acquire.lua or extend.lua, which runs unchanged as the
--- function kernel(KEYS, ARGV) on its own keys and arguments. A layer may
--- add refusals, never grants: it turns some calls away before the kernel
--- runs, and writes its own records only beside the kernel's decision, so a
--- lock key is set by the kernel's rules alone (see docs/DESIGN.md,
--- "Semaphores and read-write locks").
+-- Layer "limit" (semaphores and read-write locks): code around a kernel
+-- script, acquire.lua or extend.lua, which runs unchanged at the mark
+-- "--@kernel" on its own keys and arguments: the layer takes its own off
+-- the ends of KEYS and ARGV first. A layer may add refusals, never grants:
+-- it turns calls away before the kernel runs and writes only its own
+-- record, so a lock key is set by the kernel's rules alone (see
+-- docs/DESIGN.md, "Semaphores and read-write locks").
 --
--- KEYS: the kernel's lock keys (a semaphore's slot or a reader's; a
--- writer's every reader slot and the writer key), then the layer's keys,
--- then the node's state: the limit record; for a writer, also the writer's
--- intent; for a reader, the intent and the writer key. ARGV[1] is the limit
--- (a decimal string); ARGV[2] the role: '' for a semaphore, 'r' for a
--- reader, 'w' .. ms .. ':' .. id for a writer id whose intent lasts ms (0:
--- a writer that does not wait, and leaves none). ARGV[3..] are the
--- kernel's arguments (token, ttl, ...).
+-- KEYS: the kernel's (lock keys, then the node's state), then the layer's:
+-- for a reader the writer key, then for all the limit record. ARGV: the
+-- kernel's, then for a writer the ms its intent lasts (0: none), then for
+-- all the limit (a decimal string).
 --
--- The limit record holds the limit for at least as long as any lock key
--- that a grant or an extend set on the node: each grant and extend raises
--- its TTL to the lock's (PEXPIRE GT, Redis 7.0). An acquire that finds
--- another limit there is refused: {-4, the recorded limit}. A reader that
--- finds a writer's intent, or the writer key held (not a tombstone), is
--- refused: {-5, 0}; the writer key is then marked as waited for, as the
--- strategies' refused hook does (announce.lua), so that its release wakes
--- the reader. A writer's refused acquire writes its intent; its grant takes
--- every intent off (a writer still waiting writes its own again at its next
--- round). Replies are otherwise the kernel's.
-local limit, role = ARGV[1], ARGV[2]
-local own = 1
-if role == 'r' then own = 3 elseif role ~= '' then own = 2 end
-local n = #KEYS
-local keys = {}
-for i = 1, n - 1 - own do keys[i] = KEYS[i] end
-keys[#keys + 1] = KEYS[n]
-local rec, intent, writer = KEYS[n - own], KEYS[n - own + 1], KEYS[n - own + 2]
-local argv = {unpack(ARGV, 3)}
+-- The limit record holds the limit for at least as long as any lock key of
+-- the semaphore on the node: a grant or an extend raises its TTL to the
+-- lock's (PEXPIRE GT, Redis 7.0). An acquire that finds another limit
+-- there is refused: {-4, the recorded limit}. A read-write lock's record
+-- may say, after the limit, that a writer waits until a node time or
+-- holds: limit .. 'w' .. ms (0: holds). A reader is refused while a writer
+-- waits or holds the writer key (not a tombstone): {-5, 0}; the writer key
+-- is then marked as waited for, as the strategies' refused hook does
+-- (announce.lua), so that its release wakes the reader. Other replies are
+-- the kernel's.
 
---@@acquire
-if role == 'r' then
-  local seen = redis.call('MGET', intent, writer)
-  local w = seen[2]
-  if w and string.sub(w, 1, #'@GONE@') == '@GONE@' then w = false end
-  if seen[1] or w then
+--@@semaphore
+local n, m = #KEYS, #ARGV
+local rec, limit = KEYS[n], ARGV[m]
+KEYS[n] = nil
+ARGV[m] = nil
+local had = redis.call('SET', rec, limit, 'NX', 'PX', ARGV[2], 'GET')
+if had then
+  if had ~= limit then return {-4, had} end
+  redis.call('PEXPIRE', rec, ARGV[2], 'GT')
+end
+--@kernel
+
+--@@reader
+local n, m = #KEYS, #ARGV
+local rec, writer, limit = KEYS[n], KEYS[n - 1], ARGV[m]
+KEYS[n] = nil
+KEYS[n - 1] = nil
+ARGV[m] = nil
+local had = redis.call('SET', rec, limit, 'NX', 'PX', ARGV[2], 'GET')
+if had then
+  if had ~= limit then
+    local l, til = string.match(had, '^(%d+)w(%d+)$')
+    if l ~= limit then return {-4, l or had} end
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local w = redis.call('GET', writer)
+    if w and string.sub(w, 1, #'@GONE@') == '@GONE@' then w = false end
     if w and string.sub(w, 1, #'@WAITED@') ~= '@WAITED@' then
       redis.pcall('SET', writer, '@WAITED@' .. w, 'KEEPTTL')
     end
-    return {-5, 0}
+    if w or tonumber(til) > now then return {-5, 0} end
+    redis.call('SET', rec, limit, 'KEEPTTL') -- the writer is gone
   end
+  redis.call('PEXPIRE', rec, ARGV[2], 'GT')
 end
-local had = redis.call('SET', rec, limit, 'NX', 'PX', argv[2], 'GET')
-if had and had ~= limit then return {-4, had} end
-local r = kernel(keys, argv)
-local ms, id
-if own == 2 then ms, id = string.match(role, '^w(%d+):(.*)$') end
-if r == 0 or type(r) == 'table' and r[1] == 0 then
-  if had then redis.call('PEXPIRE', rec, argv[2], 'GT') end
-  if id then redis.call('DEL', intent) end
-  return r
+--@kernel
+
+--@@writer
+local n, m = #KEYS, #ARGV
+local rec, intent, limit = KEYS[n], tonumber(ARGV[m - 1]), ARGV[m]
+KEYS[n] = nil
+ARGV[m] = nil
+ARGV[m - 1] = nil
+local had = redis.call('GET', rec)
+if had then
+  local l = string.match(had, '^(%d+)')
+  if l ~= limit then return {-4, l or had} end
 end
-if not had then redis.call('DEL', rec) end
-if id and ms ~= '0' then redis.call('SET', intent, id, 'PX', ms) end
+local function kernel()
+  --@kernel
+end
+local r = kernel()
+local ms, v = tonumber(ARGV[2]), limit .. 'w0'
+if not (r == 0 or type(r) == 'table' and r[1] == 0) then
+  if intent <= 0 then return r end
+  local t = redis.call('TIME')
+  ms, v = intent, limit .. 'w' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + intent)
+end
+if had then
+  redis.call('SET', rec, v, 'KEEPTTL')
+  redis.call('PEXPIRE', rec, ms, 'GT')
+else
+  redis.call('SET', rec, v, 'PX', ms)
+end
 return r
 
 --@@extend
-local r = kernel(keys, argv)
+local n, m = #KEYS, #ARGV
+local rec, limit = KEYS[n], ARGV[m]
+KEYS[n] = nil
+ARGV[m] = nil
+local function kernel()
+  --@kernel
+end
+local r = kernel()
 if r == 1 then
-  redis.call('SET', rec, limit, 'NX', 'PX', argv[2])
-  redis.call('PEXPIRE', rec, argv[2], 'GT')
+  redis.call('SET', rec, limit, 'NX', 'PX', ARGV[2])
+  redis.call('PEXPIRE', rec, ARGV[2], 'GT')
 end
 return r

@@ -161,9 +161,10 @@ func newScript(parts ...string) script {
 // is safe for concurrent use.
 type Protocol struct {
 	acquire, release, extend, fence, check, elect script
-	// limitAcquire and limitExtend are acquire and extend inside the
-	// limit layer of semaphores and read-write locks (layer.lua).
-	limitAcquire, limitExtend script
+	// slotAcquire, readAcquire, writeAcquire and limitExtend are acquire
+	// and extend in the limit layer of semaphores and read-write locks
+	// (layer.lua).
+	slotAcquire, readAcquire, writeAcquire, limitExtend script
 
 	strategy    Strategy
 	argc        int // the strategy's acquire arguments (see acquire.lua)
@@ -186,7 +187,9 @@ func New(guard time.Duration, fencing bool, s Strategy, prefix string) *Protocol
 	acquire, extend := hooks.fill(fenced.Replace(acquireLua)), valueLua+"\n"+newStateLua+"\n"+extendLua
 	p := &Protocol{
 		acquire:      newScript(acquire),
-		limitAcquire: newScript(layered(acquire, "acquire")),
+		slotAcquire:  newScript(layered(acquire, "semaphore")),
+		readAcquire:  newScript(layered(acquire, "reader")),
+		writeAcquire: newScript(layered(acquire, "writer")),
 		release:      newScript(hooks.fill(releaseLua)),
 		extend:       newScript(extend),
 		limitExtend:  newScript(layered(extend, "extend")),
@@ -240,7 +243,7 @@ func (p *Protocol) ticketArg(ticket int64) any {
 
 // scriptOf returns the script whose SHA is sha.
 func (p *Protocol) scriptOf(sha any) (script, bool) {
-	for _, s := range []script{p.acquire, p.release, p.extend, p.fence, p.check, p.elect, p.limitAcquire, p.limitExtend} {
+	for _, s := range []script{p.acquire, p.release, p.extend, p.fence, p.check, p.elect, p.slotAcquire, p.readAcquire, p.writeAcquire, p.limitExtend} {
 		if s.sha == sha {
 			return s, true
 		}
