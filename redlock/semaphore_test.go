@@ -268,3 +268,61 @@ func TestRWMutex(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, r4.Unlock(ctx))
 }
+
+// TestSemaphoreObserved: the Observer sees a permit's and a reader's
+// operations as it sees a lock's, with their own Op values.
+func TestSemaphoreObserved(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	var mu sync.Mutex
+	var ops []string
+	obs := &Observer{End: func(_ context.Context, e Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		ops = append(ops, string(e.Op)+":"+string(e.Outcome)+":"+strings.Join(e.Keys, ","))
+	}}
+	cl := c.client(t, &Options{Observer: obs})
+	sem := cl.Semaphore("reports", 1)
+	p, err := sem.Acquire(ctx, time.Second)
+	require.NoError(t, err)
+	_, err = sem.TryAcquire(ctx, time.Second)
+	require.ErrorIs(t, err, ErrNotObtained)
+	require.NoError(t, p.Release(ctx))
+	r, err := cl.RWMutex("prices").RLock(ctx, time.Second)
+	require.NoError(t, err)
+	require.NoError(t, r.Unlock(ctx))
+	w, err := cl.RWMutex("prices").TryLock(ctx, time.Second)
+	require.NoError(t, err)
+	require.NoError(t, w.Unlock(ctx))
+	require.NoError(t, cl.DoSemaphore(ctx, "reports", 1, time.Second, func(context.Context) error { return nil }))
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{
+		"acquire:obtained:reports", "tryacquire:taken:reports", "unlock:released:" + protocol.SemaphorePrefix + "reports:0",
+		"rlock:obtained:prices", "unlock:released:" + r.Key(),
+		"trywlock:obtained:prices", "unlock:released:" + strings.Join(w.Keys(), ","),
+		"acquire:obtained:reports", "unlock:released:" + protocol.SemaphorePrefix + "reports:0", "do:released:reports",
+	}, ops)
+	assert.True(t, OpAcquire.Obtains() && OpTryWLock.Obtains() && !OpUnlock.Obtains())
+}
+
+// TestSemaphoreFenced: with Options.Fencing, a permit carries a fence,
+// and the next holder of its slot a larger one.
+func TestSemaphoreFenced(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	cl := c.client(t, &Options{Fencing: true})
+	sem := cl.Semaphore("reports", 1)
+	p, err := sem.Acquire(ctx, time.Second)
+	require.NoError(t, err)
+	require.NotZero(t, p.Fence())
+	require.NoError(t, p.Release(ctx))
+	q, err := sem.Acquire(ctx, time.Second)
+	require.NoError(t, err)
+	assert.Greater(t, q.Fence(), p.Fence())
+	require.NoError(t, q.Release(ctx))
+	w, err := cl.RWMutex("prices").Lock(ctx, time.Second)
+	require.NoError(t, err)
+	assert.Greater(t, w.Fence(), q.Fence())
+	require.NoError(t, w.Unlock(ctx))
+}
