@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/redquorum/redquorum/internal/protocol"
@@ -10,7 +9,7 @@ import (
 
 // RWMutexReaders is how many readers may hold a [RWMutex] at once: its
 // readers share a semaphore of that many slots.
-const RWMutexReaders = 64
+const RWMutexReaders = protocol.Readers
 
 // RWMutex is a read-write lock on the Client's nodes: many readers at
 // once (up to [RWMutexReaders]), or one writer and no reader. A reader
@@ -60,7 +59,7 @@ func (rw *RWMutex) rlock(ctx context.Context, op Op, ttl time.Duration, wait boo
 		return nil, err
 	}
 	c := s.c
-	l := protocol.Layer{Role: protocol.Reader, Keys: []string{c.stored(s.key("writer")), c.stored(s.key("limit"))}, Limit: strconv.Itoa(s.limit)}
+	l := protocol.Layer{Role: protocol.Reader, Keys: []string{c.stored(s.key("writer")), c.stored(s.key("limit"))}, Limit: s.limitArg()}
 	lock, _, err := c.slots(ctx, op, slotRounds{sem: s, layer: l, wait: wait, reader: true}, ttl)
 	return lock, err
 }
@@ -93,7 +92,7 @@ func (rw *RWMutex) lock(ctx context.Context, op Op, ttl time.Duration, wait bool
 	if wait {
 		intent = 2*c.cfg.maxRetry + 2*c.cfg.nodeTimeout
 	}
-	l := protocol.Layer{Role: protocol.Writer, Keys: []string{c.stored(s.key("limit"))}, Limit: strconv.Itoa(s.limit), Intent: protocol.Intent(intent)}
+	l := protocol.Layer{Role: protocol.Writer, Keys: []string{c.stored(s.key("limit"))}, Limit: s.limitArg(), Intent: protocol.Intent(intent)}
 	lock, _, err := c.slots(ctx, op, slotRounds{sem: s, layer: l, wait: wait, writer: s.key("writer")}, ttl)
 	return lock, err
 }

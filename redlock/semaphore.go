@@ -102,8 +102,11 @@ func (s *Semaphore) check() error {
 // layer returns what the semaphore's rounds tell the limit layer on the
 // nodes.
 func (s *Semaphore) layer() protocol.Layer {
-	return protocol.Layer{Role: protocol.Slot, Keys: []string{s.c.stored(s.key("limit"))}, Limit: strconv.Itoa(s.limit)}
+	return protocol.Layer{Role: protocol.Slot, Keys: []string{s.c.stored(s.key("limit"))}, Limit: s.limitArg()}
 }
+
+// limitArg returns the limit as the layer's scripts compare it.
+func (s *Semaphore) limitArg() string { return strconv.Itoa(s.limit) }
 
 // Acquire waits for a free slot and returns its [Permit], as
 // [Client.Lock] waits for a lock: until it holds one, ctx is done, or,

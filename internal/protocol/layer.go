@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"strconv"
 	"strings"
 	"time"
 )
@@ -29,12 +30,18 @@ type Layer struct {
 	// Keys are the layer's keys as stored: for a Reader the writer key,
 	// then for every role the limit record.
 	Keys []string
-	// Limit is the semaphore's limit, a decimal string, boxed once.
+	// Limit is the limit, a decimal string, boxed once: a semaphore's, or
+	// a read-write lock's [Readers], which its acquire scripts have fixed
+	// in them and its extends send.
 	Limit any
 	// Intent is, for a Writer, how long its intent lasts on a node that
 	// refused it (0: none), in whole ms, boxed once.
 	Intent any
 }
+
+// Readers is how many readers a read-write lock admits at once: its
+// limit, fixed in the reader's and the writer's scripts.
+const Readers = 64
 
 // Intent returns d as a Layer's Intent.
 func Intent(d time.Duration) any { return d.Milliseconds() }
@@ -44,7 +51,8 @@ func Intent(d time.Duration) any { return d.Milliseconds() }
 func layered(kernel, name string) string {
 	for _, sec := range strings.Split(layerLua, "\n--@@")[1:] {
 		if head, code, _ := strings.Cut(sec, "\n"); head == name {
-			return hooks{"kernel": kernel}.fill(strings.TrimRight(code, "\n"))
+			code = strings.ReplaceAll(strings.TrimRight(code, "\n"), "@READERS@", strconv.Itoa(Readers))
+			return hooks{"kernel": kernel}.fill(code)
 		}
 	}
 	panic("protocol: no section " + name + " in layer.lua")
@@ -64,10 +72,13 @@ func (p *Protocol) layerScript(r Role) script {
 // appendLayerArgs appends the layer's arguments of l to cmd, an acquire's
 // command with the kernel's arguments.
 func appendLayerArgs(cmd Cmd, l Layer) Cmd {
-	if l.Role == Writer {
-		cmd = append(cmd, l.Intent)
+	switch l.Role {
+	case Slot:
+		return append(cmd, l.Limit)
+	case Writer:
+		return append(cmd, l.Intent)
 	}
-	return append(cmd, l.Limit)
+	return cmd
 }
 
 // layerKeys returns how many of the keys of acq, an acquire's command, are

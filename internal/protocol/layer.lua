@@ -8,8 +8,9 @@
 --
 -- KEYS: the kernel's (lock keys, then the node's state), then the layer's:
 -- for a reader the writer key, then for all the limit record. ARGV: the
--- kernel's, then for a writer the ms its intent lasts (0: none), then for
--- all the limit (a decimal string).
+-- kernel's, then for a semaphore's slot its limit (a decimal string), for
+-- a writer the ms its intent lasts (0: none). A read-write lock's limit is
+-- the number of readers, @READERS@, fixed in its scripts.
 --
 -- The limit record holds the limit for at least as long as any lock key of
 -- the semaphore on the node: a grant or an extend raises its TTL to the
@@ -35,11 +36,10 @@ end
 --@kernel
 
 --@@reader
-local n, m = #KEYS, #ARGV
-local rec, writer, limit = KEYS[n], KEYS[n - 1], ARGV[m]
+local n, limit = #KEYS, '@READERS@'
+local rec, writer = KEYS[n], KEYS[n - 1]
 KEYS[n] = nil
 KEYS[n - 1] = nil
-ARGV[m] = nil
 local had = redis.call('SET', rec, limit, 'NX', 'PX', ARGV[2], 'GET')
 if had then
   if had ~= limit then
@@ -60,11 +60,10 @@ end
 --@kernel
 
 --@@writer
-local n, m = #KEYS, #ARGV
-local rec, intent, limit = KEYS[n], tonumber(ARGV[m - 1]), ARGV[m]
+local n, m, limit = #KEYS, #ARGV, '@READERS@'
+local rec, intent = KEYS[n], tonumber(ARGV[m])
 KEYS[n] = nil
 ARGV[m] = nil
-ARGV[m - 1] = nil
 local had = redis.call('GET', rec)
 if had then
   local l = string.match(had, '^(%d+)')

@@ -55,8 +55,8 @@ func TestLayerOnRedis(t *testing.T) {
 
 	// A writer refused by a reader leaves its intent; readers are then
 	// refused until it passes, or while the writer holds.
-	rl := Layer{Role: Reader, Keys: []string{"rw:writer", "rw:limit"}, Limit: "64"}
-	wl := Layer{Role: Writer, Keys: []string{"rw:limit"}, Limit: "64", Intent: Intent(time.Minute)}
+	rl := Layer{Role: Reader, Keys: []string{"rw:writer", "rw:limit"}}
+	wl := Layer{Role: Writer, Keys: []string{"rw:limit"}, Intent: Intent(time.Minute)}
 	r, _ = acquire("rw:0", "r1", time.Minute, rl)
 	require.Equal(t, Granted, r.Kind)
 	wcmd := p.AcquireCmd(Acquire{Keys: []string{"rw:writer", "rw:0", "rw:1", StateKey}, Token: "w1", TTL: time.Minute, Layer: wl})
@@ -69,9 +69,10 @@ func TestLayerOnRedis(t *testing.T) {
 	r, _ = acquire("rw:1", "r2", time.Minute, rl)
 	require.Equal(t, WriterWaits, r.Kind)
 	assert.Zero(t, node.Exists(ctx, "rw:1").Val())
-	r, _ = acquire("rw:1", "r2", time.Minute, Layer{Role: Reader, Keys: rl.Keys, Limit: "32"})
+	require.NoError(t, node.Set(ctx, "rw2:limit", "32", time.Minute).Err()) // a release with another number of readers
+	r, _ = acquire("rw2:0", "r2", time.Minute, Layer{Role: Reader, Keys: []string{"rw2:writer", "rw2:limit"}})
 	require.Equal(t, Mismatch, r.Kind)
-	assert.Equal(t, "64", r.Limit)
+	assert.Equal(t, "32", r.Limit)
 
 	require.NoError(t, node.Del(ctx, "rw:0").Err()) // the reader leaves
 	v, err = p.Run(ctx, node, wcmd)
