@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -167,4 +168,50 @@ func TestRWMutexRealServers(t *testing.T) {
 	assert.Greater(t, h.most.Load(), int32(1), "readers never held together")
 	assert.LessOrEqual(t, got, int32(2*streams), "readers let in while the writer waited")
 	t.Logf("readers let in while the writer waited: %d", got)
+}
+
+// TestSemaphoreClusterNodes: on Redis Cluster nodes, a semaphore and a
+// read-write lock whose names carry a hash tag work (their keys share a
+// slot), and a name without one is refused before anything is sent.
+func TestSemaphoreClusterNodes(t *testing.T) {
+	leakcheck.Check(t)
+	cls := clusters(t, 3, 1, 1)
+	nodes := make([]redis.UniversalClient, len(cls))
+	for i, c := range cls {
+		nodes[i] = c
+	}
+	cl, err := redlock.New(nodes, &redlock.Options{RestartGuard: 3 * time.Second, NodeTimeout: time.Second, Waiting: redlock.WaitInLine})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cl.Close() })
+	ctx := t.Context()
+
+	_, err = cl.Semaphore("reports", 2).TryAcquire(ctx, time.Second)
+	require.ErrorContains(t, err, `semaphore name "reports" has no hash tag`)
+	_, err = cl.RWMutex("prices").TryRLock(ctx, time.Second)
+	require.ErrorContains(t, err, `read-write lock name "prices" has no hash tag`)
+
+	sem := cl.Semaphore("{reports}", 2)
+	var p *redlock.Permit
+	require.Eventually(t, func() bool { // the slot's first use may find the nodes guarded: a new deployment
+		p, err = sem.TryAcquire(ctx, 2*time.Second)
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "%v", err)
+	q, err := sem.TryAcquire(ctx, 2*time.Second)
+	require.NoError(t, err)
+	_, err = sem.TryAcquire(ctx, 2*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.NoError(t, p.Extend(ctx, 2*time.Second))
+	require.NoError(t, p.Release(ctx))
+	require.NoError(t, q.Release(ctx))
+
+	rw := cl.RWMutex("{prices}")
+	r, err := rw.RLock(ctx, 2*time.Second)
+	require.NoError(t, err)
+	_, err = rw.TryLock(ctx, 2*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.NoError(t, r.Unlock(ctx))
+	w, err := rw.Lock(ctx, 2*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, w.Extend(ctx, 2*time.Second))
+	require.NoError(t, w.Unlock(ctx))
 }
