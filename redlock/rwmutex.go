@@ -43,25 +43,14 @@ func (rw *RWMutex) Name() string { return rw.sem.name }
 // on it as on any lock; its Key is its slot's key. Errors are as for
 // [Semaphore.Acquire].
 func (rw *RWMutex) RLock(ctx context.Context, ttl time.Duration) (*Lock, error) {
-	return rw.rlock(ctx, OpRLock, ttl, true)
+	return rw.take(ctx, OpRLock, protocol.Reader, ttl, true)
 }
 
 // TryRLock is [RWMutex.RLock] without waiting: it returns an error
 // wrapping [ErrNotObtained] when a writer holds or waits for the lock, or
 // every reader slot is taken.
 func (rw *RWMutex) TryRLock(ctx context.Context, ttl time.Duration) (*Lock, error) {
-	return rw.rlock(ctx, OpTryRLock, ttl, false)
-}
-
-func (rw *RWMutex) rlock(ctx context.Context, op Op, ttl time.Duration, wait bool) (*Lock, error) {
-	s := &rw.sem
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	c := s.c
-	l := protocol.Layer{Role: protocol.Reader, Keys: []string{c.stored(s.key("writer")), c.stored(s.key("limit"))}, Limit: s.limitArg()}
-	lock, _, err := c.slots(ctx, op, slotRounds{sem: s, layer: l, wait: wait, reader: true}, ttl)
-	return lock, err
+	return rw.take(ctx, OpTryRLock, protocol.Reader, ttl, false)
 }
 
 // Lock waits until it holds the lock alone, with no reader and no other
@@ -69,31 +58,41 @@ func (rw *RWMutex) rlock(ctx context.Context, op Op, ttl time.Duration, wait boo
 // Keys also lists every reader slot. While it waits, its rounds leave an
 // intent on the nodes that refuses new readers, so that the readers
 // holding the lock drain; the intent lasts twice Options.MaxRetryDelay
-// and twice Options.NodeTimeout past the writer's last round, and a
-// writer's grant takes it off. Errors are as for [Semaphore.Acquire].
+// and twice Options.NodeTimeout past the writer's last round. Once
+// granted, the writer's key turns readers away until Unlock. Errors are
+// as for [Semaphore.Acquire].
 func (rw *RWMutex) Lock(ctx context.Context, ttl time.Duration) (*Lock, error) {
-	return rw.lock(ctx, OpWLock, ttl, true)
+	return rw.take(ctx, OpWLock, protocol.Writer, ttl, true)
 }
 
 // TryLock is [RWMutex.Lock] in one round: it returns an error wrapping
 // [ErrNotObtained] when a reader or a writer holds the lock. Its round
 // leaves no intent.
 func (rw *RWMutex) TryLock(ctx context.Context, ttl time.Duration) (*Lock, error) {
-	return rw.lock(ctx, OpTryWLock, ttl, false)
+	return rw.take(ctx, OpTryWLock, protocol.Writer, ttl, false)
 }
 
-func (rw *RWMutex) lock(ctx context.Context, op Op, ttl time.Duration, wait bool) (*Lock, error) {
+// take is RLock (role Reader) or Lock (role Writer), waiting when wait is
+// set, reported to the Observer as op.
+func (rw *RWMutex) take(ctx context.Context, op Op, role protocol.Role, ttl time.Duration, wait bool) (*Lock, error) {
 	s := &rw.sem
 	if err := s.check(); err != nil {
 		return nil, err
 	}
 	c := s.c
-	var intent time.Duration // TryLock's round leaves no intent
-	if wait {
-		intent = 2*c.cfg.maxRetry + 2*c.cfg.nodeTimeout
+	sr := slotRounds{sem: s, wait: wait, layer: protocol.Layer{Role: role, Keys: []string{c.stored(s.key("limit"))}, Limit: s.limitArg()}}
+	if role == protocol.Reader {
+		sr.reader = true
+		sr.layer.Keys = append([]string{c.stored(s.key("writer"))}, sr.layer.Keys...)
+	} else {
+		sr.writer = s.key("writer")
+		var intent time.Duration // TryLock's round leaves no intent
+		if wait {
+			intent = 2*c.cfg.maxRetry + 2*c.cfg.nodeTimeout
+		}
+		sr.layer.Intent = protocol.Intent(intent)
 	}
-	l := protocol.Layer{Role: protocol.Writer, Keys: []string{c.stored(s.key("limit"))}, Limit: s.limitArg(), Intent: protocol.Intent(intent)}
-	lock, _, err := c.slots(ctx, op, slotRounds{sem: s, layer: l, wait: wait, writer: s.key("writer")}, ttl)
+	lock, _, err := c.slots(ctx, op, sr, ttl)
 	return lock, err
 }
 
