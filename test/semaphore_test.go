@@ -215,3 +215,59 @@ func TestSemaphoreClusterNodes(t *testing.T) {
 	require.NoError(t, w.Extend(ctx, 2*time.Second))
 	require.NoError(t, w.Unlock(ctx))
 }
+
+// TestSemaphoreWakesRealServers: on five real masters, a caller waiting
+// for a full semaphore, whose backoff is far longer than the test, is
+// woken by a release and obtains the freed slot within a few rounds; an
+// uncontended Acquire and Release make one round each.
+func TestSemaphoreWakesRealServers(t *testing.T) {
+	leakcheck.Check(t)
+	addrs, _ := five(t)
+	ctx := t.Context()
+	var mu sync.Mutex
+	rounds := map[redlock.Op][]int{}
+	obs := &redlock.Observer{End: func(_ context.Context, e redlock.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		rounds[e.Op] = append(rounds[e.Op], len(e.Rounds))
+	}}
+	holder := open(t, addrs, &redlock.Options{Observer: obs})
+	waiter := open(t, addrs, &redlock.Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute, Observer: obs})
+	warm, err := holder.Lock(ctx, "warm", time.Second) // the nodes' first lock: a new deployment takes two rounds
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(ctx))
+	sem := holder.Semaphore("{jobs}", 2)
+	for range 3 { // uncontended
+		p, err := sem.Acquire(ctx, 10*time.Second)
+		require.NoError(t, err)
+		require.NoError(t, p.Release(ctx))
+	}
+	var held []*redlock.Permit
+	for range 2 {
+		p, err := sem.Acquire(ctx, 10*time.Second)
+		require.NoError(t, err)
+		held = append(held, p)
+	}
+	done := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second) // below the backoff
+		defer cancel()
+		p, err := waiter.Semaphore("{jobs}", 2).Acquire(wctx, 10*time.Second)
+		if err == nil {
+			err = p.Release(ctx)
+		}
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter's first pass, and its wait
+	require.NoError(t, held[1].Release(ctx))
+	require.NoError(t, <-done)
+	require.NoError(t, held[0].Release(ctx))
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []int{1, 1, 1}, rounds[redlock.OpAcquire][:3], "uncontended: one round each")
+	woken := rounds[redlock.OpAcquire][5]
+	assert.LessOrEqual(t, woken, 2+2+2, "rounds of the woken waiter: a pass of two slots, perhaps one more on the subscriptions' confirmation, then the freed slot")
+	for _, n := range rounds[redlock.OpUnlock] {
+		assert.Equal(t, 1, n, "one round per release")
+	}
+}
