@@ -10,7 +10,8 @@
 -- for a reader the writer key, then for all the limit record. ARGV: the
 -- kernel's, then for a semaphore's slot its limit (a decimal string), for
 -- a writer the ms its intent lasts (0: none). A read-write lock's limit is
--- the number of readers, @READERS@, fixed in its scripts.
+-- its number of readers, put in for @READERS@ when the scripts are built.
+-- An extend's are the limit record and the limit, for every role.
 --
 -- The limit record holds the limit for at least as long as any lock key of
 -- the semaphore on the node: a grant or an extend raises its TTL to the
