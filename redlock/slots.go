@@ -146,6 +146,9 @@ type slotWait struct {
 	ctx      context.Context
 	attempts int
 	start    time.Time // of the last pass
+	// giveUpAt is when to give up if ctx has no deadline (zero if it has
+	// one); the timer giveUp is made by the first sleep.
+	giveUpAt time.Time
 	giveUp   <-chan time.Time
 	// listen, hint and last are what the last pass found (see slotPass).
 	listen []string
@@ -156,7 +159,7 @@ type slotWait struct {
 func (c *Client) newSlotWait(ctx context.Context) *slotWait {
 	w := &slotWait{c: c, ctx: ctx, start: c.cfg.clock.Now()}
 	if _, ok := ctx.Deadline(); !ok {
-		w.giveUp = c.cfg.clock.After(c.cfg.maxWait)
+		w.giveUpAt = w.start.Add(c.cfg.maxWait)
 	}
 	return w
 }
@@ -169,6 +172,9 @@ func (c *Client) newSlotWait(ctx context.Context) *slotWait {
 func (w *slotWait) sleep(last *Error) error {
 	hint := w.hint
 	cfg := w.c.cfg
+	if w.giveUp == nil && !w.giveUpAt.IsZero() {
+		w.giveUp = cfg.clock.After(w.giveUpAt.Sub(cfg.clock.Now()))
+	}
 	wait := retry.Delay(w.attempts, cfg.minRetry, cfg.maxRetry)
 	w.attempts++
 	if hint > 0 && hint < wait {
