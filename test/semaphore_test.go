@@ -271,3 +271,41 @@ func TestSemaphoreWakesRealServers(t *testing.T) {
 		assert.Equal(t, 1, n, "one round per release")
 	}
 }
+
+// TestSemaphoreBoundNegativeControl: the count of holders that
+// TestSemaphoreRealServers checks does see a violation: two groups of
+// Clients given node lists 0–2 and 2–4 of five real masters, whose
+// majorities can be disjoint (assumption A2 broken), hold a semaphore of
+// limit 1 more than once at a time.
+func TestSemaphoreBoundNegativeControl(t *testing.T) {
+	leakcheck.Check(t)
+	addrs, _ := five(t)
+	ctx := t.Context()
+	// A first lock over all five ends their restart guard (a new
+	// deployment), which two groups of three nodes would each see half
+	// ended.
+	l, err := open(t, addrs, nil).Lock(ctx, "warm", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	groups := [][]string{addrs[:3], addrs[2:]}
+	var h holdCounter
+	var wg sync.WaitGroup
+	for g := range 6 {
+		c := open(t, groups[g%2], &redlock.Options{MaxRetryDelay: 20 * time.Millisecond})
+		wg.Go(func() {
+			sem := c.Semaphore("{reports}", 1)
+			for range 6 {
+				p, err := sem.Acquire(ctx, 10*time.Second)
+				if !assert.NoError(t, err) {
+					return
+				}
+				h.enter()
+				time.Sleep(20 * time.Millisecond)
+				h.leave()
+				assert.NoError(t, p.Release(ctx))
+			}
+		})
+	}
+	wg.Wait()
+	assert.Greater(t, h.most.Load(), int32(1), "the count saw no more than one holder although the quorums can be disjoint")
+}
