@@ -112,6 +112,7 @@ func allImpls(opts *redlock.Options) []loadtest.Impl {
 			impls = append(impls, im)
 		}
 	}
+	impls = append(impls, semaphoreImpls(opts)...)
 	return append(impls, bareImpl("bare-scripts", bareScripts, timeout), bareImpl("bare-min", bareMin, timeout),
 		bareImpl("bare-pipe", barePipe, timeout), bareImpl("bare-noop", bareNoop, timeout))
 }

@@ -125,6 +125,13 @@ func (c *Client) do(ctx context.Context, key string, ttl time.Duration, fn func(
 	if err != nil {
 		return err
 	}
+	return c.hold(ctx, l, ttl, fn, rec)
+}
+
+// hold runs fn while it holds l, obtained for ttl, extending it and
+// cancelling fn's context when it is lost, and unlocks it when fn returns
+// (see Do).
+func (c *Client) hold(ctx context.Context, l *Lock, ttl time.Duration, fn func(ctx context.Context) error, rec *record) (err error) {
 	if rec != nil {
 		rec.lock, rec.ended = l, true
 	}

@@ -17,6 +17,7 @@ type Holder struct {
 	Owner string        // the holder's Options.Owner ("" when it named none)
 	TTL   time.Duration // how long a quorum of nodes still hold it
 	Nodes int           // how many nodes hold it
+	Slot  int           // for a semaphore's or a read-write lock's reader, its slot; else 0
 }
 
 // Holder returns the holder of key that a quorum of nodes agree on. It
@@ -36,21 +37,35 @@ func (c *Client) Holder(ctx context.Context, key string) (Holder, error) {
 	if err != nil {
 		return Holder{}, err
 	}
+	h, _, agreed := c.holderOf(vals, 0)
+	if !agreed {
+		e := c.newError("holder", key, h.Nodes, r, ErrNotHeld, nil)
+		e.Reason = "no holder on a quorum of nodes"
+		return Holder{}, e
+	}
+	return h, nil
+}
+
+// holderOf returns the holder of the i-th key read, in vals, that a
+// quorum of nodes agree on, and its token (the zero Holder and "" when a
+// quorum agree that the key is free), or false when neither has a quorum;
+// its Nodes are then the most nodes that agree on one holder.
+func (c *Client) holderOf(vals [][]node.Value, i int) (Holder, string, bool) {
 	byToken := map[string][]time.Duration{}
 	free := 0
 	for _, v := range vals {
 		if v == nil {
 			continue // no answer
 		}
-		switch h, _ := protocol.Holding(v[0].Data); {
+		switch h, _ := protocol.Holding(v[i].Data); {
 		case h == "" || strings.HasPrefix(h, protocol.TombstonePrefix):
 			free++ // missing, or tombstones that grant nothing
-		case v[0].TTL > 0:
-			byToken[h] = append(byToken[h], v[0].TTL)
+		case v[i].TTL > 0:
+			byToken[h] = append(byToken[h], v[i].TTL)
 		}
 	}
 	if free >= c.cfg.quorum {
-		return Holder{}, nil
+		return Holder{}, "", true
 	}
 	best, most := "", 0
 	for token, ttls := range byToken {
@@ -59,11 +74,9 @@ func (c *Client) Holder(ctx context.Context, key string) (Holder, error) {
 		}
 	}
 	if most < c.cfg.quorum {
-		e := c.newError("holder", key, most, r, ErrNotHeld, nil)
-		e.Reason = "no holder on a quorum of nodes"
-		return Holder{}, e
+		return Holder{Nodes: most}, "", false
 	}
-	return Holder{Owner: protocol.Owner(best), TTL: quorumTTL(byToken[best], c.cfg.quorum), Nodes: most}, nil
+	return Holder{Owner: protocol.Owner(best), TTL: quorumTTL(byToken[best], c.cfg.quorum), Nodes: most}, best, true
 }
 
 // TTL returns how long a quorum of nodes still hold this lock's token, at

@@ -57,6 +57,10 @@ func (c *Client) checkKeys(keys []string) error {
 			return fmt.Errorf("redlock: key %q starts with %q, which is reserved for the lines of waiters", k, protocol.LinePrefix)
 		case strings.HasPrefix(k, protocol.LeaderPrefix):
 			return fmt.Errorf("redlock: key %q starts with %q, which is reserved for the records of elections", k, protocol.LeaderPrefix)
+		case strings.HasPrefix(k, protocol.SemaphorePrefix):
+			return fmt.Errorf("redlock: key %q starts with %q, which is reserved for the keys of semaphores", k, protocol.SemaphorePrefix)
+		case strings.HasPrefix(k, protocol.RWMutexPrefix):
+			return fmt.Errorf("redlock: key %q starts with %q, which is reserved for the keys of read-write locks", k, protocol.RWMutexPrefix)
 		}
 		if j := slices.Index(keys[:i], k); j >= 0 {
 			return fmt.Errorf("redlock: keys[%d] %q is the same as keys[%d]", i, k, j)

@@ -277,7 +277,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, rec *record) error
 				return errSkipped
 			}
 		}
-		return c.nodes[i].Extend(ctx, held.acq.Keys, l.token, ttl)
+		return c.nodes[i].Extend(ctx, held.acq.Keys, held.acq.Layer, l.token, ttl)
 	}))
 	ok, qerr := r.Await(ctx, c.cfg.quorum)
 	if rec != nil {

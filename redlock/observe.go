@@ -54,7 +54,25 @@ const (
 	OpExtend      Op = "extend"
 	OpUnlock      Op = "unlock"
 	OpDo          Op = "do"
+
+	OpAcquire    Op = "acquire"    // Semaphore.Acquire; its Keys are the semaphore's name
+	OpTryAcquire Op = "tryacquire" // Semaphore.TryAcquire
+	OpRLock      Op = "rlock"      // RWMutex.RLock; its Keys are the read-write lock's name
+	OpTryRLock   Op = "tryrlock"   // RWMutex.TryRLock
+	OpWLock      Op = "wlock"      // RWMutex.Lock
+	OpTryWLock   Op = "trywlock"   // RWMutex.TryLock
 )
+
+// Obtains reports whether op obtains a lock when it succeeds: a Lock of
+// any kind, a Semaphore's permit or a RWMutex's lock (whose Unlock is
+// OpUnlock).
+func (op Op) Obtains() bool {
+	switch op {
+	case OpLock, OpTryLock, OpLockMany, OpTryLockMany, OpAcquire, OpTryAcquire, OpRLock, OpTryRLock, OpWLock, OpTryWLock:
+		return true
+	}
+	return false
+}
 
 // Outcome is how an operation ended; its values are few and fixed, fit for
 // a metric label.
@@ -84,8 +102,9 @@ type Event struct {
 
 	Start    time.Time     // on the Client's clock (Options.Clock)
 	Duration time.Duration // the whole call
-	// Waited is, for Lock and LockMany, the part of Duration spent between
-	// rounds: in the Client's local queue for the key and backing off.
+	// Waited is, for Lock, LockMany, Semaphore.Acquire, RWMutex.RLock and
+	// RWMutex.Lock, the part of Duration spent between rounds: in the
+	// Client's local queue for the key and backing off.
 	Waited time.Duration
 	// Held is, for Unlock and Do, the time since the start of the round
 	// that obtained the lock.

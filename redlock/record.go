@@ -263,7 +263,7 @@ func (rec *record) end(err error, ok Outcome) {
 	c := rec.c
 	e := Event{Op: rec.op, Keys: rec.keys, Outcome: rec.outcome(err, ok), Err: err, Start: rec.start,
 		Duration: c.cfg.clock.Now().Sub(rec.start), Ended: rec.ended, Rounds: rec.rounds}
-	if rec.op == OpLock || rec.op == OpLockMany {
+	if rec.op == OpLock || rec.op == OpLockMany || rec.op == OpAcquire || rec.op == OpRLock || rec.op == OpWLock {
 		e.Waited = e.Duration
 		for _, r := range rec.rounds {
 			e.Waited -= r.Duration

@@ -169,5 +169,5 @@ func cmdKeys(cmd protocol.Cmd) []string {
 // refused reports whether an acquire's outcome says that the node did not
 // set the keys.
 func refused(err error) bool {
-	return errors.Is(err, ErrTaken) || errors.Is(err, ErrGuarded) || err == node.ErrNotSent || err == errGone
+	return errors.Is(err, ErrTaken) || errors.Is(err, ErrGuarded) || err == node.ErrNotSent || err == errGone || errors.Is(err, ErrLimitMismatch)
 }

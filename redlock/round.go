@@ -77,7 +77,7 @@ func (c *Client) newRound(keys []string, ttl time.Duration, est []string, over s
 	if token == "" {
 		token = protocol.NewToken(c.cfg.owner)
 	}
-	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Over: over, Join: j.on}
+	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Over: over, Join: j.on, Layer: j.layer}
 	if est == nil {
 		r.cmd = c.proto.AcquireCmd(r.acq) // built once for the plain nodes
 	}
@@ -186,6 +186,10 @@ func (r *round) acquireOn(ctx context.Context, i int) error {
 		return &guardError{left: rep.Wait}
 	case protocol.Gone:
 		return errGone
+	case protocol.Mismatch:
+		return &limitError{limit: rep.Limit}
+	case protocol.WriterWaits:
+		return errWriterWaits
 	}
 	if rep.Fence < 0 {
 		return ErrFenceUnknown

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,12 +20,21 @@ import (
 // inspect shows who holds KEY on each node, each node's restart guard, and
 // whether a quorum agrees on one holder. A node it cannot read gets an error
 // row; the verdict then says what the nodes it reached allow, and inspect
-// returns an error naming the nodes it could not read.
+// returns an error naming the nodes it could not read. With --semaphore or
+// --rw, KEY names a semaphore or a read-write lock, and inspect shows each
+// of its held keys so: the writer key, and each slot (a reader's, or a
+// semaphore's holder).
 func inspect(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("inspect", "KEY --nodes NODE,... [--prefix P]", out)
+	fs := newFlags("inspect", "KEY --nodes NODE,... [--prefix P] [--semaphore LIMIT | --rw]", out)
 	nodesFlag := fs.String("nodes", "", nodesUsage+" (required)")
 	prefix := fs.String("prefix", "", "the Options.KeyPrefix of the locking clients")
+	limit := fs.Int("semaphore", 0, "KEY is a semaphore with this limit: show its slots")
+	rw := fs.Bool("rw", false, "KEY is a read-write lock: show its writer and readers")
 	pos, err := parseOne(fs, args, "KEY", nodesFlag)
+	if err != nil {
+		return err
+	}
+	keys, labels, err := inspectKeys(*prefix, pos[0], *limit, *rw)
 	if err != nil {
 		return err
 	}
@@ -33,13 +44,25 @@ func inspect(ctx context.Context, args []string, out io.Writer) error {
 	}
 	nodes := redlock.NewNodes(addrs...)
 	defer closeNodes(nodes)
-	key := *prefix + pos[0]
 	rows := make([]keyRow, len(nodes))
-	eachNode(len(nodes), func(i int) { rows[i] = readKey(ctx, nodes[i], key, *prefix+protocol.StateKey) })
-	if err := printKeyRows(out, names, rows); err != nil {
-		return err
+	var free []string
+	for k, key := range keys {
+		eachNode(len(nodes), func(i int) { rows[i] = readKey(ctx, nodes[i], key, *prefix+protocol.StateKey) })
+		if len(keys) > 1 && !slices.ContainsFunc(rows, func(r keyRow) bool { return r.holder != "" || r.err != nil }) {
+			free = append(free, labels[k])
+			continue
+		}
+		if len(keys) > 1 {
+			fmt.Fprintf(out, "%s (%s):\n", labels[k], key)
+		}
+		if err := printKeyRows(out, names, rows); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, verdict(key, rows))
 	}
-	fmt.Fprintln(out, verdict(key, rows))
+	if len(free) > 0 {
+		fmt.Fprintf(out, "free on every node: %s\n", strings.Join(free, ", "))
+	}
 	var failed error
 	for i, r := range rows {
 		if r.err != nil {
@@ -50,6 +73,31 @@ func inspect(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("could not read every node: %v", failed)
 	}
 	return nil
+}
+
+// inspectKeys returns the keys (as stored) that inspect reads for name
+// and a label for each: name itself, or with limit > 0 a semaphore's
+// slots, or with rw a read-write lock's writer key and reader slots.
+func inspectKeys(prefix, name string, limit int, rw bool) (keys, labels []string, err error) {
+	switch {
+	case limit != 0 && rw:
+		return nil, nil, usagef("--semaphore and --rw together")
+	case limit < 0 || limit > redlock.MaxSemaphoreLimit:
+		return nil, nil, usagef("--semaphore %d is not between 1 and %d", limit, redlock.MaxSemaphoreLimit)
+	case rw:
+		keys, labels = []string{prefix + protocol.RWMutexPrefix + name + ":writer"}, []string{"writer"}
+		limit = redlock.RWMutexReaders
+	case limit == 0:
+		return []string{prefix + name}, []string{name}, nil
+	}
+	base := prefix + protocol.SemaphorePrefix + name + ":"
+	if rw {
+		base = prefix + protocol.RWMutexPrefix + name + ":"
+	}
+	for i := range limit {
+		keys, labels = append(keys, base+strconv.Itoa(i)), append(labels, "slot "+strconv.Itoa(i))
+	}
+	return keys, labels, nil
 }
 
 // keyRow is what one node says about a key.

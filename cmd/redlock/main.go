@@ -2,7 +2,7 @@
 //
 //	redlock demo    [--nodes NODE,...] [--stock N] [--buyers N]
 //	redlock bench   [--nodes NODE,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE] [--metrics ADDR]
-//	redlock inspect KEY --nodes NODE,... [--prefix P]
+//	redlock inspect KEY --nodes NODE,... [--prefix P] [--semaphore LIMIT | --rw]
 //	redlock election NAME --nodes NODE,... [--prefix P] [--watch]
 //	redlock guard status --nodes NODE,... [--prefix P]
 //	redlock guard end    --nodes NODE,... [--prefix P] [--yes]
@@ -35,7 +35,7 @@ const usage = `redlock: a distributed lock over independent Redis masters.
 usage:
   redlock demo    [--nodes NODE,...] [--stock N] [--buyers N]
   redlock bench   [--nodes NODE,...] [--duration D] [--callers N] [--slow-node D] [--json FILE] [--svg FILE] [--metrics ADDR]
-  redlock inspect KEY --nodes NODE,... [--prefix P]
+  redlock inspect KEY --nodes NODE,... [--prefix P] [--semaphore LIMIT | --rw]
   redlock election NAME --nodes NODE,... [--prefix P] [--watch]
   redlock guard status --nodes NODE,... [--prefix P]
   redlock guard end    --nodes NODE,... [--prefix P] [--yes]
@@ -43,7 +43,8 @@ usage:
   redlock chaos   [--backend native|embedded] [--replicas] [--duration D] [--ttl D] [--node-timeout D] [--fencing] [--control] [--svg FILE]
 
 Without --nodes, demo and bench run on five in-process nodes. inspect shows
-who holds a key and each node's restart guard; election shows an election's
+who holds a key (the slots of a semaphore, the writer or readers of a
+read-write lock) and each node's restart guard; election shows an election's
 leader, term, TTL and value (--watch follows it); guard end ends the restart
 guard on nodes you vouch for (a development reset, a deployment that came up
 with a node missing): read "redlock guard end -h" first; guard fence

@@ -366,3 +366,36 @@ func startNodes(t *testing.T, n int) []string {
 	_, addrs := startServers(t, n)
 	return addrs
 }
+
+// TestInspectSemaphore: inspect shows the held slots of a semaphore and
+// the writer of a read-write lock, with their owners.
+func TestInspectSemaphore(t *testing.T) {
+	leakcheck.Check(t)
+	addrs := startNodes(t, 3)
+	nodes := redlock.NewNodes(addrs...)
+	t.Cleanup(func() { closeNodes(nodes) })
+	c, err := redlock.New(nodes, &redlock.Options{NodeTimeout: time.Second, Owner: "builder"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	p, err := c.Semaphore("reports", 3).Acquire(t.Context(), time.Minute)
+	require.NoError(t, err)
+	var out string
+	require.Eventually(t, func() bool {
+		_, out, _ = runCLI(t, "inspect", "reports", "--semaphore", "3", "--nodes", strings.Join(addrs, ","))
+		return strings.Contains(out, "held: 3 of 3 nodes agree on holder "+p.Lock().Token()[:8]+"…")
+	}, 5*time.Second, 10*time.Millisecond, out)
+	assert.Contains(t, out, fmt.Sprintf("slot %d (redquorum:sem:reports:%d):", p.Slot(), p.Slot()))
+	assert.Contains(t, out, "builder")
+	assert.Contains(t, out, "free on every node: slot ")
+
+	w, err := c.RWMutex("prices").Lock(t.Context(), time.Minute)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, out, _ = runCLI(t, "inspect", "prices", "--rw", "--nodes", strings.Join(addrs, ","))
+		return strings.Contains(out, "writer (redquorum:rw:prices:writer):")
+	}, 5*time.Second, 10*time.Millisecond, out)
+	assert.Contains(t, out, "held: 3 of 3 nodes agree on holder "+w.Token()[:8]+"…")
+	code, _, errOut := runCLI(t, "inspect", "prices", "--rw", "--semaphore", "2", "--nodes", strings.Join(addrs, ","))
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "--semaphore and --rw together")
+}

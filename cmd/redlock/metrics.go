@@ -102,19 +102,19 @@ func (m *metrics) end(_ context.Context, e redlock.Event) {
 	set := labels("op", string(e.Op), "outcome", string(e.Outcome))
 	m.ops[set]++
 	req := "acquire"
-	switch e.Op {
-	case redlock.OpLock, redlock.OpTryLock, redlock.OpLockMany, redlock.OpTryLockMany:
+	switch {
+	case e.Op.Obtains():
 		hist(m.wait, set).observe(e.Duration.Seconds())
 		if e.Outcome == redlock.Obtained {
 			m.held++
 		}
-	case redlock.OpUnlock:
+	case e.Op == redlock.OpUnlock:
 		req = "release"
 		if e.Ended {
 			m.held--
 			m.hold.observe(e.Held.Seconds())
 		}
-	case redlock.OpExtend:
+	case e.Op == redlock.OpExtend:
 		req = "extend"
 	}
 	for _, r := range e.Rounds {

@@ -244,13 +244,13 @@ func (in *instruments) measure(ctx context.Context, e redlock.Event) {
 	}
 	set := metric.WithAttributes(opAttrs...)
 	in.ops.Add(ctx, 1, set)
-	switch e.Op {
-	case redlock.OpLock, redlock.OpTryLock, redlock.OpLockMany, redlock.OpTryLockMany:
+	switch {
+	case e.Op.Obtains():
 		in.wait.Record(ctx, e.Duration.Seconds(), set)
 		if e.Outcome == redlock.Obtained {
 			in.held.Add(ctx, 1)
 		}
-	case redlock.OpUnlock:
+	case e.Op == redlock.OpUnlock:
 		if e.Ended {
 			in.held.Add(ctx, -1)
 			in.hold.Record(ctx, e.Held.Seconds(), metric.WithAttributes(keyAttrs...))

@@ -158,13 +158,13 @@ func (c *Collector) end(_ context.Context, e redlock.Event) {
 		labels = append(labels, key...)
 	}
 	c.ops.WithLabelValues(labels...).Inc()
-	switch e.Op {
-	case redlock.OpLock, redlock.OpTryLock, redlock.OpLockMany, redlock.OpTryLockMany:
+	switch {
+	case e.Op.Obtains():
 		c.wait.WithLabelValues(labels...).Observe(e.Duration.Seconds())
 		if e.Outcome == redlock.Obtained {
 			c.held.Inc()
 		}
-	case redlock.OpUnlock:
+	case e.Op == redlock.OpUnlock:
 		if e.Ended {
 			c.held.Dec()
 			c.hold.WithLabelValues(key...).Observe(e.Held.Seconds())

@@ -194,9 +194,10 @@ func (n *Node) Release(ctx context.Context, cmd protocol.Cmd, ttl time.Duration,
 }
 
 // Extend sets the TTL of the lock with token on akeys (as for Acquire) to
-// ttl, if the node still holds it.
-func (n *Node) Extend(ctx context.Context, akeys []string, token string, ttl time.Duration) error {
-	return n.call(ctx, n.cfg.Protocol.Extend(n.ScriptKeys(akeys), token, ttl))
+// ttl, if the node still holds it; for the lock of a semaphore or a
+// read-write lock, within its limit layer l (zero for a lock).
+func (n *Node) Extend(ctx context.Context, akeys []string, l protocol.Layer, token string, ttl time.Duration) error {
+	return n.call(ctx, n.cfg.Protocol.ExtendIn(l, n.ScriptKeys(akeys), token, ttl))
 }
 
 // Fence writes fence back to the node's fence counter, if the node still

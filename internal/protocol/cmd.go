@@ -38,6 +38,9 @@ type Acquire struct {
 	Over string
 	// Join is the waiting strategy's part, for a round of a waiter.
 	Join Join
+	// Layer is the limit layer's part, for a round of a semaphore or a
+	// read-write lock; zero for a lock.
+	Layer Layer
 }
 
 // Join is what a waiter's round tells the waiting strategy on the node
@@ -112,9 +115,17 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 			n = i + 1
 		}
 	}
-	cmd := make(Cmd, 0, 3+len(a.Keys)+3+n)
-	cmd = append(cmd, "evalsha", p.acquire.sha, len(a.Keys))
+	l := a.Layer
+	cmd := make(Cmd, 0, 3+len(a.Keys)+len(l.Keys)+5+n)
+	sha := p.acquire.sha
+	if l.Role != NoLayer {
+		sha = p.layerScript(l.Role).sha
+	}
+	cmd = append(cmd, "evalsha", sha, len(a.Keys)+len(l.Keys))
 	for _, k := range a.Keys {
+		cmd = append(cmd, k)
+	}
+	for _, k := range l.Keys {
 		cmd = append(cmd, k)
 	}
 	cmd = append(cmd, a.Token, p.ttlArg(a.TTL), p.guard)
@@ -123,6 +134,9 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 			v = p.none
 		}
 		cmd = append(cmd, v)
+	}
+	if l.Role != NoLayer {
+		cmd = appendLayerArgs(cmd, l)
 	}
 	return cmd
 }
@@ -160,11 +174,12 @@ func (p *Protocol) Release(r Release) Cmd {
 // command, asked for, sharing acq's boxed keys, token and ttl: r's Keys,
 // Token and TTL are not read.
 func (p *Protocol) ReleaseAfter(acq Cmd, r Release) Cmd {
-	nkeys := acq[2].(int) - 1 // without the state key
+	all := acq[2].(int)
+	nkeys := all - 1 - p.layerKeys(acq) // without the state key and the layer's keys
 	cmd := make(Cmd, 0, 3+nkeys+5)
 	cmd = append(cmd, "evalsha", p.release.sha, nkeys)
 	cmd = append(cmd, acq[3:3+nkeys]...)
-	return p.releaseArgs(cmd, acq[3+nkeys+1], acq[3+nkeys+2], r)
+	return p.releaseArgs(cmd, acq[3+all], acq[3+all+1], r)
 }
 
 // releaseArgs appends the arguments of r to cmd: token, ttl (its
@@ -201,6 +216,20 @@ func (p *Protocol) releaseArgs(cmd Cmd, token, ttl any, r Release) Cmd {
 // keys (the lock keys as stored, then the node's state key) to ttl.
 func (p *Protocol) Extend(keys []string, token string, ttl time.Duration) Cmd {
 	return newCmd(p.extend, keys, token, p.ttlArg(ttl), p.guard)
+}
+
+// ExtendIn is [Protocol.Extend] for a lock of the limit layer l (see
+// layer.lua), which also keeps l's limit record on the node for ttl.
+func (p *Protocol) ExtendIn(l Layer, keys []string, token string, ttl time.Duration) Cmd {
+	if l.Role == NoLayer {
+		return p.Extend(keys, token, ttl)
+	}
+	cmd := make(Cmd, 0, 3+len(keys)+1+4)
+	cmd = append(cmd, "evalsha", p.limitExtend.sha, len(keys)+1)
+	for _, k := range keys {
+		cmd = append(cmd, k)
+	}
+	return append(cmd, l.Keys[len(l.Keys)-1], token, p.ttlArg(ttl), p.guard, l.Limit)
 }
 
 // Fence returns the write-back of a fenced lock's fence to keys (the lock

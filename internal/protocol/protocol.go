@@ -51,6 +51,15 @@ const (
 	// term, value and token, written by the leader only while it holds the
 	// election's lock (see elect.lua). Lock keys must not start with it.
 	LeaderPrefix = "redquorum:leader:"
+	// SemaphorePrefix, after the client's key prefix and followed by a
+	// semaphore's name, then ":" and a slot number or "limit", names a
+	// semaphore's slot keys and its limit record (see layer.lua). Lock
+	// keys must not start with it.
+	SemaphorePrefix = "redquorum:sem:"
+	// RWMutexPrefix is [SemaphorePrefix] for read-write locks, whose keys
+	// also include the writer's intent, ":writer". Lock keys must not start
+	// with it.
+	RWMutexPrefix = "redquorum:rw:"
 )
 
 // The waiting strategies (see announce.lua) use three more names, none a key.
@@ -91,11 +100,16 @@ func Holding(value string) (token string, waited bool) {
 }
 
 // Reserved reports whether key, without the client's prefix, is one of
-// the library's own keys (a node state, a line of waiters or an election's
-// record) rather than a lock key. Lock keys must not start with any of
-// these names.
+// the library's own keys (a node state, a line of waiters, an election's
+// record, a semaphore's or a read-write lock's key) rather than a lock
+// key. Lock keys must not start with any of these names.
 func Reserved(key string) bool {
-	return strings.HasPrefix(key, StateKey) || strings.HasPrefix(key, LinePrefix) || strings.HasPrefix(key, LeaderPrefix)
+	for _, p := range [...]string{StateKey, LinePrefix, LeaderPrefix, SemaphorePrefix, RWMutexPrefix} {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // SlotStateKey returns the state key, after prefix, that lives in the hash
@@ -130,6 +144,8 @@ var (
 	handoffLua string
 	//go:embed elect.lua
 	electLua string
+	//go:embed layer.lua
+	layerLua string
 )
 
 // script is one Lua script with its reserved names filled in.
@@ -157,6 +173,10 @@ func newScript(parts ...string) script {
 // is safe for concurrent use.
 type Protocol struct {
 	acquire, release, extend, fence, check, elect script
+	// slotAcquire, readAcquire, writeAcquire and limitExtend are acquire
+	// and extend in the limit layer of semaphores and read-write locks
+	// (layer.lua).
+	slotAcquire, readAcquire, writeAcquire, limitExtend script
 
 	strategy    Strategy
 	argc        int // the strategy's acquire arguments (see acquire.lua)
@@ -176,14 +196,19 @@ type Protocol struct {
 func New(guard time.Duration, fencing bool, s Strategy, prefix string) *Protocol {
 	fenced := strings.NewReplacer("@FENCED@", strconv.FormatBool(fencing))
 	hooks := strategyHooks(s)
+	acquire, extend := hooks.fill(fenced.Replace(acquireLua)), valueLua+"\n"+newStateLua+"\n"+extendLua
 	p := &Protocol{
-		acquire:  newScript(hooks.fill(fenced.Replace(acquireLua))),
-		release:  newScript(hooks.fill(releaseLua)),
-		extend:   newScript(valueLua, newStateLua, extendLua),
-		fence:    newScript(valueLua, fenceLua),
-		check:    newScript(checkLua),
-		elect:    newScript(valueLua, electLua),
-		strategy: s, argc: []int{0, 0, 3, 5}[s],
+		acquire:      newScript(acquire),
+		slotAcquire:  newScript(layered(acquire, "semaphore")),
+		readAcquire:  newScript(layered(acquire, "reader")),
+		writeAcquire: newScript(layered(acquire, "writer")),
+		release:      newScript(hooks.fill(releaseLua)),
+		extend:       newScript(extend),
+		limitExtend:  newScript(layered(extend, "extend")),
+		fence:        newScript(valueLua, fenceLua),
+		check:        newScript(checkLua),
+		elect:        newScript(valueLua, electLua),
+		strategy:     s, argc: []int{0, 0, 3, 5}[s],
 		guard: guard.Milliseconds(), none: "", state: prefix + StateKey,
 	}
 	return p
@@ -230,7 +255,7 @@ func (p *Protocol) ticketArg(ticket int64) any {
 
 // scriptOf returns the script whose SHA is sha.
 func (p *Protocol) scriptOf(sha any) (script, bool) {
-	for _, s := range []script{p.acquire, p.release, p.extend, p.fence, p.check, p.elect} {
+	for _, s := range []script{p.acquire, p.release, p.extend, p.fence, p.check, p.elect, p.slotAcquire, p.readAcquire, p.writeAcquire, p.limitExtend} {
 		if s.sha == sha {
 			return s, true
 		}

@@ -19,6 +19,12 @@ const (
 	// Gone: a key holds this token's tombstone; the round had already
 	// released the node when the acquire arrived.
 	Gone
+	// Mismatch: the limit layer refused: the node holds the semaphore's
+	// name with another limit (see layer.lua).
+	Mismatch
+	// WriterWaits: the limit layer refused a reader: a writer of the
+	// read-write lock waits on the node.
+	WriterWaits
 )
 
 // AcquireReply is a node's answer to an acquire.
@@ -33,6 +39,8 @@ type AcquireReply struct {
 	Fence int64
 	// StateID is, for Guarded, the id of the node's guarded state.
 	StateID string
+	// Limit is, for Mismatch, the limit that the node holds.
+	Limit string
 }
 
 // DecodeAcquire turns the acquire script's reply into an AcquireReply.
@@ -54,6 +62,11 @@ func DecodeAcquire(v any) (AcquireReply, error) {
 			switch {
 			case code == 0 && len(v) == 2:
 				return AcquireReply{Kind: Granted, Fence: n}, nil
+			case code == -4 && len(v) == 2:
+				limit, _ := v[1].(string)
+				return AcquireReply{Kind: Mismatch, Limit: limit}, nil
+			case code == -5 && len(v) == 2:
+				return AcquireReply{Kind: WriterWaits, Wait: time.Duration(n) * time.Millisecond}, nil
 			case code == -2 && len(v) == 3:
 				id, _ := v[2].(string)
 				return AcquireReply{Kind: Guarded, Wait: time.Duration(n) * time.Millisecond, StateID: id}, nil
