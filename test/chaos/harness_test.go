@@ -41,6 +41,9 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(candidateEnv); cfg != "" {
 		os.Exit(candidateChild(cfg))
 	}
+	if cfg := os.Getenv(permitEnv); cfg != "" {
+		os.Exit(permitChild(cfg))
+	}
 	code := m.Run()
 	removePrevious()
 	os.Exit(code)
