@@ -52,6 +52,7 @@ const (
 // its default.
 type PermitOptions struct {
 	Kind           PermitKind
+	Nodes          int           // the first Nodes lock nodes of the rig (all five)
 	Limit          int           // the semaphore's permits (3)
 	Procs, Workers int           // contender processes, this one included (2), and contenders per process (4)
 	TTL            time.Duration // of a hold (600ms)
@@ -147,10 +148,11 @@ func RunPermits(t *testing.T, rg *permitRig, o PermitOptions) *PermitResult {
 	o.Duration = cmp.Or(o.Duration, 6*time.Second)
 	fo := Options{Procs: o.Procs, TTL: o.TTL, Faults: o.Faults, Replicated: true}
 	fo.defaults()
-	views := proxies(t, o.Procs, rg.lock)
+	lockNodes := rg.lock[:cmp.Or(o.Nodes, len(rg.lock))]
+	views := proxies(t, o.Procs, lockNodes)
 	var chaos *locktest.Chaos
 	if len(o.Faults) > 0 {
-		chaos = fo.schedule(views).Start(t, targets(rg.lock)...)
+		chaos = fo.schedule(views).Start(t, targets(lockNodes)...)
 	}
 	ctx := t.Context()
 	start, dir := time.Now(), t.TempDir()

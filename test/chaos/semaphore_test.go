@@ -8,20 +8,33 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestChaosSemaphore is the semaphore phase: two OS processes of four
-// contenders each acquire permits of one semaphore of 3 while every kind of
-// fault, failovers included, hits a minority of the five lock nodes, and
-// the second process is paused now and then (SIGSTOP) for one to three
-// TTLs, so that its permits run out while it sleeps. At no instant may more
-// than 3 holds be inside their validity. Its negative control,
-// NaiveControl, runs the naive design (naiveSemaphore: each node counts
-// holders and a majority admits) with 2 permits under the same faults and
-// pauses: the check must find 3 holders at once or more.
-func TestChaosSemaphore(t *testing.T) {
+// TestChaosSemaphoreRW runs the semaphore and read-write phases and their
+// negative controls on one rig, five lock nodes with replicas. In each
+// phase two OS processes of four contenders each hold one semaphore or
+// read-write lock while every kind of fault, failovers included, hits a
+// minority of the lock nodes, and the second process is paused now and
+// then (SIGSTOP) for one to three TTLs, so that its holds run out while it
+// sleeps.
+//
+//   - Semaphore: permits of a semaphore of 3. At no instant may more than
+//     3 holds be inside their validity.
+//   - NaiveSemaphore, its negative control: the naive design
+//     (naiveSemaphore: each node counts holders, a majority admits) with 2
+//     permits, under the same faults and pauses. The check must find 3
+//     holders at once or more.
+//   - NaiveSemaphoreNoFaults: the naive design on three nodes, without
+//     faults or pauses. Three holders that each win two of the three nodes
+//     fill them, so the check must find 3 holders at once here too.
+//   - RWMutex: a reader three times in four, else a writer. No writer may
+//     be inside its validity while anyone else is.
+//   - CarelessRWMutex, its negative control: readers take a slot of
+//     another semaphore, one the writers never take. The check must find a
+//     writer overlapping a reader.
+func TestChaosSemaphoreRW(t *testing.T) {
 	rg := startPermitRig(t)
-	t.Run("Quorum", func(t *testing.T) {
+	t.Run("Semaphore", func(t *testing.T) {
 		r := RunPermits(t, rg, PermitOptions{Kind: SemaphoreKind, Limit: 3, Faults: ReplicatedFaults, PauseChildren: true})
-		assert.GreaterOrEqual(t, r.Acquisitions, 200, "permits acquired under faults")
+		assert.GreaterOrEqual(t, r.Acquisitions, 150, "permits acquired under faults")
 		require.Len(t, r.ByProc, 2)
 		assert.Positive(t, r.ByProc[1], "permits acquired by the second OS process")
 		assert.Equal(t, 3, r.MostAtOnce, "the semaphore admits its limit at once, and no more")
@@ -29,26 +42,20 @@ func TestChaosSemaphore(t *testing.T) {
 		assert.Positive(t, r.Pauses, "contender processes paused")
 		assertFaulted(t, r.Faults)
 	})
-	t.Run("NaiveControl", func(t *testing.T) {
-		r := RunPermits(t, rg, PermitOptions{Kind: NaiveKind, Limit: 2, Faults: ReplicatedFaults, PauseChildren: true, Duration: 4 * time.Second})
+	t.Run("NaiveSemaphore", func(t *testing.T) {
+		r := RunPermits(t, rg, PermitOptions{Kind: NaiveKind, Limit: 2, Faults: ReplicatedFaults, PauseChildren: true, Duration: 3 * time.Second})
 		assert.NotEmpty(t, r.Report.Crowds, "the check must find more than 2 holders at once")
 		assert.Greater(t, r.MostAtOnce, 2)
 	})
-}
-
-// TestChaosRWMutex is the read-write phase: two OS processes of four
-// contenders each take one RWMutex, as a reader three times in four and
-// else as a writer, under the faults and pauses of TestChaosSemaphore. No
-// writer may be inside its validity while anyone else is. Its negative
-// control, CarelessControl, has readers that take a slot of another
-// semaphore, one the writers never take: the check must find a writer
-// overlapping a reader.
-func TestChaosRWMutex(t *testing.T) {
-	rg := startPermitRig(t)
-	t.Run("Quorum", func(t *testing.T) {
+	t.Run("NaiveSemaphoreNoFaults", func(t *testing.T) {
+		r := RunPermits(t, rg, PermitOptions{Kind: NaiveKind, Limit: 2, Nodes: 3, Duration: 2 * time.Second})
+		assert.NotEmpty(t, r.Report.Crowds, "the check must find more than 2 holders at once")
+		assert.Greater(t, r.MostAtOnce, 2)
+	})
+	t.Run("RWMutex", func(t *testing.T) {
 		r := RunPermits(t, rg, PermitOptions{Kind: RWKind, Faults: ReplicatedFaults, PauseChildren: true})
-		assert.GreaterOrEqual(t, r.Reads, 100, "read holds under faults")
-		assert.GreaterOrEqual(t, r.Writes, 20, "write holds under faults")
+		assert.GreaterOrEqual(t, r.Reads, 50, "read holds under faults")
+		assert.GreaterOrEqual(t, r.Writes, 10, "write holds under faults")
 		require.Len(t, r.ByProc, 2)
 		assert.Positive(t, r.ByProc[1], "holds of the second OS process")
 		assert.Greater(t, r.MostAtOnce, 1, "readers held at once")
@@ -56,8 +63,8 @@ func TestChaosRWMutex(t *testing.T) {
 		assert.Positive(t, r.Pauses, "contender processes paused")
 		assertFaulted(t, r.Faults)
 	})
-	t.Run("CarelessControl", func(t *testing.T) {
-		r := RunPermits(t, rg, PermitOptions{Kind: CarelessRWKind, Faults: ReplicatedFaults, PauseChildren: true, Duration: 3 * time.Second})
+	t.Run("CarelessRWMutex", func(t *testing.T) {
+		r := RunPermits(t, rg, PermitOptions{Kind: CarelessRWKind, Faults: ReplicatedFaults, PauseChildren: true, Duration: 2 * time.Second})
 		assert.NotEmpty(t, r.Report.Overlaps, "the check must find a writer overlapping a reader")
 	})
 }
