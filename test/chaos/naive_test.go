@@ -87,6 +87,13 @@ func (s *naiveSemaphore) each(ctx context.Context, fn func(context.Context, redi
 	return int(ok.Load())
 }
 
+// close closes the node clients.
+func (s *naiveSemaphore) close() {
+	for _, n := range s.nodes {
+		_ = n.Close()
+	}
+}
+
 // naivePermit is one hold of a naiveSemaphore.
 type naivePermit struct {
 	s     *naiveSemaphore

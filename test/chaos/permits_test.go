@@ -1,12 +1,10 @@
 package chaos
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -16,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
@@ -169,28 +166,15 @@ func RunPermits(t *testing.T, rg *permitRig, o PermitOptions) *PermitResult {
 			Client: fo.Client, Out: filepath.Join(dir, fmt.Sprintf("permits%d.json", p)),
 		}
 	}
-	var children []*exec.Cmd
-	var outputs []*bytes.Buffer
-	for _, cfg := range cfgs[1:] {
-		cmd, buf := spawn(ctx, t, os.Args[0], permitEnv, cfg)
-		children = append(children, cmd)
-		outputs = append(outputs, buf)
-	}
+	kids := spawnKids(ctx, t, permitEnv, cfgs[1:], nil)
 	pctx, stopPauses := context.WithCancel(ctx)
 	var bg sync.WaitGroup
 	pauses := 0
 	if o.PauseChildren {
-		bg.Go(func() { pauses = pauseChildren(pctx, children, fo.TTL) })
+		bg.Go(func() { pauses = pauseChildren(pctx, kids.cmds, fo.TTL) })
 	}
-	results := []permitProcResult{holdPermits(ctx, cfgs[0])}
-	for i, cmd := range children {
-		var r permitProcResult
-		if err := result(cmd, cfgs[i+1].Out, &r); err != nil {
-			t.Errorf("chaos: permit contender process %d: %v\n%s", i+1, err, outputs[i])
-			continue
-		}
-		results = append(results, r)
-	}
+	results := collect(t, kids, holdPermits(ctx, cfgs[0]), func(p int) string { return cfgs[p].Out },
+		func(p int) string { return fmt.Sprintf("permit contender process %d", p) })
 	stopPauses()
 	bg.Wait()
 	var faults []locktest.Fault // Schedule.Start fails t for the faults with an Err
@@ -301,9 +285,10 @@ type hold interface {
 	Unlock(ctx context.Context) error
 }
 
-// acquirer returns how the contenders of cfg acquire: shared asks for a
-// reader's hold, and only the read-write kinds look at it.
-func acquirer(cfg permitConfig, client *redlock.Client, nodes []redis.UniversalClient) func(ctx context.Context, shared bool) (hold, error) {
+// acquirer returns how the contenders of cfg acquire, and what releases
+// its resources: shared asks for a reader's hold, and only the read-write
+// kinds look at it.
+func acquirer(cfg permitConfig, client *redlock.Client) (acquire func(ctx context.Context, shared bool) (hold, error), close func()) {
 	locked := func(l *redlock.Lock, err error) (hold, error) {
 		if err != nil {
 			return nil, err
@@ -320,14 +305,14 @@ func acquirer(cfg permitConfig, client *redlock.Client, nodes []redis.UniversalC
 	rw := client.RWMutex(cfg.Name)
 	switch cfg.Kind {
 	case NaiveKind:
-		naive := &naiveSemaphore{nodes: nodes, key: cfg.Name, limit: cfg.Limit, timeout: cfg.Client.NodeTimeout}
+		naive := &naiveSemaphore{nodes: redlock.NewNodes(cfg.Nodes...), key: cfg.Name, limit: cfg.Limit, timeout: cfg.Client.NodeTimeout}
 		return func(ctx context.Context, _ bool) (hold, error) {
 			p, err := naive.Acquire(ctx, cfg.TTL)
 			if err != nil {
 				return nil, err
 			}
 			return p, nil
-		}
+		}, naive.close
 	case RWKind, CarelessRWKind:
 		readers := client.Semaphore(cfg.Name+":careless-readers", redlock.RWMutexReaders)
 		return func(ctx context.Context, shared bool) (hold, error) {
@@ -338,31 +323,22 @@ func acquirer(cfg permitConfig, client *redlock.Client, nodes []redis.UniversalC
 				return permit(readers.Acquire(ctx, cfg.TTL))
 			}
 			return locked(rw.RLock(ctx, cfg.TTL))
-		}
+		}, func() {}
 	}
-	return func(ctx context.Context, _ bool) (hold, error) { return permit(sem.Acquire(ctx, cfg.TTL)) }
+	return func(ctx context.Context, _ bool) (hold, error) { return permit(sem.Acquire(ctx, cfg.TTL)) }, func() {}
 }
 
 // holdPermits runs one process's contenders until the run's duration has
 // passed.
 func holdPermits(ctx context.Context, cfg permitConfig) permitProcResult {
-	nodes := redlock.NewNodes(cfg.Nodes...)
-	defer func() {
-		for _, n := range nodes {
-			n.Close()
-		}
-	}()
-	client, err := redlock.New(nodes, &cfg.Client)
+	client, res, err := joinRun(ctx, cfg.Nodes, &cfg.Client, cfg.Resource, cfg.Procs, cfg.Start)
 	if err != nil {
 		return permitProcResult{Err: err.Error()}
 	}
 	defer client.Close()
-	res := redis.NewClient(redlock.NodeOptions(cfg.Resource))
 	defer res.Close()
-	if err := allReady(ctx, res, procConfig{Procs: cfg.Procs, Start: cfg.Start}); err != nil {
-		return permitProcResult{Err: err.Error()}
-	}
-	acquire := acquirer(cfg, client, nodes)
+	acquire, closeAcquirer := acquirer(cfg, client)
+	defer closeAcquirer()
 	rw := cfg.Kind == RWKind || cfg.Kind == CarelessRWKind
 	end := cfg.Start.Add(cfg.Duration)
 	var mu sync.Mutex

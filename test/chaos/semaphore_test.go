@@ -19,12 +19,15 @@ import (
 //   - Semaphore: permits of a semaphore of 3. At no instant may more than
 //     3 holds be inside their validity.
 //   - NaiveSemaphore, its negative control: the naive design
-//     (naiveSemaphore: each node counts holders, a majority admits) with 2
-//     permits, under the same faults and pauses. The check must find 3
-//     holders at once or more.
-//   - NaiveSemaphoreNoFaults: the naive design on three nodes, without
-//     faults or pauses. Three holders that each win two of the three nodes
-//     fill them, so the check must find 3 holders at once here too.
+//     (naiveSemaphore: each node counts holders, a majority admits) with 3
+//     permits, under the same faults and pauses. The check must find 4
+//     holders at once or more. (A node
+//     that restarts empty, or that a holder could not reach, has room
+//     for holders that the others lack; two faulted nodes of five leave
+//     no room, as a majority of three then bounds the holders at 3.)
+//   - NaiveSemaphoreNoFaults: the naive design with 2 permits on three
+//     nodes, without faults or pauses. Three holders that each win two of
+//     the three nodes fill them, so the check must find 3 holders at once.
 //   - RWMutex: a reader three times in four, else a writer. No writer may
 //     be inside its validity while anyone else is.
 //   - CarelessRWMutex, its negative control: readers take a slot of
@@ -34,7 +37,7 @@ func TestChaosSemaphoreRW(t *testing.T) {
 	rg := startPermitRig(t)
 	t.Run("Semaphore", func(t *testing.T) {
 		r := RunPermits(t, rg, PermitOptions{Kind: SemaphoreKind, Limit: 3, Faults: ReplicatedFaults, PauseChildren: true})
-		assert.GreaterOrEqual(t, r.Acquisitions, 150, "permits acquired under faults")
+		assert.GreaterOrEqual(t, r.Acquisitions, 100, "permits acquired under faults")
 		require.Len(t, r.ByProc, 2)
 		assert.Positive(t, r.ByProc[1], "permits acquired by the second OS process")
 		assert.Equal(t, 3, r.MostAtOnce, "the semaphore admits its limit at once, and no more")
@@ -43,9 +46,9 @@ func TestChaosSemaphoreRW(t *testing.T) {
 		assertFaulted(t, r.Faults)
 	})
 	t.Run("NaiveSemaphore", func(t *testing.T) {
-		r := RunPermits(t, rg, PermitOptions{Kind: NaiveKind, Limit: 2, Faults: ReplicatedFaults, PauseChildren: true, Duration: 3 * time.Second})
-		assert.NotEmpty(t, r.Report.Crowds, "the check must find more than 2 holders at once")
-		assert.Greater(t, r.MostAtOnce, 2)
+		r := RunPermits(t, rg, PermitOptions{Kind: NaiveKind, Limit: 3, Faults: ReplicatedFaults, PauseChildren: true, Duration: 4 * time.Second})
+		assert.NotEmpty(t, r.Report.Crowds, "the check must find more than 3 holders at once")
+		assert.Greater(t, r.MostAtOnce, 3)
 	})
 	t.Run("NaiveSemaphoreNoFaults", func(t *testing.T) {
 		r := RunPermits(t, rg, PermitOptions{Kind: NaiveKind, Limit: 2, Nodes: 3, Duration: 2 * time.Second})
@@ -54,8 +57,8 @@ func TestChaosSemaphoreRW(t *testing.T) {
 	})
 	t.Run("RWMutex", func(t *testing.T) {
 		r := RunPermits(t, rg, PermitOptions{Kind: RWKind, Faults: ReplicatedFaults, PauseChildren: true})
-		assert.GreaterOrEqual(t, r.Reads, 50, "read holds under faults")
-		assert.GreaterOrEqual(t, r.Writes, 10, "write holds under faults")
+		assert.GreaterOrEqual(t, r.Reads, 25, "read holds under faults")
+		assert.GreaterOrEqual(t, r.Writes, 5, "write holds under faults")
 		require.Len(t, r.ByProc, 2)
 		assert.Positive(t, r.ByProc[1], "holds of the second OS process")
 		assert.Greater(t, r.MostAtOnce, 1, "readers held at once")
