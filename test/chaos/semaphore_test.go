@@ -21,10 +21,10 @@ import (
 //   - NaiveSemaphore, its negative control: the naive design
 //     (naiveSemaphore: each node counts holders, a majority admits) with 3
 //     permits, under the same faults and pauses. The check must find 4
-//     holders at once or more. (A node
-//     that restarts empty, or that a holder could not reach, has room
-//     for holders that the others lack; two faulted nodes of five leave
-//     no room, as a majority of three then bounds the holders at 3.)
+//     holders at once or more. A node that restarts empty, or that a
+//     holder could not reach, has room for holders that the others lack;
+//     two faulted nodes of five leave none, as three nodes of 3 permits
+//     each bound three-node majorities at 3 holders.
 //   - NaiveSemaphoreNoFaults: the naive design with 2 permits on three
 //     nodes, without faults or pauses. Three holders that each win two of
 //     the three nodes fill them, so the check must find 3 holders at once.
