@@ -8,12 +8,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
@@ -59,8 +61,8 @@ type PermitOptions struct {
 	// lock nodes, as in Options (with its FaultGap and KillDowntime).
 	Faults []FaultKind
 	// PauseChildren stops a contender process other than this one
-	// (SIGSTOP) for one to three TTLs, about every second: its holds run
-	// out of validity while it sleeps.
+	// (SIGSTOP), once it holds, for one to three TTLs, about every second:
+	// its holds run out of validity while it sleeps.
 	PauseChildren bool
 }
 
@@ -72,6 +74,9 @@ type PermitResult struct {
 	ByProc                 []int             // acquisitions per process
 	Faults                 map[FaultKind]int // faults injected, by kind
 	Pauses                 int               // SIGSTOPs of contender processes
+	// HolderPauses counts the pauses that began while the paused process
+	// had a hold inside its validity.
+	HolderPauses int
 	// MostAtOnce is the most holds inside their validity at one instant
 	// (readers and writers alike).
 	MostAtOnce int
@@ -91,8 +96,8 @@ func (r *PermitResult) Excess() int {
 
 // String is the summary line of the run.
 func (r *PermitResult) String() string {
-	return fmt.Sprintf("%d acquisitions (by process: %v; reads %d, writes %d), %d failed attempts in %v, at most %d holding at once, %d pauses; faults: %s; violations: overlaps=%d crowds=%d (most holders beyond the limit: %d)",
-		r.Acquisitions, r.ByProc, r.Reads, r.Writes, r.Failures, r.Duration.Round(time.Millisecond), r.MostAtOnce, r.Pauses,
+	return fmt.Sprintf("%d acquisitions (by process: %v; reads %d, writes %d), %d failed attempts in %v, at most %d holding at once, %d pauses (%d of a holder); faults: %s; violations: overlaps=%d crowds=%d (most holders beyond the limit: %d)",
+		r.Acquisitions, r.ByProc, r.Reads, r.Writes, r.Failures, r.Duration.Round(time.Millisecond), r.MostAtOnce, r.Pauses, r.HolderPauses,
 		faultSummary(r.Faults), len(r.Report.Overlaps), len(r.Report.Crowds), r.Excess())
 }
 
@@ -167,11 +172,13 @@ func RunPermits(t *testing.T, rg *permitRig, o PermitOptions) *PermitResult {
 		}
 	}
 	kids := spawnKids(ctx, t, permitEnv, cfgs[1:], nil)
-	pctx, stopPauses := context.WithCancel(ctx)
+	pctx, stopPauses := context.WithDeadline(ctx, start.Add(o.Duration)) // no child paused past its end
 	var bg sync.WaitGroup
-	pauses := 0
+	var pauses []pause
 	if o.PauseChildren {
-		bg.Go(func() { pauses = pauseChildren(pctx, kids.cmds, fo.TTL) })
+		res := redis.NewClient(redlock.NodeOptions(rg.res.Addr()))
+		defer res.Close()
+		bg.Go(func() { pauses = pauseHolders(pctx, res, name, kids.cmds, fo.TTL) })
 	}
 	results := collect(t, kids, holdPermits(ctx, cfgs[0]), func(p int) string { return cfgs[p].Out },
 		func(p int) string { return fmt.Sprintf("permit contender process %d", p) })
@@ -186,7 +193,7 @@ func RunPermits(t *testing.T, rg *permitRig, o PermitOptions) *PermitResult {
 			px.Heal()
 		}
 	}
-	r := &PermitResult{Duration: time.Since(start), Pauses: pauses, Faults: locktest.Count(faults, o.Faults...)}
+	r := &PermitResult{Duration: time.Since(start), Pauses: len(pauses), Faults: locktest.Count(faults, o.Faults...)}
 	for i, pr := range results {
 		if pr.Err != "" {
 			t.Errorf("chaos: permit contender process %d: %s", i, pr.Err)
@@ -200,6 +207,13 @@ func RunPermits(t *testing.T, rg *permitRig, o PermitOptions) *PermitResult {
 		}
 	}
 	r.count()
+	for _, pa := range pauses {
+		if slices.ContainsFunc(r.History, func(a locktest.Attempt) bool {
+			return a.OK && a.Client/1000 == pa.proc && a.Obtained <= pa.start && pa.start < a.End
+		}) {
+			r.HolderPauses++
+		}
+	}
 	if o.Kind == SemaphoreKind || o.Kind == NaiveKind {
 		r.Report = locktest.CheckSemaphore(r.History, faults, o.Limit)
 	} else {
@@ -245,29 +259,47 @@ func (r *PermitResult) count() {
 	}
 }
 
-// pauseChildren stops one of children at random (SIGSTOP) for one to three
-// ttls, about every second, until ctx is done, and returns how many pauses
-// it made. Every child runs again when it returns.
-func pauseChildren(ctx context.Context, children []*exec.Cmd, ttl time.Duration) int {
-	n := 0
+// pause is one SIGSTOP of a contender process: which, and when it began.
+type pause struct {
+	proc  int
+	start int64
+}
+
+// holdingKey is the key of the resource node that counts the holds of
+// process proc on the semaphore or read-write lock name.
+func holdingKey(name string, proc int) string { return "holding:" + name + ":" + strconv.Itoa(proc) }
+
+// pauseHolders stops one of children (processes 1 and up) at random
+// (SIGSTOP) for one to three ttls, about every second, until ctx is done,
+// and returns the pauses it made; a pause ends with ctx. It waits up to a ttl for the process to
+// hold name (holdingKey on res) before it stops it. Every child runs again
+// when it returns.
+func pauseHolders(ctx context.Context, res *redis.Client, name string, children []*exec.Cmd, ttl time.Duration) []pause {
+	var pauses []pause
 	for len(children) > 0 {
 		select {
 		case <-ctx.Done():
-			return n
+			return pauses
 		case <-time.After(rand.N(2 * time.Second)):
 		}
-		p := children[rand.IntN(len(children))].Process
+		i := rand.IntN(len(children))
+		for deadline := time.Now().Add(ttl); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if n, err := res.Get(ctx, holdingKey(name, i+1)).Int(); err == nil && n > 0 {
+				break
+			}
+		}
+		p := children[i].Process
 		if p.Signal(syscall.SIGSTOP) != nil {
 			continue // the process has ended
 		}
-		n++
+		pauses = append(pauses, pause{proc: i + 1, start: time.Now().UnixNano()})
 		select {
 		case <-ctx.Done():
 		case <-time.After(ttl + rand.N(2*ttl)):
 		}
 		_ = p.Signal(syscall.SIGCONT)
 	}
-	return n
+	return pauses
 }
 
 // permitChild runs one permit contender process from its JSON
@@ -358,12 +390,14 @@ func holdPermits(ctx context.Context, cfg permitConfig) permitProcResult {
 					continue
 				}
 				a.OK = true
+				res.Incr(ctx, holdingKey(cfg.Name, cfg.Proc))
 				time.Sleep(rand.N(cfg.Hold + 1))
 				if rand.IntN(5) == 0 {
 					_ = h.Extend(ctx, cfg.TTL)
 					time.Sleep(rand.N(cfg.Hold + 1))
 				}
 				until, release := h.Until(), time.Now()
+				res.Decr(ctx, holdingKey(cfg.Name, cfg.Proc))
 				_ = h.Unlock(ctx) // fails under faults; the keys then expire
 				a.End = max(min(release.UnixNano(), until.UnixNano()), a.Obtained)
 				hist = append(hist, a)

@@ -42,7 +42,7 @@ func TestChaosSemaphoreRW(t *testing.T) {
 		assert.Positive(t, r.ByProc[1], "permits acquired by the second OS process")
 		assert.Equal(t, 3, r.MostAtOnce, "the semaphore admits its limit at once, and no more")
 		assert.Empty(t, r.Report.Crowds, "more than 3 holders inside their validity at once")
-		assert.Positive(t, r.Pauses, "contender processes paused")
+		assert.Positive(t, r.HolderPauses, "contender processes paused while they held")
 		assertFaulted(t, r.Faults)
 	})
 	t.Run("NaiveSemaphore", func(t *testing.T) {
@@ -63,7 +63,7 @@ func TestChaosSemaphoreRW(t *testing.T) {
 		assert.Positive(t, r.ByProc[1], "holds of the second OS process")
 		assert.Greater(t, r.MostAtOnce, 1, "readers held at once")
 		assert.Empty(t, r.Report.Overlaps, "a writer inside its validity with another holder")
-		assert.Positive(t, r.Pauses, "contender processes paused")
+		assert.Positive(t, r.HolderPauses, "contender processes paused while they held")
 		assertFaulted(t, r.Faults)
 	})
 	t.Run("CarelessRWMutex", func(t *testing.T) {
