@@ -271,9 +271,9 @@ func holdingKey(name string, proc int) string { return "holding:" + name + ":" +
 
 // pauseHolders stops one of children (processes 1 and up) at random
 // (SIGSTOP) for one to three ttls, about every second, until ctx is done,
-// and returns the pauses it made; a pause ends with ctx. It waits up to a ttl for the process to
-// hold name (holdingKey on res) before it stops it. Every child runs again
-// when it returns.
+// and returns the pauses it made; a pause ends with ctx. It waits up to a
+// ttl for the process to hold name (holdingKey on res) before it stops
+// it. Every child runs again when it returns.
 func pauseHolders(ctx context.Context, res *redis.Client, name string, children []*exec.Cmd, ttl time.Duration) []pause {
 	var pauses []pause
 	for len(children) > 0 {
