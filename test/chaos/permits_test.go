@@ -271,9 +271,9 @@ func holdingKey(name string, proc int) string { return "holding:" + name + ":" +
 
 // pauseHolders stops one of children (processes 1 and up) at random
 // (SIGSTOP) for one to three ttls, about every second, until ctx is done,
-// and returns the pauses it made; a pause ends with ctx. It waits up to a
-// ttl for the process to hold name (holdingKey on res) before it stops
-// it. Every child runs again when it returns.
+// and returns the pauses it made; a pause ends with ctx. It stops the
+// process only once it holds name (holdingKey on res), and gives up on it
+// after a ttl. Every child runs again when it returns.
 func pauseHolders(ctx context.Context, res *redis.Client, name string, children []*exec.Cmd, ttl time.Duration) []pause {
 	var pauses []pause
 	for len(children) > 0 {
@@ -283,14 +283,14 @@ func pauseHolders(ctx context.Context, res *redis.Client, name string, children 
 		case <-time.After(rand.N(2 * time.Second)):
 		}
 		i := rand.IntN(len(children))
-		for deadline := time.Now().Add(ttl); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			if n, err := res.Get(ctx, holdingKey(name, i+1)).Int(); err == nil && n > 0 {
-				break
-			}
+		holding := false
+		for deadline := time.Now().Add(ttl); !holding && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			n, err := res.Get(ctx, holdingKey(name, i+1)).Int()
+			holding = err == nil && n > 0
 		}
 		p := children[i].Process
-		if p.Signal(syscall.SIGSTOP) != nil {
-			continue // the process has ended
+		if !holding || p.Signal(syscall.SIGSTOP) != nil {
+			continue // no hold to cut short, or the process has ended
 		}
 		pauses = append(pauses, pause{proc: i + 1, start: time.Now().UnixNano()})
 		select {
