@@ -97,8 +97,8 @@
 //
 // [RunPermits] runs two processes of contenders on one redlock.Semaphore
 // or redlock.RWMutex under the fault schedule, failovers included, and
-// pauses the second process (SIGSTOP) for one to three TTLs now and then,
-// so that its holds run out while it sleeps. A hold is recorded as for a
+// pauses the second process (SIGSTOP) while it holds, for one to three
+// TTLs, so that its holds run out while it sleeps. A hold is recorded as for a
 // lock, a reader's as Shared. locktest.CheckLimit requires that no more
 // than the semaphore's limit of holds be inside their validity at any
 // instant; locktest.CheckOverlaps, that no writer's hold overlap any other

@@ -61,8 +61,8 @@ type PermitOptions struct {
 	// lock nodes, as in Options (with its FaultGap and KillDowntime).
 	Faults []FaultKind
 	// PauseChildren stops a contender process other than this one
-	// (SIGSTOP), once it holds, for one to three TTLs, about every second:
-	// its holds run out of validity while it sleeps.
+	// (SIGSTOP), while it holds, for one to three TTLs, half a second
+	// apart on average: its holds run out of validity while it sleeps.
 	PauseChildren bool
 }
 
@@ -270,17 +270,17 @@ type pause struct {
 func holdingKey(name string, proc int) string { return "holding:" + name + ":" + strconv.Itoa(proc) }
 
 // pauseHolders stops one of children (processes 1 and up) at random
-// (SIGSTOP) for one to three ttls, about every second, until ctx is done,
-// and returns the pauses it made; a pause ends with ctx. It stops the
-// process only once it holds name (holdingKey on res), and gives up on it
-// after a ttl. Every child runs again when it returns.
+// (SIGSTOP) for one to three ttls, half a second apart on average, until
+// ctx is done, and returns the pauses it made; a pause ends with ctx. It
+// stops the process only while it holds name (holdingKey on res), and
+// gives up on it after a ttl. Every child runs again when it returns.
 func pauseHolders(ctx context.Context, res *redis.Client, name string, children []*exec.Cmd, ttl time.Duration) []pause {
 	var pauses []pause
 	for len(children) > 0 {
 		select {
 		case <-ctx.Done():
 			return pauses
-		case <-time.After(rand.N(2 * time.Second)):
+		case <-time.After(rand.N(time.Second)):
 		}
 		i := rand.IntN(len(children))
 		holding := false

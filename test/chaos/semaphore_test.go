@@ -12,9 +12,9 @@ import (
 // negative controls on one rig, five lock nodes with replicas. In each
 // phase two OS processes of four contenders each hold one semaphore or
 // read-write lock while every kind of fault, failovers included, hits a
-// minority of the lock nodes, and the second process is paused now and
-// then (SIGSTOP) for one to three TTLs, so that its holds run out while it
-// sleeps.
+// minority of the lock nodes, and the second process is paused (SIGSTOP)
+// while it holds, for one to three TTLs, so that its holds run out while
+// it sleeps.
 //
 //   - Semaphore: permits of a semaphore of 3. At no instant may more than
 //     3 holds be inside their validity.
