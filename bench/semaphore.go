@@ -13,8 +13,8 @@ import (
 // loadtest.UserClients: "redquorum-sem" (a semaphore of limit 3 named by
 // the key: each operation its node's first holder), "redquorum-sem-shared"
 // (one semaphore for every key, whose limit record stays on the node
-// between operations) and "redquorum-rlock" (a read-write lock named by
-// the key, read-locked).
+// between operations), "redquorum-rlock" and "redquorum-wlock" (a
+// read-write lock named by the key, read-locked or write-locked).
 func semaphoreImpls(opts *redlock.Options) []loadtest.Impl {
 	impl := func(name string, lock func(c *redlock.Client, ctx context.Context, key string, ttl time.Duration) (loadtest.Unlocker, error)) loadtest.Impl {
 		return loadtest.Impl{Name: name, New: func(addrs []string) (loadtest.Locker, func(), error) {
@@ -47,13 +47,20 @@ func semaphoreImpls(opts *redlock.Options) []loadtest.Impl {
 			return permit(c, ctx, "shared", ttl)
 		}),
 		impl("redquorum-rlock", func(c *redlock.Client, ctx context.Context, key string, ttl time.Duration) (loadtest.Unlocker, error) {
-			l, err := c.RWMutex(key).RLock(ctx, ttl)
-			if err != nil {
-				return nil, err
-			}
-			return l, nil
+			return unlocker(c.RWMutex(key).RLock(ctx, ttl))
+		}),
+		impl("redquorum-wlock", func(c *redlock.Client, ctx context.Context, key string, ttl time.Duration) (loadtest.Unlocker, error) {
+			return unlocker(c.RWMutex(key).Lock(ctx, ttl))
 		}),
 	}
+}
+
+// unlocker returns l as a loadtest.Unlocker, and nil with err.
+func unlocker(l *redlock.Lock, err error) (loadtest.Unlocker, error) {
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // lockerFunc is a function as a loadtest.Locker.

@@ -18,15 +18,27 @@ type Report struct {
 	Faults   []Fault
 	Overlaps []Overlap         // from CheckOverlaps
 	Fences   []FenceRegression // from CheckFences
+	// Limit is the permits of the semaphore whose history this is, and 0
+	// for a lock; Crowds are then from CheckLimit.
+	Limit  int
+	Crowds []Crowd
 }
 
-// Check runs every checker on history. faults may be nil.
+// Check runs the checkers of a lock or a read-write lock on history:
+// [CheckOverlaps] and [CheckFences]. faults may be nil.
 func Check(history []Attempt, faults []Fault) *Report {
 	return &Report{History: history, Faults: faults, Overlaps: CheckOverlaps(history), Fences: CheckFences(history)}
 }
 
+// CheckSemaphore runs the checker of a semaphore of k permits on history:
+// [CheckLimit]. Its holds share no fencing order, so it runs no fence
+// check. faults may be nil.
+func CheckSemaphore(history []Attempt, faults []Fault, k int) *Report {
+	return &Report{History: history, Faults: faults, Limit: k, Crowds: CheckLimit(history, k)}
+}
+
 // OK reports whether the checkers found nothing.
-func (r *Report) OK() bool { return len(r.Overlaps) == 0 && len(r.Fences) == 0 }
+func (r *Report) OK() bool { return len(r.Overlaps) == 0 && len(r.Fences) == 0 && len(r.Crowds) == 0 }
 
 // String is the report's summary line: holds, failed attempts, faults by
 // kind and violations.
@@ -48,8 +60,12 @@ func (r *Report) String() string {
 	if tl := r.layout(); tl.t1 > tl.t0 {
 		span = time.Duration(tl.t1 - tl.t0).Round(time.Millisecond)
 	}
-	return fmt.Sprintf("%d holds, %d failed attempts in %v; faults: %s; violations: overlaps=%d fence regressions=%d",
-		holds, len(r.History)-holds, span, cmp.Or(strings.Join(kinds, " "), "none"), len(r.Overlaps), len(r.Fences))
+	violations := fmt.Sprintf("overlaps=%d fence regressions=%d", len(r.Overlaps), len(r.Fences))
+	if r.Limit > 0 {
+		violations = fmt.Sprintf("over %d holders=%d", r.Limit, len(r.Crowds))
+	}
+	return fmt.Sprintf("%d holds, %d failed attempts in %v; faults: %s; violations: %s",
+		holds, len(r.History)-holds, span, cmp.Or(strings.Join(kinds, " "), "none"), violations)
 }
 
 // Verify checks history as [Check] does and fails t, with the first few
@@ -59,7 +75,20 @@ func (r *Report) String() string {
 // temporary directory, and names it in the failure.
 func Verify(t testing.TB, history []Attempt, faults []Fault) *Report {
 	t.Helper()
-	r := Check(history, faults)
+	return verify(t, Check(history, faults))
+}
+
+// VerifySemaphore is [Verify] with the checker of a semaphore of k permits
+// ([CheckSemaphore]).
+func VerifySemaphore(t testing.TB, history []Attempt, faults []Fault, k int) *Report {
+	t.Helper()
+	return verify(t, CheckSemaphore(history, faults, k))
+}
+
+// verify logs r's summary, and fails t with the first few violations and
+// the timeline's path when r is not OK.
+func verify(t testing.TB, r *Report) *Report {
+	t.Helper()
 	t.Log("locktest: " + r.String())
 	if r.OK() {
 		return r
@@ -74,6 +103,9 @@ func Verify(t testing.TB, history []Attempt, faults []Fault) *Report {
 	}
 	for _, f := range r.Fences[:min(len(r.Fences), 3)] {
 		lines = append(lines, f.String())
+	}
+	for _, c := range r.Crowds[:min(len(r.Crowds), 3)] {
+		lines = append(lines, c.String())
 	}
 	t.Errorf("locktest: %s\n%s\ntimeline: %s", r, strings.Join(lines, "\n"), path)
 	return r

@@ -37,16 +37,18 @@
 // A [Recorder] collects the client's attempts: [Recorder.Start] before
 // Lock, then [Span.Failed], or [Span.Obtained] with the fencing token and
 // [Span.End] with the lock's validity end before Unlock. [Check] runs the
-// checkers: [CheckOverlaps] (two holds of one key at once, in real time)
-// and [CheckFences] (a fencing token that is not above that of an earlier
-// hold). A linearizability check with porcupine, of the lock itself or of a
-// register or counter that the lock protects, is in the nested module
-// locktest/linearize, so that this package adds no dependency to the
-// module.
+// checkers: [CheckOverlaps] (two holds of one key at once, in real time,
+// unless both are read holds, recorded with [Recorder.StartShared]) and
+// [CheckFences] (a fencing token that is not above that of an earlier
+// hold). [CheckSemaphore] runs [CheckLimit] instead: more than k holds of
+// one key inside their validity at once. A linearizability check with
+// porcupine, of the lock itself or of a register or counter that the lock
+// protects, is in the nested module locktest/linearize, so that this
+// package adds no dependency to the module.
 //
-// [Verify] fails the test on a violation and names an SVG timeline of the
-// run (holds per client, faults per node, each violation in red), written
-// to $LOCKTEST_DIR or the temporary directory.
+// [Verify] and [VerifySemaphore] fail the test on a violation and name an
+// SVG timeline of the run (holds per client, faults per node, each
+// violation in red), written to $LOCKTEST_DIR or the temporary directory.
 //
 // # Assumptions
 //

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -29,6 +30,9 @@ type Attempt struct {
 	End int64
 	// Fence is the lock's fencing token, 0 without fencing.
 	Fence uint64 `json:",omitempty"`
+	// Shared marks a read hold of a read-write lock: two shared holds of
+	// a key may overlap, a shared and an exclusive one may not.
+	Shared bool `json:",omitempty"`
 }
 
 // Recorder collects the attempts of the clients under test. The zero value
@@ -44,6 +48,14 @@ type Recorder struct {
 // relying on the lock.
 func (r *Recorder) Start(client int, key string) *Span {
 	return &Span{r: r, a: Attempt{Key: key, Client: client, Call: time.Now().UnixNano()}}
+}
+
+// StartShared is [Recorder.Start] for a read lock of a read-write lock:
+// the attempt is recorded as Shared.
+func (r *Recorder) StartShared(client int, key string) *Span {
+	s := r.Start(client, key)
+	s.a.Shared = true
+	return s
 }
 
 // Add records attempts made elsewhere, such as in another process.
@@ -89,35 +101,101 @@ func (s *Span) End(until time.Time) {
 	s.r.Add(s.a)
 }
 
-// Overlap is two holds of one key that overlap in real time.
+// Overlap is two holds of one key that overlap in real time, at least one
+// of them exclusive.
 type Overlap struct {
 	Key  string
 	A, B Attempt // A obtained first
 }
 
 func (o Overlap) String() string {
-	return fmt.Sprintf("key %q: hold [%d, %d] of client %d and hold [%d, %d] of client %d overlap by %v",
-		o.Key, o.A.Obtained, o.A.End, o.A.Client, o.B.Obtained, o.B.End, o.B.Client,
+	return fmt.Sprintf("key %q: hold [%d, %d] of client %d%s and hold [%d, %d] of client %d%s overlap by %v",
+		o.Key, o.A.Obtained, o.A.End, o.A.Client, mode(o.A), o.B.Obtained, o.B.End, o.B.Client, mode(o.B),
 		time.Duration(min(o.A.End, o.B.End)-o.B.Obtained))
 }
 
+// mode names a shared hold in a violation's text, and says nothing of an
+// exclusive one.
+func mode(a Attempt) string {
+	if a.Shared {
+		return " (shared)"
+	}
+	return ""
+}
+
 // CheckOverlaps returns every pair of holds of one key where the later one
-// was obtained before the earlier one ended. Each later hold is reported
-// once, against the earlier hold that ends last.
+// was obtained before the earlier one ended, unless both are Shared: no
+// writer may overlap anyone, readers may overlap each other. A hold that
+// ends when another is obtained does not overlap it. Each later hold is
+// reported once, against the earlier hold it conflicts with that ends
+// last.
 func CheckOverlaps(history []Attempt) []Overlap {
 	var found []Overlap
 	for key, holds := range holdsByKey(history) {
-		last := -1 // index of the hold seen so far that ends last
-		for i, h := range holds {
-			if last >= 0 && h.Obtained < holds[last].End {
-				found = append(found, Overlap{Key: key, A: holds[last], B: h})
+		sweep(holds, func(active []Attempt, h Attempt) {
+			var last *Attempt // the conflicting hold that ends last
+			for i, a := range active[:len(active)-1] {
+				if (!a.Shared || !h.Shared) && (last == nil || a.End > last.End) {
+					last = &active[i]
+				}
 			}
-			if last < 0 || h.End > holds[last].End {
-				last = i
+			if last != nil {
+				found = append(found, Overlap{Key: key, A: *last, B: h})
 			}
-		}
+		})
 	}
 	return found
+}
+
+// Crowd is a hold obtained while Limit holds of its key, or more, were
+// inside their validity: more holders at once than a semaphore of Limit
+// permits admits.
+type Crowd struct {
+	Key   string
+	Limit int
+	Holds []Attempt // the holds inside their validity when the last one was obtained
+}
+
+// Excess is how many holders the crowd had beyond its limit.
+func (c Crowd) Excess() int { return len(c.Holds) - c.Limit }
+
+func (c Crowd) String() string {
+	last := c.Holds[len(c.Holds)-1]
+	clients := make([]string, len(c.Holds))
+	for i, a := range c.Holds {
+		clients[i] = fmt.Sprint(a.Client)
+	}
+	return fmt.Sprintf("key %q: %d holders at once, limit %d, when client %d obtained at %d (clients %s)",
+		c.Key, len(c.Holds), c.Limit, last.Client, last.Obtained, strings.Join(clients, ", "))
+}
+
+// CheckLimit returns every hold obtained while k holds of its key, or
+// more, were inside their validity: the violations of a semaphore of k
+// permits. A hold that ends when another is obtained is no longer inside
+// it. For k = 1 it reports the same later holds as [CheckOverlaps] on a
+// history without shared holds. Shared is ignored: every hold counts.
+func CheckLimit(history []Attempt, k int) []Crowd {
+	var found []Crowd
+	for key, holds := range holdsByKey(history) {
+		sweep(holds, func(active []Attempt, _ Attempt) {
+			if len(active) > k {
+				found = append(found, Crowd{Key: key, Limit: k, Holds: slices.Clone(active)})
+			}
+		})
+	}
+	return found
+}
+
+// sweep calls visit for each of holds, sorted by Obtained, with the holds
+// inside their validity when it was obtained: those obtained before it that
+// end after its Obtained, and then itself, last.
+func sweep(holds []Attempt, visit func(active []Attempt, h Attempt)) {
+	var active []Attempt
+	for _, h := range holds {
+		active = slices.DeleteFunc(active, func(a Attempt) bool { return a.End <= h.Obtained })
+		active = append(active, h)
+		visit(active, h)
+	}
 }
 
 // FenceRegression is a hold of a key whose fencing token is not above that

@@ -48,6 +48,109 @@ func TestCheckOverlaps(t *testing.T) {
 	}
 }
 
+// shared returns a as a read hold.
+func shared(a Attempt) Attempt {
+	a.Shared = true
+	return a
+}
+
+// TestCheckOverlapsShared: readers may overlap each other, a writer may
+// overlap nobody, and a hold that ends when another is obtained, or at the
+// end of its validity, does not overlap it.
+func TestCheckOverlapsShared(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		history []Attempt
+		bad     []int // clients of the later holds reported
+	}{
+		{"readers together", []Attempt{shared(ms("k", 1, 0, 1, 10, true)), shared(ms("k", 2, 0, 2, 9, true)), shared(ms("k", 3, 0, 5, 20, true))}, nil},
+		{"writer after readers, touching", []Attempt{
+			shared(ms("k", 1, 0, 1, 10, true)), shared(ms("k", 2, 0, 2, 9, true)), ms("k", 3, 0, 10, 20, true), shared(ms("k", 4, 0, 20, 30, true)),
+		}, nil},
+		{"a failed writer among readers", []Attempt{shared(ms("k", 1, 0, 1, 10, true)), ms("k", 2, 0, 5, 0, false)}, nil},
+		{"writer while a reader holds", []Attempt{shared(ms("k", 1, 0, 1, 10, true)), ms("k", 2, 0, 9, 20, true)}, []int{2}},
+		{"reader while a writer holds", []Attempt{ms("k", 1, 0, 1, 10, true), shared(ms("k", 2, 0, 5, 8, true))}, []int{2}},
+		{"reader against the writer, not the reader that ends later", []Attempt{
+			ms("k", 1, 0, 1, 10, true), shared(ms("k", 2, 0, 2, 30, true)), shared(ms("k", 3, 0, 5, 6, true)),
+		}, []int{2, 3}},
+		{"reader after a writer's validity ends", []Attempt{ms("k", 1, 0, 1, 10, true), shared(ms("k", 2, 0, 10, 20, true))}, nil},
+		{"writers on other keys", []Attempt{shared(ms("a", 1, 0, 1, 10, true)), ms("b", 2, 0, 2, 9, true)}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var bad []int
+			for _, o := range CheckOverlaps(tc.history) {
+				bad = append(bad, o.B.Client)
+				assert.True(t, !o.A.Shared || !o.B.Shared, "two readers reported: %v", o)
+			}
+			assert.Equal(t, tc.bad, bad)
+		})
+	}
+	o := CheckOverlaps([]Attempt{ms("k", 1, 0, 1, 10, true), shared(ms("k", 2, 0, 5, 8, true))})
+	require.Len(t, o, 1)
+	assert.Contains(t, o[0].String(), "client 2 (shared)")
+}
+
+// TestCheckLimit: a semaphore's history may have up to k holders inside
+// their validity at any instant, and no more; holds that touch do not
+// count together.
+func TestCheckLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		k       int
+		history []Attempt
+		excess  []int // of each crowd, in the order of the holds that made them
+	}{
+		{"k at once", 3, []Attempt{ms("s", 1, 0, 1, 10, true), ms("s", 2, 0, 2, 10, true), ms("s", 3, 0, 3, 10, true)}, nil},
+		{"k+1 at once", 3, []Attempt{ms("s", 1, 0, 1, 10, true), ms("s", 2, 0, 2, 10, true), ms("s", 3, 0, 3, 10, true), ms("s", 4, 0, 9, 12, true)}, []int{1}},
+		{"touching: one ends as the next is obtained", 2, []Attempt{
+			ms("s", 1, 0, 1, 10, true), ms("s", 2, 0, 2, 20, true), ms("s", 3, 0, 10, 30, true), ms("s", 4, 0, 20, 30, true),
+		}, nil},
+		{"validity ends before the release", 2, []Attempt{
+			ms("s", 1, 0, 1, 5, true), ms("s", 2, 0, 2, 20, true), ms("s", 3, 0, 5, 20, true),
+		}, nil},
+		{"failed attempts do not count", 1, []Attempt{ms("s", 1, 0, 1, 10, true), ms("s", 2, 0, 5, 0, false)}, nil},
+		{"keys are independent", 1, []Attempt{ms("a", 1, 0, 1, 10, true), ms("b", 2, 0, 2, 10, true)}, nil},
+		{"two crowds, the second larger", 2, []Attempt{
+			ms("s", 1, 0, 1, 100, true), ms("s", 2, 0, 2, 100, true), ms("s", 3, 0, 3, 4, true), ms("s", 4, 0, 50, 60, true), ms("s", 5, 0, 55, 60, true),
+		}, []int{1, 1, 2}},
+		{"readers count too", 1, []Attempt{shared(ms("s", 1, 0, 1, 10, true)), shared(ms("s", 2, 0, 2, 10, true))}, []int{1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var excess []int
+			for _, c := range CheckLimit(tc.history, tc.k) {
+				excess = append(excess, c.Excess())
+				assert.Equal(t, tc.k, c.Limit)
+				last := c.Holds[len(c.Holds)-1]
+				for _, a := range c.Holds {
+					assert.True(t, a.Obtained <= last.Obtained && a.End > last.Obtained, "%v is not inside its validity when %v is obtained", a, last)
+				}
+			}
+			assert.Equal(t, tc.excess, excess)
+		})
+	}
+	c := CheckLimit([]Attempt{ms("s", 1, 0, 1, 10, true), ms("s", 2, 0, 2, 10, true)}, 1)
+	require.Len(t, c, 1)
+	assert.Contains(t, c[0].String(), `key "s": 2 holders at once, limit 1, when client 2 obtained`)
+}
+
+// TestCheckLimitOneIsCheckOverlaps: with one permit, the crowds are the
+// overlaps of a lock's history, hold for hold.
+func TestCheckLimitOneIsCheckOverlaps(t *testing.T) {
+	h := []Attempt{
+		ms("k", 1, 0, 1, 100, true), ms("k", 2, 0, 5, 10, true), ms("k", 3, 0, 10, 40, true), ms("k", 4, 0, 100, 110, true),
+		ms("k", 5, 0, 105, 106, true), ms("j", 6, 0, 1, 2, true), ms("k", 7, 0, 120, 130, true),
+	}
+	var overlaps, crowds []int
+	for _, o := range CheckOverlaps(h) {
+		overlaps = append(overlaps, o.B.Client)
+	}
+	for _, c := range CheckLimit(h, 1) {
+		crowds = append(crowds, c.Holds[len(c.Holds)-1].Client)
+	}
+	assert.Equal(t, []int{2, 3, 5}, overlaps)
+	assert.Equal(t, overlaps, crowds)
+}
+
 func TestCheckFences(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -88,8 +191,10 @@ func TestRecorder(t *testing.T) {
 	require.Len(t, r.History(), 1, "a hold is recorded when it ends")
 	past := time.Now().Add(-time.Hour)
 	s.End(past)
+	r.StartShared(3, "k").Failed()
 	h := r.History()
-	require.Len(t, h, 2)
+	require.Len(t, h, 3)
+	assert.True(t, h[2].Shared)
 	assert.False(t, h[0].OK)
 	assert.True(t, h[1].OK)
 	assert.Equal(t, uint64(42), h[1].Fence)
@@ -126,6 +231,26 @@ func TestVerifyNamesTheTimeline(t *testing.T) {
 	assert.FileExists(t, path)
 	ft.errors = nil
 	Verify(ft, []Attempt{ms("k", 1, 0, 1, 10, true)}, nil)
+	assert.Empty(t, ft.errors)
+}
+
+// TestVerifySemaphore: a semaphore's report counts its crowds, draws them
+// and fails the test.
+func TestVerifySemaphore(t *testing.T) {
+	t.Setenv("LOCKTEST_DIR", t.TempDir())
+	ft := &fakeT{TB: t}
+	h := []Attempt{ms("s", 1, 0, 1, 10, true), ms("s", 2, 0, 2, 10, true), ms("s", 3, 0, 3, 10, true)}
+	r := VerifySemaphore(ft, h, nil, 2)
+	require.Len(t, ft.errors, 1)
+	assert.Contains(t, ft.errors[0], "violations: over 2 holders=1")
+	assert.Contains(t, ft.errors[0], "3 holders at once, limit 2")
+	_, path, _ := strings.Cut(ft.errors[0], "timeline: ")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "crowd: ")
+	assert.Empty(t, r.Overlaps, "a semaphore's holds are not a lock's")
+	ft.errors = nil
+	VerifySemaphore(ft, h, nil, 3)
 	assert.Empty(t, ft.errors)
 }
 

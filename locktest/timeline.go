@@ -33,7 +33,8 @@ func faultColors() map[FaultKind]string {
 // grey ticks), one row per node with its faults (coloured by kind), and
 // each violation in red: an overlap as a red band over the time both holds
 // overlap, with both holds outlined; a fence regression as a red outline of
-// the later hold.
+// the later hold; a crowd as a red band over the time all its holds
+// overlap, with each outlined.
 func (r *Report) WriteTimeline(path string) error {
 	f, err := os.Create(path)
 	if err != nil {
@@ -131,12 +132,10 @@ func (r *Report) writeSVG(w io.Writer) {
 	fmt.Fprintln(w, `</svg>`)
 }
 
-// writeViolations draws the overlaps and fence regressions in red.
+// writeViolations draws the overlaps, fence regressions and crowds in red.
 func (r *Report) writeViolations(w io.Writer, tl *timeline, height int) {
 	for _, o := range r.Overlaps {
-		from, to := o.B.Obtained, min(o.A.End, o.B.End)
-		fmt.Fprintf(w, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="red" opacity="0.3"><title>%s</title></rect>`+"\n",
-			tl.x(from), tlHeader, max(tl.x(to)-tl.x(from), 2), height-30-tlHeader, html.EscapeString(o.String()))
+		band(w, tl, height, o.B.Obtained, min(o.A.End, o.B.End), o.String())
 		for _, a := range []Attempt{o.A, o.B} {
 			bar(w, tl, tl.y(tl.clients[a.Client]), a.Obtained, a.End, "none", "red", "overlap: "+o.String())
 		}
@@ -144,6 +143,23 @@ func (r *Report) writeViolations(w io.Writer, tl *timeline, height int) {
 	for _, f := range r.Fences {
 		bar(w, tl, tl.y(tl.clients[f.After.Client]), f.After.Obtained, f.After.End, "none", "red", f.String())
 	}
+	for _, c := range r.Crowds {
+		from, to := c.Holds[len(c.Holds)-1].Obtained, c.Holds[0].End
+		for _, a := range c.Holds {
+			to = min(to, a.End)
+		}
+		band(w, tl, height, from, to, c.String())
+		for _, a := range c.Holds {
+			bar(w, tl, tl.y(tl.clients[a.Client]), a.Obtained, a.End, "none", "red", "crowd: "+c.String())
+		}
+	}
+}
+
+// band draws a violation from t0 to t1 as a red band across every row,
+// with a tooltip.
+func band(w io.Writer, tl *timeline, height int, t0, t1 int64, title string) {
+	fmt.Fprintf(w, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="red" opacity="0.3"><title>%s</title></rect>`+"\n",
+		tl.x(t0), tlHeader, max(tl.x(t1)-tl.x(t0), 2), height-30-tlHeader, html.EscapeString(title))
 }
 
 // bar draws one bar of a row from t0 to t1, with a tooltip.

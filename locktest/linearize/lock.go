@@ -109,6 +109,9 @@ func LockOperations(history []locktest.Attempt) []porcupine.Operation {
 // key, and returns porcupine's verdict. When the history is not
 // linearizable and dir is not empty, it writes porcupine's HTML
 // visualization to dir/porcupine.html and returns its path.
+// The model has one holder at a time: it treats a shared (read) hold as
+// exclusive, and a semaphore's holds as a lock's, so give it a lock's
+// history only.
 func CheckLock(history []locktest.Attempt, timeout time.Duration, dir string) (porcupine.CheckResult, string, error) {
 	return check(lockModel(), LockOperations(history), timeout, dir)
 }

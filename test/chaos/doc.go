@@ -93,6 +93,21 @@
 // checks before acting: their writes after a pause are decided outside
 // their tenure, and the store refuses them or takes them stale.
 //
+// # Semaphores and read-write locks
+//
+// [RunPermits] runs two processes of contenders on one redlock.Semaphore
+// or redlock.RWMutex under the fault schedule, failovers included, and
+// pauses the second process (SIGSTOP) while it holds, for one to three
+// TTLs, so that its holds run out while it sleeps. A hold is recorded as for a
+// lock, a reader's as Shared. locktest.CheckLimit requires that no more
+// than the semaphore's limit of holds be inside their validity at any
+// instant; locktest.CheckOverlaps, that no writer's hold overlap any other
+// hold. TestChaosSemaphoreRW runs both phases and their negative controls
+// on one rig: naiveSemaphore, which counts holders on each node and needs
+// a majority (three holders can each win a different majority), with
+// faults and on three nodes without; and readers that take a slot of
+// another semaphore, which no writer takes.
+//
 // # Assumptions of the suite
 //
 // The lock's assumptions (README) hold during the run: at most a minority of

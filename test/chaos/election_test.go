@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -153,26 +152,13 @@ func RunElection(t *testing.T, o ElectionOptions) *ElectionResult {
 			Out: filepath.Join(dir, fmt.Sprintf("candidates%d.json", p)), ElectionName: "chaos:election", Fence: "fence:chaos:election",
 		}
 	}
-	var children []*exec.Cmd
-	var outputs []*bytes.Buffer
-	for _, cfg := range cfgs[1:] {
-		cmd, buf := spawn(ctx, t, os.Args[0], candidateEnv, cfg)
-		children = append(children, cmd)
-		outputs = append(outputs, buf)
-	}
+	kids := spawnKids(ctx, t, candidateEnv, cfgs[1:], nil)
 	pauses := 0
-	bg.Go(func() { pauses = pauseLeaders(bgCtx, cfgs[0], children) })
+	bg.Go(func() { pauses = pauseLeaders(bgCtx, cfgs[0], kids.cmds) })
 	var observed []redlock.LeaderInfo
 	bg.Go(func() { observed = observe(bgCtx, cfgs[0]) })
-	results := []candidateResult{campaign(ctx, cfgs[0])}
-	for i, cmd := range children {
-		var r candidateResult
-		if err := result(cmd, cfgs[i+1].Out, &r); err != nil {
-			t.Errorf("chaos: candidate process %d: %v\n%s", i+1, err, outputs[i])
-			continue
-		}
-		results = append(results, r)
-	}
+	results := collect(t, kids, campaign(ctx, cfgs[0]), func(p int) string { return cfgs[p].Out },
+		func(p int) string { return fmt.Sprintf("candidate process %d", p) })
 	stopBg()
 	bg.Wait()
 	var faults []locktest.Fault // Schedule.Start fails t for the faults with an Err
@@ -295,16 +281,12 @@ return 1`)
 // campaign runs one process's candidates until the run's duration has
 // passed.
 func campaign(ctx context.Context, cfg candidateConfig) candidateResult {
-	client, err := redlock.Open(cfg.Nodes, &cfg.Client)
+	client, store, err := joinRun(ctx, cfg.Nodes, &cfg.Client, cfg.Store, cfg.Procs, cfg.Start)
 	if err != nil {
 		return candidateResult{Err: err.Error()}
 	}
 	defer client.Close()
-	store := redis.NewClient(redlock.NodeOptions(cfg.Store))
 	defer store.Close()
-	if err := allReady(ctx, store, procConfig{Procs: cfg.Procs, Start: cfg.Start}); err != nil {
-		return candidateResult{Err: err.Error()}
-	}
 	e := client.Election(cfg.ElectionName)
 	// done reports whether the run is over, from the counts on the store.
 	done := func() bool {

@@ -41,6 +41,9 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(candidateEnv); cfg != "" {
 		os.Exit(candidateChild(cfg))
 	}
+	if cfg := os.Getenv(permitEnv); cfg != "" {
+		os.Exit(permitChild(cfg))
+	}
 	code := m.Run()
 	removePrevious()
 	os.Exit(code)
@@ -361,26 +364,14 @@ func Run(t *testing.T, o Options) *Result {
 			Out:    filepath.Join(dir, fmt.Sprintf("proc%d.json", p)),
 		}
 	}
-	children := make([]*exec.Cmd, 0, o.Procs-1)
-	var stderr []*bytes.Buffer
-	for _, cfg := range cfgs[1:] {
-		bin := os.Args[0]
-		if slices.Contains(o.Previous, cfg.Proc) {
-			bin = previous
+	kids := spawnKids(ctx, t, childEnv, cfgs[1:], func(p int) string {
+		if slices.Contains(o.Previous, p) {
+			return previous
 		}
-		cmd, buf := spawn(ctx, t, bin, childEnv, cfg)
-		children = append(children, cmd)
-		stderr = append(stderr, buf)
-	}
-	results := []procResult{contend(ctx, cfgs[0])}
-	for i, cmd := range children {
-		var r procResult
-		if err := result(cmd, cfgs[i+1].Out, &r); err != nil {
-			t.Errorf("chaos: contender process %d (%s): %v\n%s", i+1, o.role(i+1), err, stderr[i])
-			continue
-		}
-		results = append(results, r)
-	}
+		return os.Args[0]
+	})
+	results := collect(t, kids, contend(ctx, cfgs[0]), func(p int) string { return cfgs[p].Out },
+		func(p int) string { return fmt.Sprintf("contender process %d (%s)", p, o.role(p)) })
 	r := &Result{Duration: time.Since(start), MinStock: o.Stock}
 	var faults []locktest.Fault
 	if chaos != nil {
@@ -534,6 +525,49 @@ func spawn(ctx context.Context, t *testing.T, bin, env string, cfg any) (*exec.C
 	return cmd, &buf
 }
 
+// kids are the child processes of a run, processes 1 and up, with their
+// output.
+type kids struct {
+	cmds    []*exec.Cmd
+	outputs []*bytes.Buffer
+}
+
+// spawnKids starts a child process for each of cfgs, the configurations
+// of processes 1 and up, as spawn does: the binary bin(p) for process p,
+// or this test binary when bin is nil.
+func spawnKids[C any](ctx context.Context, t *testing.T, env string, cfgs []C, bin func(p int) string) *kids {
+	t.Helper()
+	k := &kids{}
+	for i, cfg := range cfgs {
+		b := os.Args[0]
+		if bin != nil {
+			b = bin(i + 1)
+		}
+		cmd, buf := spawn(ctx, t, b, env, cfg)
+		k.cmds = append(k.cmds, cmd)
+		k.outputs = append(k.outputs, buf)
+	}
+	return k
+}
+
+// collect waits for every child of k and returns first, this process's
+// result, then the result of each child, read from the file out(p) of
+// process p. A child that fails is left out and fails t, named by
+// name(p).
+func collect[R any](t *testing.T, k *kids, first R, out, name func(p int) string) []R {
+	t.Helper()
+	results := []R{first}
+	for i, cmd := range k.cmds {
+		var r R
+		if err := result(cmd, out(i+1), &r); err != nil {
+			t.Errorf("chaos: %s: %v\n%s", name(i+1), err, k.outputs[i])
+			continue
+		}
+		results = append(results, r)
+	}
+	return results
+}
+
 // result waits for the child process cmd and reads its result (JSON) from
 // the file at path into r.
 func result(cmd *exec.Cmd, path string, r any) error {
@@ -584,24 +618,32 @@ func allReady(ctx context.Context, res *redis.Client, cfg procConfig) error {
 	}
 }
 
+// joinRun opens a contender process's Client on nodes with opts and its
+// client of the resource node, and waits until every process of the run
+// that started at start has done so (allReady). The caller closes both;
+// on failure, it returns neither.
+func joinRun(ctx context.Context, nodes []string, opts *redlock.Options, resource string, procs int, start time.Time) (*redlock.Client, *redis.Client, error) {
+	client, err := redlock.Open(nodes, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	res := redis.NewClient(redlock.NodeOptions(resource))
+	if err := allReady(ctx, res, procConfig{Procs: procs, Start: start}); err != nil {
+		client.Close()
+		res.Close()
+		return nil, nil, err
+	}
+	return client, res, nil
+}
+
 // contend runs one process's contenders until the run's target or deadline.
 func contend(ctx context.Context, cfg procConfig) procResult {
-	nodes := redlock.NewNodes(cfg.Nodes...)
-	defer func() {
-		for _, n := range nodes {
-			n.Close()
-		}
-	}()
-	client, err := redlock.New(nodes, &cfg.Client)
+	client, res, err := joinRun(ctx, cfg.Nodes, &cfg.Client, cfg.Resource, cfg.Procs, cfg.Start)
 	if err != nil {
 		return procResult{Err: err.Error()}
 	}
 	defer client.Close()
-	res := redis.NewClient(redlock.NodeOptions(cfg.Resource))
 	defer res.Close()
-	if err := allReady(ctx, res, cfg); err != nil {
-		return procResult{Err: err.Error()}
-	}
 
 	// writeMargin is how much validity a holder wants left before it
 	// touches the resource: it covers the resource's round trip, so that a
