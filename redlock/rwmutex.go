@@ -13,9 +13,10 @@ const RWMutexReaders = protocol.Readers
 
 // RWMutex is a read-write lock on the Client's nodes: many readers at
 // once (up to [RWMutexReaders]), or one writer and no reader. A reader
-// holds one slot of a semaphore; a writer holds every slot, in one lock of
-// many keys, so readers and writers exclude each other by each slot's
-// mutual exclusion, under the same assumptions as a [Lock]. A waiting
+// holds one slot of a semaphore, a writer its writer key; each node
+// grants a reader only while no token holds the writer key there, and the
+// writer only while no token holds a reader slot, so readers and writers
+// exclude each other under the same assumptions as a [Lock]. A waiting
 // writer leaves an intent on the nodes that makes new readers wait, so a
 // stream of readers cannot starve it (see docs/DESIGN.md, "Semaphores and
 // read-write locks"). An RWMutex is a name and a Client: it holds no
@@ -54,8 +55,8 @@ func (rw *RWMutex) TryRLock(ctx context.Context, ttl time.Duration) (*Lock, erro
 }
 
 // Lock waits until it holds the lock alone, with no reader and no other
-// writer, and returns the writer's [Lock]; its Key is the writer key, and
-// Keys also lists every reader slot. While it waits, its rounds leave an
+// writer, and returns the writer's [Lock]; its Key is the writer key.
+// Uncontended, it costs one round trip. While it waits, its rounds leave an
 // intent on the nodes that refuses new readers, so that the readers
 // holding the lock drain; the intent lasts twice Options.MaxRetryDelay
 // and twice Options.NodeTimeout past the writer's last round. Once
@@ -86,6 +87,11 @@ func (rw *RWMutex) take(ctx context.Context, op Op, role protocol.Role, ttl time
 		sr.layer.Keys = append([]string{c.stored(s.key("writer"))}, sr.layer.Keys...)
 	} else {
 		sr.writer = s.key("writer")
+		slots := make([]string, 0, s.limit+1)
+		for i := range s.limit {
+			slots = append(slots, c.stored(s.slotKey(i)))
+		}
+		sr.layer.Keys = append(slots, sr.layer.Keys...)
 		var intent time.Duration // TryLock's round leaves no intent
 		if wait {
 			intent = 2*c.cfg.maxRetry + 2*c.cfg.nodeTimeout
@@ -94,17 +100,6 @@ func (rw *RWMutex) take(ctx context.Context, op Op, role protocol.Role, ttl time
 	}
 	lock, _, err := c.slots(ctx, op, sr, ttl)
 	return lock, err
-}
-
-// writerKeys returns the keys of a writer's lock, without the Client's
-// prefix: the writer key first, then every slot.
-func (s *Semaphore) writerKeys(writer string) []string {
-	keys := make([]string, 0, s.limit+1)
-	keys = append(keys, writer)
-	for i := range s.limit {
-		keys = append(keys, s.slotKey(i))
-	}
-	return keys
 }
 
 // Holders returns the holders of the read-write lock that a quorum of
@@ -123,7 +118,7 @@ func (rw *RWMutex) Holders(ctx context.Context) (readers []Holder, writer Holder
 		return nil, Holder{}, err
 	}
 	if len(all) > 0 && all[0].Slot == -1 {
-		writer = all[0] // its lock holds every slot too
+		writer = all[0] // a quorum that agrees on a reader shares a node with it
 		writer.Slot = 0
 		return nil, writer, nil
 	}

@@ -21,8 +21,9 @@ type slotRounds struct {
 	// reader ends a pass at the first round that a writer refused: the
 	// other slots would refuse it too.
 	reader bool
-	// writer is the key of an RWMutex's writer: its rounds lock every
-	// slot and that key at once. "" for the others, which lock one slot.
+	// writer is the key of an RWMutex's writer: its rounds lock that key
+	// alone, which the nodes refuse while a reader holds a slot. "" for
+	// the others, which lock one slot.
 	writer string
 }
 
@@ -71,7 +72,7 @@ func (c *Client) slotRounds(ctx context.Context, sr slotRounds, ttl time.Duratio
 // call. When every slot refused it returns nil and leaves in w what to
 // wait for: the keys whose release ends the wait, the soonest time a
 // holder's keys expire, and the last round's error. A writer's pass is
-// one round on every slot; a reader's ends at the first round that a
+// one round on its writer key; a reader's ends at the first round that a
 // writer refused, since every slot would.
 func (c *Client) slotPass(ctx context.Context, sr slotRounds, ttl time.Duration, rec *record, w *slotWait) (*Lock, int, error) {
 	s := sr.sem
@@ -84,7 +85,7 @@ func (c *Client) slotPass(ctx context.Context, sr slotRounds, ttl time.Duration,
 		slot := (start + i) % s.limit
 		keys := []string{s.slotKey(slot)}
 		if sr.writer != "" {
-			keys = s.writerKeys(sr.writer)
+			keys = []string{sr.writer}
 		}
 		l, freeIn, _, err := c.attempt(ctx, keys, ttl, handover{}, join{layer: sr.layer}, rec)
 		if err == nil {
@@ -115,6 +116,11 @@ func (c *Client) slotPass(ctx context.Context, sr slotRounds, ttl time.Duration,
 			break
 		}
 		w.listen = append(w.listen, keys...)
+		if sr.writer != "" { // a reader's release, or the writer's, wakes the writer
+			for i := range s.limit {
+				w.listen = append(w.listen, s.slotKey(i))
+			}
+		}
 	}
 	return nil, 0, nil
 }

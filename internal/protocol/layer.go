@@ -18,8 +18,9 @@ const (
 	// Reader is a round of a read-write lock's reader, refused while a
 	// writer waits or holds.
 	Reader
-	// Writer is a round of a read-write lock's writer, whose refusal
-	// leaves its intent on the node.
+	// Writer is a round of a read-write lock's writer, on its writer key
+	// alone, refused while a reader slot is held; its refusal leaves its
+	// intent on the node.
 	Writer
 )
 
@@ -28,7 +29,8 @@ const (
 type Layer struct {
 	Role Role
 	// Keys are the layer's keys as stored: for a Reader the writer key,
-	// then for every role the limit record.
+	// for a Writer the [Readers] reader slots in order, then for every
+	// role the limit record.
 	Keys []string
 	// Limit is the limit, a decimal string, boxed once: a semaphore's, or
 	// a read-write lock's [Readers], which its acquire scripts have fixed
@@ -85,10 +87,12 @@ func appendLayerArgs(cmd Cmd, l Layer) Cmd {
 // its layer's, after the state key: 0 for a lock's.
 func (p *Protocol) layerKeys(acq Cmd) int {
 	switch acq[1] {
-	case p.slotAcquire.sha, p.writeAcquire.sha:
+	case p.slotAcquire.sha:
 		return 1
 	case p.readAcquire.sha:
 		return 2
+	case p.writeAcquire.sha:
+		return Readers + 1
 	}
 	return 0
 }

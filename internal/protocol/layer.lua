@@ -2,27 +2,36 @@
 -- script, acquire.lua or extend.lua, which runs unchanged at the mark
 -- "--@kernel" on its own keys and arguments: the layer takes its own off
 -- the ends of KEYS and ARGV first. A layer may add refusals, never grants:
--- it turns calls away before the kernel runs and writes only its own
--- record, so a lock key is set by the kernel's rules alone (see
+-- it turns calls away before the kernel runs, writes its own record, and
+-- otherwise only marks a key it refused for as waited for (value.lua), so
+-- a lock key's holder and TTL are set by the kernel's rules alone (see
 -- docs/DESIGN.md, "Semaphores and read-write locks").
 --
 -- KEYS: the kernel's (lock keys, then the node's state), then the layer's:
--- for a reader the writer key, then for all the limit record. ARGV: the
--- kernel's, then for a semaphore's slot its limit (a decimal string), for
--- a writer the ms its intent lasts (0: none). A read-write lock's limit is
--- its number of readers, put in for @READERS@ when the scripts are built.
--- An extend's are the limit record and the limit, for every role.
+-- for a reader the writer key, for a writer the @READERS@ reader slots,
+-- then for all the limit record. ARGV: the kernel's, then for a
+-- semaphore's slot its limit (a decimal string), for a writer the ms its
+-- intent lasts (0: none). A read-write lock's limit is its number of
+-- readers, put in for @READERS@ when the scripts are built. An extend's
+-- are the limit record and the limit, for every role.
 --
 -- The limit record holds the limit for at least as long as any lock key of
 -- the semaphore on the node: a grant or an extend raises its TTL to the
 -- lock's (PEXPIRE GT, Redis 7.0). An acquire that finds another limit
 -- there is refused: {-4, the recorded limit}. A read-write lock's record
--- may say, after the limit, that a writer waits until a node time or
--- holds: limit .. 'w' .. ms (0: holds). A reader is refused while a writer
--- waits or holds the writer key (not a tombstone): {-5, 0}; the writer key
--- is then marked as waited for, as the strategies' refused hook does
--- (announce.lua), so that its release wakes the reader. Other replies are
--- the kernel's.
+-- may say, after the limit, that a writer waits until a node time:
+-- limit .. 'w' .. ms (0: none; a grant to the writer clears it).
+--
+-- Readers and the writer exclude each other on the node, each in its one
+-- script: a reader is refused while a token holds the writer key (not
+-- tombstones only, see value.lua): {-5, 0}; a writer is refused while a
+-- token holds any reader slot: the longest TTL left to those slots, as the
+-- kernel refuses a taken key. A reader is refused too while a writer's
+-- intent lasts: {-5, 0}. The key refused for is then marked as waited for,
+-- as the strategies' refused hook does (announce.lua), so that its release
+-- wakes the caller. A writer's round leaves its intent when a reader slot
+-- or the writer key is held by another token. Other replies are the
+-- kernel's.
 
 --@@semaphore
 local n, m = #KEYS, #ARGV
@@ -41,19 +50,24 @@ local n, limit = #KEYS, '@READERS@'
 local rec, writer = KEYS[n], KEYS[n - 1]
 KEYS[n] = nil
 KEYS[n - 1] = nil
+local w = redis.call('GET', writer)
+if w then
+  local v = w
+  if string.sub(v, 1, #'@WAITED@') == '@WAITED@' then v = string.sub(v, #'@WAITED@' + 1) end
+  if string.sub(v, 1, #'@GONE@') == '@GONE@' then
+    w = false
+  else
+    if v == w then redis.pcall('SET', writer, '@WAITED@' .. w, 'KEEPTTL') end
+    return {-5, 0}
+  end
+end
 local had = redis.call('SET', rec, limit, 'NX', 'PX', ARGV[2], 'GET')
 if had then
   if had ~= limit then
     local l, til = string.match(had, '^(%d+)w(%d+)$')
     if l ~= limit then return {-4, l or had} end
     local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    local w = redis.call('GET', writer)
-    if w and string.sub(w, 1, #'@GONE@') == '@GONE@' then w = false end
-    if w and string.sub(w, 1, #'@WAITED@') ~= '@WAITED@' then
-      redis.pcall('SET', writer, '@WAITED@' .. w, 'KEEPTTL')
-    end
-    if w or tonumber(til) > now then return {-5, 0} end
+    if tonumber(til) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then return {-5, 0} end
     redis.call('SET', rec, limit, 'KEEPTTL') -- the writer is gone
   end
   redis.call('PEXPIRE', rec, ARGV[2], 'GT')
@@ -62,31 +76,60 @@ end
 
 --@@writer
 local n, m, limit = #KEYS, #ARGV, '@READERS@'
-local rec, intent = KEYS[n], tonumber(ARGV[m])
-KEYS[n] = nil
-ARGV[m] = nil
+local rec, intent, first = KEYS[n], tonumber(ARGV[m]), n - @READERS@
 local had = redis.call('GET', rec)
 if had then
   local l = string.match(had, '^(%d+)')
   if l ~= limit then return {-4, l or had} end
 end
-local function kernel()
-  --@kernel
+-- most is the longest TTL left to a live reader slot (nil: none).
+local most
+if redis.call('EXISTS', unpack(KEYS, first, n - 1)) > 0 then
+  local vals = redis.call('MGET', unpack(KEYS, first, n - 1))
+  for i = 1, @READERS@ do
+    local v = vals[i]
+    if v then
+      local marked = string.sub(v, 1, #'@WAITED@') == '@WAITED@'
+      if marked then v = string.sub(v, #'@WAITED@' + 1) end
+      if string.sub(v, 1, #'@GONE@') ~= '@GONE@' then
+        local key = KEYS[first + i - 1]
+        local left = redis.call('PTTL', key)
+        if left < 0 or most == -1 then
+          most = -1
+        else
+          most = math.max(most or 1, left)
+        end
+        if not marked then redis.pcall('SET', key, '@WAITED@' .. vals[i], 'KEEPTTL') end
+      end
+    end
+  end
 end
-local r = kernel()
-local ms, v = tonumber(ARGV[2]), limit .. 'w0'
-if not (r == 0 or type(r) == 'table' and r[1] == 0) then
-  if intent <= 0 then return r end
+for i = n, first, -1 do KEYS[i] = nil end
+ARGV[m] = nil
+local busy = most ~= nil
+if not busy and (intent > 0 or had ~= limit) then
+  -- The writer key: busy if another token holds it.
+  local v = redis.call('GET', KEYS[1])
+  if v then
+    if string.sub(v, 1, #'@WAITED@') == '@WAITED@' then v = string.sub(v, #'@WAITED@' + 1) end
+    v = string.match(v, '^[^\n]*')
+    busy = v ~= ARGV[1] and string.sub(v, 1, #'@GONE@') ~= '@GONE@'
+  end
+end
+if busy and intent > 0 then
   local t = redis.call('TIME')
-  ms, v = intent, limit .. 'w' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + intent)
+  local v = limit .. 'w' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + intent)
+  if had then
+    redis.call('SET', rec, v, 'KEEPTTL')
+    redis.call('PEXPIRE', rec, intent, 'GT')
+  else
+    redis.call('SET', rec, v, 'PX', intent)
+  end
+elseif not busy and had and had ~= limit then
+  redis.call('SET', rec, limit, 'KEEPTTL') -- a grant ends the writer's own intent
 end
-if had then
-  redis.call('SET', rec, v, 'KEEPTTL')
-  redis.call('PEXPIRE', rec, ms, 'GT')
-else
-  redis.call('SET', rec, v, 'PX', ms)
-end
-return r
+if most then return most end
+--@kernel
 
 --@@extend
 local n, m = #KEYS, #ARGV

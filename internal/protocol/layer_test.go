@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -53,19 +54,40 @@ func TestLayerOnRedis(t *testing.T) {
 	assert.True(t, Held(n))
 	assert.Greater(t, node.PTTL(ctx, "sem:limit").Val(), 100*time.Second)
 
-	// A writer refused by a reader leaves its intent; readers are then
-	// refused until it passes, or while the writer holds.
+	// A writer is refused while a token holds a reader slot, and leaves
+	// its intent; readers are then refused until it passes, or while the
+	// writer holds, whatever the record says.
 	rl := Layer{Role: Reader, Keys: []string{"rw:writer", "rw:limit"}}
-	wl := Layer{Role: Writer, Keys: []string{"rw:limit"}, Intent: Intent(time.Minute)}
-	r, _ = acquire("rw:0", "r1", time.Minute, rl)
+	writer := func(token string, intent time.Duration) Cmd {
+		keys := make([]string, 0, Readers+1)
+		for i := range Readers {
+			keys = append(keys, "rw:"+strconv.Itoa(i))
+		}
+		wl := Layer{Role: Writer, Keys: append(keys, "rw:limit"), Intent: Intent(intent)}
+		return p.AcquireCmd(Acquire{Keys: []string{"rw:writer", StateKey}, Token: token, TTL: time.Minute, Layer: wl})
+	}
+	run := func(cmd Cmd) AcquireReply {
+		t.Helper()
+		v, err := p.Run(ctx, node, cmd)
+		require.NoError(t, err)
+		r, err := DecodeAcquire(v)
+		require.NoError(t, err)
+		return r
+	}
+	r, _ = acquire("rw:40", "r1", time.Minute, rl)
 	require.Equal(t, Granted, r.Kind)
-	wcmd := p.AcquireCmd(Acquire{Keys: []string{"rw:writer", "rw:0", "rw:1", StateKey}, Token: "w1", TTL: time.Minute, Layer: wl})
-	v, err := p.Run(ctx, node, wcmd)
-	require.NoError(t, err)
-	r, err = DecodeAcquire(v)
-	require.NoError(t, err)
+	require.NoError(t, node.Set(ctx, "rw:7", TombstonePrefix+"old", time.Minute).Err()) // tombstones only: no holder
+	r = run(writer("t0", 0))
+	require.Equal(t, Taken, r.Kind, "a writer while a reader holds")
+	assert.Greater(t, r.Wait, 50*time.Second, "the reader's TTL")
+	assert.Equal(t, "64", node.Get(ctx, "rw:limit").Val(), "a round without intent leaves none")
+	assert.Zero(t, node.Exists(ctx, "rw:writer").Val(), "a refused writer sets nothing")
+	wcmd := writer("w1", time.Minute)
+	r = run(wcmd)
 	require.Equal(t, Taken, r.Kind)
 	assert.Regexp(t, `^64w\d+$`, node.Get(ctx, "rw:limit").Val())
+	assert.Equal(t, WaitedPrefix+"r1", node.Get(ctx, "rw:40").Val(), "the reader's slot is marked: its release is announced")
+	assert.Greater(t, node.PTTL(ctx, "rw:40").Val(), 50*time.Second, "the mark keeps the slot's TTL")
 	r, _ = acquire("rw:1", "r2", time.Minute, rl)
 	require.Equal(t, WriterWaits, r.Kind)
 	assert.Zero(t, node.Exists(ctx, "rw:1").Val())
@@ -74,16 +96,17 @@ func TestLayerOnRedis(t *testing.T) {
 	require.Equal(t, Mismatch, r.Kind)
 	assert.Equal(t, "32", r.Limit)
 
-	require.NoError(t, node.Del(ctx, "rw:0").Err()) // the reader leaves
-	v, err = p.Run(ctx, node, wcmd)
-	require.NoError(t, err)
-	r, err = DecodeAcquire(v)
-	require.NoError(t, err)
+	require.NoError(t, node.Del(ctx, "rw:40").Err()) // the reader leaves
+	r = run(wcmd)
 	require.Equal(t, Granted, r.Kind)
-	assert.Equal(t, "64w0", node.Get(ctx, "rw:limit").Val(), "the writer holds")
+	assert.Equal(t, "64", node.Get(ctx, "rw:limit").Val(), "the grant ends the writer's intent")
+	require.NoError(t, node.Del(ctx, "rw:limit").Err()) // exclusion does not rest on the record
 	r, _ = acquire("rw:1", "r2", time.Minute, rl)
-	require.Equal(t, WriterWaits, r.Kind)
+	require.Equal(t, WriterWaits, r.Kind, "a reader while the writer holds")
+	assert.Zero(t, node.Exists(ctx, "rw:1").Val())
 	assert.Equal(t, WaitedPrefix+"w1", node.Get(ctx, "rw:writer").Val(), "the writer key is marked: its release is announced")
+	require.Equal(t, Taken, run(writer("w2", 0)).Kind, "a second writer")
+	require.Equal(t, Granted, run(wcmd).Kind, "the writer's own retry")
 	n, err = p.RunInt(ctx, node, p.ReleaseAfter(wcmd, Release{Announce: true}))
 	require.NoError(t, err)
 	assert.True(t, Held(n))
