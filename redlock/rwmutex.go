@@ -87,11 +87,6 @@ func (rw *RWMutex) take(ctx context.Context, op Op, role protocol.Role, ttl time
 		sr.layer.Keys = append([]string{c.stored(s.key("writer"))}, sr.layer.Keys...)
 	} else {
 		sr.writer = s.key("writer")
-		slots := make([]string, 0, s.limit+1)
-		for i := range s.limit {
-			slots = append(slots, c.stored(s.slotKey(i)))
-		}
-		sr.layer.Keys = append(slots, sr.layer.Keys...)
 		var intent time.Duration // TryLock's round leaves no intent
 		if wait {
 			intent = 2*c.cfg.maxRetry + 2*c.cfg.nodeTimeout

@@ -219,9 +219,11 @@ func (p *Protocol) Extend(keys []string, token string, ttl time.Duration) Cmd {
 }
 
 // ExtendIn is [Protocol.Extend] for a lock of the limit layer l (see
-// layer.lua), which also keeps l's limit record on the node for ttl.
+// layer.lua), which also keeps l's limit record on the node for ttl; a
+// Writer's extend is the kernel's alone, since the record need only
+// outlive the reader slots.
 func (p *Protocol) ExtendIn(l Layer, keys []string, token string, ttl time.Duration) Cmd {
-	if l.Role == NoLayer {
+	if l.Role == NoLayer || l.Role == Writer {
 		return p.Extend(keys, token, ttl)
 	}
 	cmd := make(Cmd, 0, 3+len(keys)+1+4)

@@ -29,8 +29,9 @@ const (
 type Layer struct {
 	Role Role
 	// Keys are the layer's keys as stored: for a Reader the writer key,
-	// for a Writer the [Readers] reader slots in order, then for every
-	// role the limit record.
+	// then for every role the limit record. A Writer's layer makes the
+	// names of the reader slots from its lock key's, which must end in
+	// "writer", as ":0" to ":63" end the slots'.
 	Keys []string
 	// Limit is the limit, a decimal string, boxed once: a semaphore's, or
 	// a read-write lock's [Readers], which its acquire scripts have fixed
@@ -87,12 +88,10 @@ func appendLayerArgs(cmd Cmd, l Layer) Cmd {
 // its layer's, after the state key: 0 for a lock's.
 func (p *Protocol) layerKeys(acq Cmd) int {
 	switch acq[1] {
-	case p.slotAcquire.sha:
+	case p.slotAcquire.sha, p.writeAcquire.sha:
 		return 1
 	case p.readAcquire.sha:
 		return 2
-	case p.writeAcquire.sha:
-		return Readers + 1
 	}
 	return 0
 }

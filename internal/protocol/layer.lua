@@ -8,19 +8,24 @@
 -- docs/DESIGN.md, "Semaphores and read-write locks").
 --
 -- KEYS: the kernel's (lock keys, then the node's state), then the layer's:
--- for a reader the writer key, for a writer the @READERS@ reader slots,
--- then for all the limit record. ARGV: the kernel's, then for a
+-- for a reader the writer key, then for all the limit record. A writer's
+-- layer reads the reader slots too, whose names it makes from the writer
+-- key's (see docs/DESIGN.md): sending them would cost more than the rest
+-- of the round. ARGV: the kernel's, then for a
 -- semaphore's slot its limit (a decimal string), for a writer the ms its
 -- intent lasts (0: none). A read-write lock's limit is its number of
 -- readers, put in for @READERS@ when the scripts are built. An extend's
--- are the limit record and the limit, for every role.
+-- are the limit record and the limit, for a semaphore's slot and a reader
+-- (a writer's extend is the kernel's alone).
 --
 -- The limit record holds the limit for at least as long as any lock key of
 -- the semaphore on the node: a grant or an extend raises its TTL to the
 -- lock's (PEXPIRE GT, Redis 7.0). An acquire that finds another limit
 -- there is refused: {-4, the recorded limit}. A read-write lock's record
 -- may say, after the limit, that a writer waits until a node time:
--- limit .. 'w' .. ms (0: none; a grant to the writer clears it).
+-- limit .. 'w' .. ms (0: none). A writer's round that finds no reader slot
+-- live and the writer key free deletes the record, so that the next
+-- writer finds none and need not look at the slots.
 --
 -- Readers and the writer exclude each other on the node, each in its one
 -- script: a reader is refused while a token holds the writer key (not
@@ -76,39 +81,43 @@ end
 
 --@@writer
 local n, m, limit = #KEYS, #ARGV, '@READERS@'
-local rec, intent, first = KEYS[n], tonumber(ARGV[m]), n - @READERS@
-local had = redis.call('GET', rec)
+local rec, intent = KEYS[n], tonumber(ARGV[m])
+KEYS[n] = nil
+ARGV[m] = nil
+-- Without the record no reader slot is live: every grant or extend of a
+-- slot keeps the record at least as long (and a node that lost the record
+-- lost its state). most is the longest TTL left to a live slot (nil: none).
+local had, most = redis.call('GET', rec), nil
 if had then
   local l = string.match(had, '^(%d+)')
   if l ~= limit then return {-4, l or had} end
-end
--- most is the longest TTL left to a live reader slot (nil: none).
-local most
-if redis.call('EXISTS', unpack(KEYS, first, n - 1)) > 0 then
-  local vals = redis.call('MGET', unpack(KEYS, first, n - 1))
-  for i = 1, @READERS@ do
-    local v = vals[i]
-    if v then
-      local marked = string.sub(v, 1, #'@WAITED@') == '@WAITED@'
-      if marked then v = string.sub(v, #'@WAITED@' + 1) end
-      if string.sub(v, 1, #'@GONE@') ~= '@GONE@' then
-        local key = KEYS[first + i - 1]
-        local left = redis.call('PTTL', key)
-        if left < 0 or most == -1 then
-          most = -1
-        else
-          most = math.max(most or 1, left)
+  -- The slots' keys: the writer key's name with its number for "writer"
+  -- (the same hash tag, so the same Cluster slot).
+  local base, slots = string.sub(KEYS[1], 1, #KEYS[1] - #'writer'), {}
+  for i = 1, @READERS@ do slots[i] = base .. (i - 1) end
+  if redis.call('EXISTS', unpack(slots)) > 0 then
+    local vals = redis.call('MGET', unpack(slots))
+    for i = 1, @READERS@ do
+      local v = vals[i]
+      if v then
+        local marked = string.sub(v, 1, #'@WAITED@') == '@WAITED@'
+        if marked then v = string.sub(v, #'@WAITED@' + 1) end
+        if string.sub(v, 1, #'@GONE@') ~= '@GONE@' then
+          local left = redis.call('PTTL', slots[i])
+          if left < 0 or most == -1 then
+            most = -1
+          else
+            most = math.max(most or 1, left)
+          end
+          if not marked then redis.pcall('SET', slots[i], '@WAITED@' .. vals[i], 'KEEPTTL') end
         end
-        if not marked then redis.pcall('SET', key, '@WAITED@' .. vals[i], 'KEEPTTL') end
       end
     end
   end
 end
-for i = n, first, -1 do KEYS[i] = nil end
-ARGV[m] = nil
+-- busy: a reader slot, or the writer key, is held by another token.
 local busy = most ~= nil
-if not busy and (intent > 0 or had ~= limit) then
-  -- The writer key: busy if another token holds it.
+if not busy and (had or intent > 0) then
   local v = redis.call('GET', KEYS[1])
   if v then
     if string.sub(v, 1, #'@WAITED@') == '@WAITED@' then v = string.sub(v, #'@WAITED@' + 1) end
@@ -125,8 +134,10 @@ if busy and intent > 0 then
   else
     redis.call('SET', rec, v, 'PX', intent)
   end
-elseif not busy and had and had ~= limit then
-  redis.call('SET', rec, limit, 'KEEPTTL') -- a grant ends the writer's own intent
+elseif had and not busy then
+  -- No reader slot is live: the record may go, with the writer's intent,
+  -- so that the next writer need not look at the slots.
+  redis.call('DEL', rec)
 end
 if most then return most end
 --@kernel

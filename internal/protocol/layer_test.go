@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"strconv"
 	"testing"
 	"time"
 
@@ -12,8 +11,8 @@ import (
 // TestLayerOnRedis runs the limit layer's scripts on a real server: the
 // record keeps the limit at least as long as any slot, another limit is
 // refused with the recorded one, the release of a layered acquire is the
-// kernel's on the lock keys alone, and readers are refused while a
-// writer waits or holds.
+// kernel's on the lock keys alone, readers are refused while a writer
+// waits or holds, and a writer while a reader holds.
 func TestLayerOnRedis(t *testing.T) {
 	ctx := t.Context()
 	node := oneNode(t, true)
@@ -59,11 +58,7 @@ func TestLayerOnRedis(t *testing.T) {
 	// writer holds, whatever the record says.
 	rl := Layer{Role: Reader, Keys: []string{"rw:writer", "rw:limit"}}
 	writer := func(token string, intent time.Duration) Cmd {
-		keys := make([]string, 0, Readers+1)
-		for i := range Readers {
-			keys = append(keys, "rw:"+strconv.Itoa(i))
-		}
-		wl := Layer{Role: Writer, Keys: append(keys, "rw:limit"), Intent: Intent(intent)}
+		wl := Layer{Role: Writer, Keys: []string{"rw:limit"}, Intent: Intent(intent)}
 		return p.AcquireCmd(Acquire{Keys: []string{"rw:writer", StateKey}, Token: token, TTL: time.Minute, Layer: wl})
 	}
 	run := func(cmd Cmd) AcquireReply {
@@ -99,8 +94,7 @@ func TestLayerOnRedis(t *testing.T) {
 	require.NoError(t, node.Del(ctx, "rw:40").Err()) // the reader leaves
 	r = run(wcmd)
 	require.Equal(t, Granted, r.Kind)
-	assert.Equal(t, "64", node.Get(ctx, "rw:limit").Val(), "the grant ends the writer's intent")
-	require.NoError(t, node.Del(ctx, "rw:limit").Err()) // exclusion does not rest on the record
+	assert.Zero(t, node.Exists(ctx, "rw:limit").Val(), "no slot is live: the grant deletes the record, and the intent")
 	r, _ = acquire("rw:1", "r2", time.Minute, rl)
 	require.Equal(t, WriterWaits, r.Kind, "a reader while the writer holds")
 	assert.Zero(t, node.Exists(ctx, "rw:1").Val())
@@ -113,4 +107,15 @@ func TestLayerOnRedis(t *testing.T) {
 	r, _ = acquire("rw:1", "r2", time.Minute, rl)
 	require.Equal(t, Granted, r.Kind, "the writer is gone")
 	assert.Equal(t, "64", node.Get(ctx, "rw:limit").Val())
+
+	// A writer's extend leaves the record alone; a reader's raises it.
+	n, err = p.RunInt(ctx, node, p.ExtendIn(Layer{Role: Writer, Keys: []string{"rw:limit"}}, []string{"rw:writer", StateKey}, "w1", time.Hour))
+	require.NoError(t, err)
+	assert.False(t, Held(n), "the writer released its key")
+	ttl := node.PTTL(ctx, "rw:limit").Val()
+	assert.LessOrEqual(t, ttl, time.Minute)
+	n, err = p.RunInt(ctx, node, p.ExtendIn(rl, []string{"rw:1", StateKey}, "r2", time.Hour))
+	require.NoError(t, err)
+	assert.True(t, Held(n))
+	assert.Greater(t, node.PTTL(ctx, "rw:limit").Val(), 50*time.Minute, "the record outlives the reader's slot")
 }
