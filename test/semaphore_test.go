@@ -170,6 +170,31 @@ func TestRWMutexRealServers(t *testing.T) {
 	t.Logf("readers let in while the writer waited: %d", got)
 }
 
+// TestRWMutexBlindWriterNegativeControl: the node-side check that turns a
+// writer away while a reader holds a slot is what excludes them. A writer
+// that skips it (the kernel's plain lock of the writer key, through a
+// Client whose KeyPrefix ends where the read-write lock's key names
+// begin) is granted while readers hold, on the same real masters that
+// refuse the RWMutex's writer.
+func TestRWMutexBlindWriterNegativeControl(t *testing.T) {
+	leakcheck.Check(t)
+	addrs, _ := five(t)
+	ctx := t.Context()
+	rw := open(t, addrs, nil).RWMutex("{blind}")
+	blind := open(t, addrs, &redlock.Options{KeyPrefix: "redquorum:rw:{blind}:"})
+	r, err := rw.TryRLock(ctx, 10*time.Second)
+	require.NoError(t, err)
+	_, err = rw.TryLock(ctx, 10*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "the writer while a reader holds")
+	w, err := blind.TryLock(ctx, "writer", 10*time.Second)
+	require.NoError(t, err, "a writer without the check is granted while a reader holds")
+	assert.True(t, time.Now().Before(r.Until()) && time.Now().Before(w.Until()), "the reader and the blind writer are both inside their validity")
+	_, err = rw.TryRLock(ctx, 10*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "the readers' own check still sees the writer key")
+	require.NoError(t, w.Unlock(ctx))
+	require.NoError(t, r.Unlock(ctx))
+}
+
 // TestSemaphoreClusterNodes: on Redis Cluster nodes, a semaphore and a
 // read-write lock whose names carry a hash tag work (their keys share a
 // slot), and a name without one is refused before anything is sent.

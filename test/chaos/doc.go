@@ -105,8 +105,9 @@
 // hold. TestChaosSemaphoreRW runs both phases and their negative controls
 // on one rig: naiveSemaphore, which counts holders on each node and needs
 // a majority (three holders can each win a different majority), with
-// faults and on three nodes without; and readers that take a slot of
-// another semaphore, which no writer takes.
+// faults and on three nodes without; readers that take a slot of another
+// semaphore, which no writer takes; and writers that lock the writer key
+// with the kernel alone, skipping the nodes' check for reader slots.
 //
 // # Assumptions of the suite
 //

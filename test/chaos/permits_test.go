@@ -45,6 +45,10 @@ const (
 	// another semaphore, one no writer takes (the negative control of
 	// RWKind).
 	CarelessRWKind PermitKind = "careless-rwmutex"
+	// BlindWriterRWKind: RWKind's readers, and writers that lock the
+	// writer key with the kernel alone, skipping the nodes' check for
+	// reader slots (the negative control of that check).
+	BlindWriterRWKind PermitKind = "blind-writer-rwmutex"
 )
 
 // PermitOptions configures [RunPermits]. The zero value of a field means
@@ -70,7 +74,7 @@ type PermitOptions struct {
 type PermitResult struct {
 	History                []locktest.Attempt
 	Acquisitions, Failures int
-	Reads, Writes          int               // holds of RWKind and CarelessRWKind, by mode
+	Reads, Writes          int               // holds of the read-write kinds, by mode
 	ByProc                 []int             // acquisitions per process
 	Faults                 map[FaultKind]int // faults injected, by kind
 	Pauses                 int               // SIGSTOPs of contender processes
@@ -356,6 +360,22 @@ func acquirer(cfg permitConfig, client *redlock.Client) (acquire func(ctx contex
 			}
 			return locked(rw.RLock(ctx, cfg.TTL))
 		}, func() {}
+	case BlindWriterRWKind:
+		// The RWMutex's keys are KeyPrefix + "redquorum:rw:" + name + ":"
+		// and a part: a Client whose prefix ends there locks its writer
+		// key, "writer", as a plain key.
+		opts := cfg.Client
+		opts.KeyPrefix += "redquorum:rw:" + cfg.Name + ":"
+		blind, err := redlock.Open(cfg.Nodes, &opts)
+		if err != nil {
+			return func(context.Context, bool) (hold, error) { return nil, err }, func() {}
+		}
+		return func(ctx context.Context, shared bool) (hold, error) {
+			if shared {
+				return locked(rw.RLock(ctx, cfg.TTL))
+			}
+			return locked(blind.Lock(ctx, "writer", cfg.TTL))
+		}, func() { _ = blind.Close() }
 	}
 	return func(ctx context.Context, _ bool) (hold, error) { return permit(sem.Acquire(ctx, cfg.TTL)) }, func() {}
 }
@@ -371,7 +391,7 @@ func holdPermits(ctx context.Context, cfg permitConfig) permitProcResult {
 	defer res.Close()
 	acquire, closeAcquirer := acquirer(cfg, client)
 	defer closeAcquirer()
-	rw := cfg.Kind == RWKind || cfg.Kind == CarelessRWKind
+	rw := cfg.Kind == RWKind || cfg.Kind == CarelessRWKind || cfg.Kind == BlindWriterRWKind
 	end := cfg.Start.Add(cfg.Duration)
 	var mu sync.Mutex
 	var out permitProcResult

@@ -33,6 +33,9 @@ import (
 //   - CarelessRWMutex, its negative control: readers take a slot of
 //     another semaphore, one the writers never take. The check must find a
 //     writer overlapping a reader.
+//   - BlindWriterRWMutex, the negative control of the nodes' check for
+//     reader slots: writers lock the writer key with the kernel alone. The
+//     check must find a writer overlapping a reader.
 func TestChaosSemaphoreRW(t *testing.T) {
 	rg := startPermitRig(t)
 	t.Run("Semaphore", func(t *testing.T) {
@@ -68,6 +71,10 @@ func TestChaosSemaphoreRW(t *testing.T) {
 	})
 	t.Run("CarelessRWMutex", func(t *testing.T) {
 		r := RunPermits(t, rg, PermitOptions{Kind: CarelessRWKind, Faults: ReplicatedFaults, PauseChildren: true, Duration: 2 * time.Second})
+		assert.NotEmpty(t, r.Report.Overlaps, "the check must find a writer overlapping a reader")
+	})
+	t.Run("BlindWriterRWMutex", func(t *testing.T) {
+		r := RunPermits(t, rg, PermitOptions{Kind: BlindWriterRWKind, Faults: ReplicatedFaults, PauseChildren: true, Duration: 2 * time.Second})
 		assert.NotEmpty(t, r.Report.Overlaps, "the check must find a writer overlapping a reader")
 	})
 }
