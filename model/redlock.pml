@@ -43,6 +43,39 @@
  * node's answer for them is the one modelled here), N nodes, C clients, R
  * rounds each, FAULTS crashes or failovers in all. The search is
  * exhaustive within them; check.sh fails a truncated search.
+ *
+ * Two reductions keep the search within make model's budget.
+ *
+ * Releases are delivered when sent (EAGER_BIT), except an unlock's and a
+ * stray hand value's with HANDOFF, and every one with DELAYED. A release
+ * of token t only deletes a key that holds t, or leaves t's tombstone on
+ * a missing key. Its sender no longer counts on t anywhere: the round
+ * failed, or the holder unlocked. Delivering it later changes one thing
+ * on that node: t's key stays until the release comes or the key
+ * expires, so acquires of other tokens that come meanwhile are refused
+ * instead of granted, as if the key had been granted to a client that is
+ * not in its validity. No property is about a refusal: mutual exclusion
+ * and the fence properties are about grants and the validity of their
+ * holders, and a key that no holder counts on cannot put a holder in its
+ * validity. The late acquire of t itself sets t again after an eager
+ * release (a key nobody holds, until it expires) where a later release
+ * would delete it: the eager order is the one ORPHAN asserts against, and
+ * the other order is also reached by the acquire staying in flight. A
+ * write-back of t that comes after the release moves the counter up
+ * (fences only grow) where the eager order leaves it. An unlock's release
+ * with HANDOFF hands the key off when it is delivered, so its moment
+ * matters to the handoff's validity: those stay in flight. The reduction
+ * is cross-checked: run mutex-delayed (DELAYED) in make model, and crash
+ * with DELAYED (run crash-delayed, by name: 26 million states) find no
+ * error either, and every control fires.
+ *
+ * Only node 0 crashes or fails over (FAULTY; ALLFAULTY lets any). The
+ * nodes are symmetric: the initial state is the same on each but for
+ * replication IDs, which are only compared for equality, and every client
+ * step treats the nodes alike (it loops over them and counts them), so a
+ * run in which node k fails maps to one in which node 0 does by swapping
+ * the two nodes' indices. The replica's copy is cleared once the last
+ * fault has happened: it is never read again.
  */
 
 #ifndef N
@@ -54,6 +87,9 @@
 #ifndef R
 #define R 1               /* rounds per client: 1 or 2 */
 #endif
+#ifndef ATT
+#define ATT R             /* attempts: rounds begun by the client; the */
+#endif                    /* rest are new-deployment rounds */
 #ifndef T
 #define T 3               /* lock TTL in ticks */
 #endif
@@ -170,8 +206,8 @@ byte al[C*N];             /* ticks before the acquire in flight is dropped */
 
 /* Scratch for the steps, each of which is atomic, sets them before use
  * and clears them at its end (CLEAN), so that no state differs by them. */
-byte jj, nn, mm, kk, hh, tt, vv, kd, gdd, kp;
-#define CLEAN jj = 0; nn = 0; mm = 0; kk = 0; hh = 0; tt = 0; vv = 0; kd = 0; gdd = 0; kp = 0
+byte jj, nn, mm, kk, hh, tt, vv, kd, gdd, kp, bb, rb;
+#define CLEAN jj = 0; nn = 0; mm = 0; kk = 0; hh = 0; tt = 0; vv = 0; kd = 0; gdd = 0; kp = 0; bb = 0; rb = 0
 
 /* The resource that refuses lower fences, and the record of holders. */
 byte resMax, resSeq, seqs, maxFence;
@@ -190,10 +226,23 @@ inline exclusive(c) {
   od
 }
 
+/* LOCKOUT (no false lockout): a node enters its restart guard only while
+ * it has never had a state (everState[i]: it had one; a deployment in
+ * service starts with one on every node). Without CRASH, FAILOVER and
+ * LOSS this must hold; with FRESH the first state is made guarded and the
+ * new-deployment shortcut ends the guard. */
+#ifdef LOCKOUT
+bit everState[N];
+#define ENTERS_GUARD(i) assert(!everState[i]); everState[i] = 1
+#else
+#define ENTERS_GUARD(i) skip
+#endif
+
 /* ---- Node steps: the kernel scripts, each atomic. ---- */
 
 /* newState: newstate.lua. */
 inline newState(i, id) {
+  ENTERS_GUARD(i);
   st[i] = 1; g[i] = G; sid[i] = id; rr[i] = rid[i]
 }
 
@@ -205,7 +254,7 @@ inline check(c, i) {
   :: rr[i] != rid[i] && (rr[i] == 0 || G == 0) -> rr[i] = rid[i]; st[i] = 1
   :: rr[i] != rid[i] && rr[i] != 0 && G > 0 ->
      if
-     :: g[i] == NONE || g[i] < G -> g[i] = G
+     :: g[i] == NONE || g[i] < G -> ENTERS_GUARD(i); g[i] = G
      :: else -> skip
      fi;
      sid[i] = rid[i]; rr[i] = rid[i]; f[i] = NONE; st[i] = 1
@@ -331,6 +380,30 @@ inline xrun(c, i) {
   xreq[c*N+i] = 0
 }
 
+#if defined(DELAYED)
+#define EAGER_BIT(b) 0
+#elif defined(HANDOFF)
+#define EAGER_BIT(b) ((b) < R)
+#else
+#define EAGER_BIT(b) 1
+#endif
+/* post sends client c's releases bb (bit b as in rel) to node i: into
+ * flight, or with EAGER delivered at once. */
+inline post(c, i) {
+  rb = 0;
+  do
+  :: rb < 3*R ->
+     if
+     :: (bb & (1 << rb)) && EAGER_BIT(rb) -> release(c, rb % R, rb / R == 1, rb >= R, i)
+     :: (bb & (1 << rb)) && !EAGER_BIT(rb) -> rel[c*N+i] = rel[c*N+i] | (1 << rb)
+     :: else -> skip
+     fi;
+     rb++
+  :: else -> break
+  od;
+  bb = 0; rb = 0
+}
+
 /* lose drops node i's data (crash) or replaces it with its replica's
  * copy (failover); either way the server is new, and its connections
  * and the requests on them are gone. */
@@ -362,6 +435,12 @@ inline newServer(i) {
 #define FROM(c) ACQ_ARRIVES(c, 0) ACQ_ARRIVES(c, 1) REL_ARRIVES(c, 0) REL_ARRIVES(c, 1) \
   REL_ARRIVES(c, 2) REL_ARRIVES(c, 3) REL_ARRIVES(c, 4) REL_ARRIVES(c, 5) X_ARRIVES(c) LOST(c)
 
+#ifdef ALLFAULTY
+#define FAULTY(i) 1
+#else
+#define FAULTY(i) (i == 0)
+#endif
+
 proctype Node(byte i) {
 end:
   do
@@ -373,18 +452,24 @@ end:
   :: atomic { key[i] != 0 && (kl[i] <= D || (key[i] & GONE && TOMB_LIFE == 0)) ->
        printf("MSC: node %d: key %d expires\n", i, key[i]); key[i] = 0; mark[i] = 0; kl[i] = 0; CLEAN }
 #ifdef CRASH
-  :: atomic { faults < FAULTS ->
+  :: atomic { faults < FAULTS && FAULTY(i) ->
        key[i] = 0; mark[i] = 0; st[i] = 0; g[i] = NONE; sid[i] = 0; f[i] = NONE; rr[i] = 0;
        newServer(i); CLEAN }
 #endif
 #ifdef FAILOVER
-  :: atomic { faults == 0 ->
+  :: atomic { faults == 0 && FAULTY(i) ->
        pkey[i] = key[i]; pkl[i] = kl[i]; pmark[i] = mark[i]; pst[i] = st[i];
        pg[i] = g[i]; psid[i] = sid[i]; pf[i] = f[i]; prr[i] = rr[i]; CLEAN }
-  :: atomic { faults < FAULTS ->
+  :: atomic { faults < FAULTS && FAULTY(i) ->
        key[i] = pkey[i]; kl[i] = pkl[i]; mark[i] = pmark[i]; st[i] = pst[i];
        g[i] = pg[i]; sid[i] = psid[i]; f[i] = pf[i]; rr[i] = prr[i];
-       newServer(i); CLEAN }
+       newServer(i);
+       if
+       :: faults == FAULTS ->         /* the copy is no longer used */
+          pkey[i] = 0; pkl[i] = 0; pmark[i] = 0; pst[i] = 0;
+          pg[i] = 0; psid[i] = 0; pf[i] = 0; prr[i] = 0
+       :: else -> skip
+       fi; CLEAN }
 #endif
   od
 }
@@ -445,7 +530,7 @@ inline fail(c) {
   printf("MSC: client %d: round %d failed\n", c, tok[c]);
   jj = 0;
   do
-  :: jj < N && MAYHOLD(c, jj) -> rel[c*N+jj] = rel[c*N+jj] | (1 << (rnd[c] - 1)); jj++
+  :: jj < N && MAYHOLD(c, jj) -> bb = 1 << (rnd[c] - 1); post(c, jj); jj++
   :: jj < N && !MAYHOLD(c, jj) -> jj++
   :: else -> break
   od;
@@ -499,8 +584,8 @@ inline obtained(c, left) {
 proctype Client(byte c) {
 end:
   do
-  :: atomic { phase[c] == IDLE && rnd[c] < R && SEND_OK(c) -> send(c); CLEAN }
-  :: atomic { phase[c] == IDLE && rnd[c] == R -> phase[c] = DONE; LEAVE(c); CLEAN }
+  :: atomic { phase[c] == IDLE && rnd[c] < ATT && SEND_OK(c) -> send(c); CLEAN }
+  :: atomic { phase[c] == IDLE && rnd[c] >= ATT -> phase[c] = DONE; LEAVE(c); CLEAN }
   :: atomic { phase[c] == ACQ && DECIDED(c, rep, GRANTED) ->
        /* The round is decided: at a quorum, or once it cannot change. */
        nn = 0; mm = 0; kk = 0; hh = 0; jj = 0;
@@ -632,7 +717,7 @@ end:
   :: atomic { phase[c] == HELD ->
        jj = 0;
        do
-       :: jj < N && (HANDOFF_ON || MAYHOLD(c, jj)) -> rel[c*N+jj] = rel[c*N+jj] | UNLOCK_BIT(c); jj++
+       :: jj < N && (HANDOFF_ON || MAYHOLD(c, jj)) -> bb = UNLOCK_BIT(c); post(c, jj); jj++
        :: jj < N && !(HANDOFF_ON || MAYHOLD(c, jj)) -> jj++
        :: else -> break
        od;
@@ -699,6 +784,9 @@ init {
     do
     :: i < N ->
        st[i] = 1; g[i] = 0; f[i] = 0; rr[i] = rid[i]; sid[i] = 1;
+#ifdef LOCKOUT
+       everState[i] = 1;
+#endif
        pst[i] = 1; pg[i] = 0; pf[i] = 0; prr[i] = rid[i]; psid[i] = 1; /* replicated */
        i++
     :: else -> break
