@@ -113,27 +113,40 @@
 #define FAULTS 1
 #endif
 #define AGE (T-D)         /* an acquire this old is never delivered */
-/* A tombstone refuses only its own token's late SET: its lifetime
- * matters only to the property that checks them (ORPHAN); elsewhere it
- * may end at any moment. */
+/* Tombstones (tombstone.lua): a key keeps a set of them, tomb[i] (bit t:
+ * token t's), beside its holder, and each has its own expiry. A tombstone
+ * refuses only its own token's late SET: its lifetime matters only to the
+ * property that checks them (ORPHAN: tl, ticks left, TOMB_LIFE = T);
+ * elsewhere each may end at any moment. A hand value's tombstone refuses
+ * no request the model sends (acquires carry plain tokens): it is not
+ * kept. MaxTombstones (8) exceeds the tokens of any run: none is crowded
+ * out. */
 #ifdef ORPHAN
 #define TOMB_LIFE T
 #else
 #define TOMB_LIFE 0
 #endif
+#define TK (C*R+1)
+/* ONETOMB, a control: the previous scripts, a key with one tombstone at
+ * most, which a grant drops and a second release leaves alone. */
+#ifdef ONETOMB
+#define ONE_TOMB 1
+#else
+#define ONE_TOMB 0
+#endif
 
 #define NONE 255
-/* A key's value: 0 when missing, a token t (1..C*R), a hand value
- * HAND|t (handoff.lua's "@HAND@" .. t) or a tombstone GONE|t. */
+/* A key's holder: 0 for none (the key is missing, or holds only
+ * tombstones), a token t (1..C*R) or a hand value HAND|t (handoff.lua's
+ * "@HAND@" .. t). */
 #define HAND 32
-#define GONE 64
 #define TOK(c,r) ((c)*R+(r)+1)
 
 /* Replies to an acquire. */
 #define GRANTED 1
 #define TAKEN   2
 #define GUARDED 3
-#define OWNGONE 4         /* the key holds this token's tombstone: -3 */
+#define OWNGONE 4         /* the key keeps this token's tombstone: -3 */
 /* Client phases. */
 #define IDLE   0
 #define ACQ    1
@@ -180,7 +193,14 @@ byte acq[C*N], rel[C*N], xreq[C*N];
 byte rep[C*N], repv[C*N], xrep[C*N];
 byte conn[C*N];           /* replication ID that the connection checked */
 byte estId[C*N];          /* the guarded state's id that round estRound ends */
-byte relDone[C*R+1];      /* bit i: node i ran the release of token t */
+byte tomb[N], ptomb[N];   /* tombstones: bit t, token t's */
+#ifdef ORPHAN
+byte tl[N*TK];            /* ticks left to tombstone t on node i: [i*TK+t] */
+/* buriedAt[t], bit i: a release of t met no holder on node i, where it
+ * leaves (or finds) t's tombstone: what ORPHAN asserts against, kept
+ * apart from tomb so that NOTOMB's control can break it. */
+byte buriedAt[TK];
+#endif
 #ifdef ORPHAN
 byte al[C*N];             /* ticks before the acquire in flight is dropped */
 #endif
@@ -269,10 +289,10 @@ inline acquire(c, r, i) {
   tt = TOK(c, r);
   gdd = 0;
   if
-  :: key[i] == (GONE | tt) -> kd = OWNGONE
-  :: key[i] != (GONE | tt) ->
+  :: tomb[i] & (1 << tt) -> kd = OWNGONE
+  :: !(tomb[i] & (1 << tt)) ->
      if
-     :: key[i] == 0 || key[i] == tt || (key[i] & GONE) || FREE_BEFORE(c, r, i) ->
+     :: key[i] == 0 || key[i] == tt || FREE_BEFORE(c, r, i) ->
         /* guarded() */
         if
         :: G == 0 || g[i] == 0 -> skip
@@ -296,13 +316,18 @@ inline acquire(c, r, i) {
         :: gdd -> kd = GUARDED; vv = sid[i]
         :: else ->
 #ifdef ORPHAN
-           /* a late SET must not land after its own release */
-           assert(!(relDone[tt] & (1 << i)));
+           /* a late SET must not land after its own release left its
+            * tombstone here (an acquire older than a tombstone's life is
+            * never delivered: AGE) */
+           assert(!(buriedAt[tt] & (1 << i)));
 #endif
            if
-           :: key[i] == 0 || (key[i] & GONE) -> mark[i] = 0
+           :: key[i] == 0 -> mark[i] = 0
            :: else -> skip  /* the mark stays */
-           fi;
+           fi;             /* the tombstones stay, each with its expiry */
+#ifdef ONETOMB
+           tomb[i] = 0;    /* control: the grant drops them */
+#endif
            key[i] = tt; kl[i] = T;
            GRANT_HOOK(c, r, i);
            kd = GRANTED;
@@ -338,19 +363,29 @@ inline release(c, r, hand, announce, i) {
      kp = 0;
      HANDOFF_HOOK(i, announce);
      if
-     :: !kp -> key[i] = 0; mark[i] = 0
-     :: else -> skip
+     :: !kp -> key[i] = 0; mark[i] = 0; kl[i] = 0  /* its tombstones stay */
+     :: else -> skip                               /* handed off, with them */
      fi
-  :: key[i] == 0 ->
+  :: key[i] == 0 && !(hand) ->
+     /* missing, or only tombstones: t's is added, unless it is there */
+#ifdef ORPHAN
+     buriedAt[tt] = buriedAt[tt] | (1 << i);
+#endif
 #ifndef NOTOMB
-     key[i] = GONE | tt; kl[i] = TOMB_LIFE; mark[i] = 0;
+     if
+     :: !(tomb[i] & (1 << tt)) && !(ONE_TOMB && tomb[i] != 0) ->
+        tomb[i] = tomb[i] | (1 << tt);
+#ifdef ORPHAN
+        tl[i*TK+tt] = TOMB_LIFE;
+#endif
+        skip
+     :: else -> skip
+     fi;
 #endif
      skip
-  :: key[i] != tt && key[i] != 0 -> skip
+  :: key[i] == 0 && (hand) -> skip
+  :: key[i] != tt && key[i] != 0 -> skip  /* another holder: no tombstone */
   fi;
-#ifdef ORPHAN
-  relDone[tt & ~HAND] = relDone[tt & ~HAND] | (1 << i);
-#endif
   printf("MSC: node %d: release %d of client %d -> key %d\n", i, tt, c, key[i])
 }
 
@@ -382,7 +417,7 @@ inline xrun(c, i) {
 
 #if defined(DELAYED)
 #define EAGER_BIT(b) 0
-#elif defined(HANDOFF)
+#elif defined(HANDOFF) && !defined(EAGER)
 #define EAGER_BIT(b) ((b) < R)
 #else
 #define EAGER_BIT(b) 1
@@ -394,7 +429,7 @@ inline post(c, i) {
   do
   :: rb < 3*R ->
      if
-     :: (bb & (1 << rb)) && EAGER_BIT(rb) -> release(c, rb % R, rb / R == 1, rb >= R, i)
+     :: (bb & (1 << rb)) && EAGER_BIT(rb) -> release(c, rb % R, (rb / R == 1), (rb >= R), i)
      :: (bb & (1 << rb)) && !EAGER_BIT(rb) -> rel[c*N+i] = rel[c*N+i] | (1 << rb)
      :: else -> skip
      fi;
@@ -422,7 +457,7 @@ inline newServer(i) {
 #define ACQ_ARRIVES(c, r) \
   :: atomic { acq[c*N+i] & (1 << r) -> acq[c*N+i] = acq[c*N+i] & ~(1 << r); acquire(c, r, i); CLEAN }
 #define REL_ARRIVES(c, b) \
-  :: atomic { rel[c*N+i] & (1 << b) -> rel[c*N+i] = rel[c*N+i] & ~(1 << b); release(c, b % R, b / R == 1, b >= R, i); CLEAN }
+  :: atomic { rel[c*N+i] & (1 << b) -> rel[c*N+i] = rel[c*N+i] & ~(1 << b); release(c, b % R, (b / R == 1), (b >= R), i); CLEAN }
 #define X_ARRIVES(c) \
   :: atomic { xreq[c*N+i] != 0 -> xrun(c, i); CLEAN }
 #ifdef LOSS
@@ -434,6 +469,28 @@ inline newServer(i) {
 #endif
 #define FROM(c) ACQ_ARRIVES(c, 0) ACQ_ARRIVES(c, 1) REL_ARRIVES(c, 0) REL_ARRIVES(c, 1) \
   REL_ARRIVES(c, 2) REL_ARRIVES(c, 3) REL_ARRIVES(c, 4) REL_ARRIVES(c, 5) X_ARRIVES(c) LOST(c)
+
+/* TOMB_ENDS(t): token t's tombstone on node i ends, when its life allows
+ * (with TOMB_LIFE 0: at any moment). */
+#ifdef ORPHAN
+#define TOMB_ENDS(t) \
+  :: atomic { t < TK && (tomb[i] & (1 << t)) && tl[i*TK+t] <= D -> \
+       printf("MSC: node %d: tombstone %d expires\n", i, t); tomb[i] = tomb[i] & ~(1 << t); tl[i*TK+t] = 0; CLEAN }
+#define TOMBS_CLEAR(i) jj = 1; do :: jj < TK -> tl[i*TK+jj] = 0; jj++ :: else -> break od
+#define TOMBS_LATER(i) (i >= N || \
+  ((!(tomb[i] & 2) || tl[i*TK+1] > 0) && (TK < 3 || !(tomb[i] & 4) || tl[i*TK+2] > 0) && \
+   (TK < 4 || !(tomb[i] & 8) || tl[i*TK+3] > 0) && (TK < 5 || !(tomb[i] & 16) || tl[i*TK+4] > 0)))
+#else
+#define TOMB_ENDS(t) \
+  :: atomic { t < TK && (tomb[i] & (1 << t)) -> tomb[i] = tomb[i] & ~(1 << t); CLEAN }
+#define TOMBS_CLEAR(i) skip
+#define TOMBS_LATER(i) 1
+#endif
+#ifdef ORPHAN
+#define TOMB_TICK() jj = 0; do :: jj < N*TK -> DOWN(tl[jj]); jj++ :: else -> break od
+#else
+#define TOMB_TICK() skip
+#endif
 
 #ifdef ALLFAULTY
 #define FAULTY(i) 1
@@ -449,24 +506,28 @@ end:
 #if C > 2
   FROM(2)
 #endif
-  :: atomic { key[i] != 0 && (kl[i] <= D || (key[i] & GONE && TOMB_LIFE == 0)) ->
-       printf("MSC: node %d: key %d expires\n", i, key[i]); key[i] = 0; mark[i] = 0; kl[i] = 0; CLEAN }
+  :: atomic { key[i] != 0 && kl[i] <= D ->
+       /* the key expires with its holder, and its tombstones with it */
+       printf("MSC: node %d: key %d expires\n", i, key[i]); key[i] = 0; mark[i] = 0; kl[i] = 0; tomb[i] = 0;
+       TOMBS_CLEAR(i); CLEAN }
+  TOMB_ENDS(1) TOMB_ENDS(2) TOMB_ENDS(3) TOMB_ENDS(4) TOMB_ENDS(5) TOMB_ENDS(6)
 #ifdef CRASH
   :: atomic { faults < FAULTS && FAULTY(i) ->
-       key[i] = 0; mark[i] = 0; st[i] = 0; g[i] = NONE; sid[i] = 0; f[i] = NONE; rr[i] = 0;
+       key[i] = 0; mark[i] = 0; kl[i] = 0; tomb[i] = 0; TOMBS_CLEAR(i);
+       st[i] = 0; g[i] = NONE; sid[i] = 0; f[i] = NONE; rr[i] = 0;
        newServer(i); CLEAN }
 #endif
 #ifdef FAILOVER
   :: atomic { faults == 0 && FAULTY(i) ->
-       pkey[i] = key[i]; pkl[i] = kl[i]; pmark[i] = mark[i]; pst[i] = st[i];
+       pkey[i] = key[i]; pkl[i] = kl[i]; pmark[i] = mark[i]; pst[i] = st[i]; ptomb[i] = tomb[i];
        pg[i] = g[i]; psid[i] = sid[i]; pf[i] = f[i]; prr[i] = rr[i]; CLEAN }
   :: atomic { faults < FAULTS && FAULTY(i) ->
-       key[i] = pkey[i]; kl[i] = pkl[i]; mark[i] = pmark[i]; st[i] = pst[i];
+       key[i] = pkey[i]; kl[i] = pkl[i]; mark[i] = pmark[i]; st[i] = pst[i]; tomb[i] = ptomb[i];
        g[i] = pg[i]; sid[i] = psid[i]; f[i] = pf[i]; rr[i] = prr[i];
        newServer(i);
        if
        :: faults == FAULTS ->         /* the copy is no longer used */
-          pkey[i] = 0; pkl[i] = 0; pmark[i] = 0; pst[i] = 0;
+          pkey[i] = 0; pkl[i] = 0; pmark[i] = 0; pst[i] = 0; ptomb[i] = 0;
           pg[i] = 0; psid[i] = 0; pf[i] = 0; prr[i] = 0
        :: else -> skip
        fi; CLEAN }
@@ -727,7 +788,7 @@ end:
   od
 }
 
-#define ENDS_LATER(i) (i >= N || key[i] == 0 || kl[i] > 0)
+#define ENDS_LATER(i) (i >= N || ((key[i] == 0 || kl[i] > 0) && TOMBS_LATER(i)))
 #define DOWN(x) if :: x > 0 -> x-- :: else -> skip fi
 
 /* Time: a tick, once every key that must end now has ended, counts down
@@ -752,7 +813,7 @@ end:
           :: else -> skip
           fi;
           if
-          :: pkey[jj] != 0 && pkl[jj] == 0 -> pkey[jj] = 0; pmark[jj] = 0
+          :: pkey[jj] != 0 && pkl[jj] == 0 -> pkey[jj] = 0; pmark[jj] = 0; ptomb[jj] = 0
           :: else -> skip
           fi;
           jj++
@@ -763,7 +824,7 @@ end:
        :: jj < C -> DOWN(rl[jj]); DOWN(ul[jj]); DOWN(xl[jj]); jj++
        :: else -> break
        od;
-       AGE_TICK(); CLEAN }
+       AGE_TICK(); TOMB_TICK(); CLEAN }
   od
 }
 
