@@ -27,6 +27,9 @@ mutex-delayed|-DT=2 -DDELAYED|ok
 fence|-DT=2 -DFENCING|ok
 crash|-DT=2 -DCRASH|ok
 failover|-DT=2 -DFAILOVER|ok
+extend|-DT=2 -DEXTEND -DLOCKOUT|ok
+timeouts|-DT=2 -DTIMEOUTS -DLOCKOUT|ok
+loss|-DT=2 -DLOSS -DLOCKOUT|ok
 lockout|-DT=2 -DLOCKOUT|ok
 fresh|-DT=2 -DFRESH -DLOCKOUT -DR=2 -DATT=1|ok
 ctl-minority|-DT=2 -DMINORITY|exclusive
@@ -51,8 +54,8 @@ declare -A TEXT=([exclusive]='ul[jj]>0' [fence]='fence[c]>maxFence' [orphan]='bu
 want=("$@")
 fail=0
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cp redlock.pml handoff.pml "$work"/
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+sel=()
 while IFS='|' read -r name defs expect search; do
   [ -z "$name" ] && continue
   if [ ${#want[@]} -gt 0 ]; then
@@ -60,16 +63,43 @@ while IFS='|' read -r name defs expect search; do
   elif [[ "$EXTRA" == *" $name "* ]]; then
     continue
   fi
-  ( cd "$work" && rm -f pan pan.* ./*.trail
-    spin $defs -a redlock.pml >/dev/null
-    if [ "$expect" = ok ]; then flags="-DSAFETY${MODEL_COLLAPSE:+ -DCOLLAPSE}"; run="./pan -m$DEPTH -w26"; elif [ "$search" = dfs ]; then flags="-DSAFETY"; run="./pan -m$DEPTH -w26"; else flags="-DSAFETY -DBFS -DCOLLAPSE"; run=./pan; fi
-    gcc -O2 $flags -DMEMLIM="$MEM" -o pan pan.c 2>/dev/null
+  sel+=("$name|$defs|$expect|$search")
+done <<< "$RUNS"
+
+# flags: the compile flags and the pan command of a run.
+flags() {
+  if [ "$3" = ok ]; then echo "-DSAFETY${MODEL_COLLAPSE:+ -DCOLLAPSE}|./pan -m$DEPTH -w26"
+  elif [ "$4" = dfs ]; then echo "-DSAFETY|./pan -m$DEPTH -w26"
+  else echo "-DSAFETY -DBFS -DCOLLAPSE|./pan"; fi
+}
+# Two workers build the verifiers (gcc takes longer than most searches)
+# while the runs go one at a time, each once its verifier is built.
+build() {
+  local k
+  for ((k = $1; k < ${#sel[@]}; k += 2)); do
+    IFS='|' read -r name defs expect search <<< "${sel[$k]}"
+    IFS='|' read -r cflags run <<< "$(flags "$name" "$defs" "$expect" "$search")"
+    mkdir -p "$work/$name"; cp redlock.pml handoff.pml "$work/$name"/
+    ( cd "$work/$name" && spin $defs -a redlock.pml >/dev/null && gcc -O2 $cflags -DMEMLIM="$MEM" -o pan pan.c 2>/dev/null
+      touch built )
+  done
+}
+build 0 & build 1 &
+for entry in "${sel[@]}"; do
+  IFS='|' read -r name defs expect search <<< "$entry"
+  IFS='|' read -r cflags run <<< "$(flags "$name" "$defs" "$expect" "$search")"
+  dir="$work/$name"
+  while [ ! -e "$dir/built" ]; do sleep 0.2; done
+  if [ ! -x "$dir/pan" ]; then
+    printf '%-16s FAIL  the verifier did not build (%s)\n' "$name" "$defs"; fail=1; continue
+  fi
+  ( cd "$dir"
     start=$(date +%s%N)
     $run > out.txt 2>&1 || true
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
     printf '%s %d.%d\n' "$(grep -o 'errors: [0-9]*' out.txt | head -1)" $((ms / 1000)) $((ms % 1000 / 100)) > res.txt )
-  out="$work/out.txt"
-  errs=$(awk '{print $2}' "$work/res.txt"); secs=$(awk '{print $3}' "$work/res.txt")
+  out="$dir/out.txt"
+  errs=$(awk '{print $2}' "$dir/res.txt"); secs=$(awk '{print $3}' "$dir/res.txt")
   states=$(grep -o '[0-9.e+]* states, stored' "$out" | awk '{print $1}')
   depth=$(grep -o 'depth reached [0-9]*' "$out" | awk '{print $3}')
   mem=$(grep 'total actual memory usage' "$out" | awk '{print $1}')
@@ -84,16 +114,17 @@ while IFS='|' read -r name defs expect search; do
       printf '%-16s ok    %s states, depth %s, %s MB, %ss (%s)\n' "$name" "$states" "$depth" "$mem" "$secs" "$defs"
     else
       printf '%-16s FAIL  %s\n' "$name" "$(grep -m1 'violated\|error' "$out")"; fail=1
-      cp "$work/redlock.pml.trail" "./$name.trail" 2>/dev/null || true
+      cp "$dir/redlock.pml.trail" "./$name.trail" 2>/dev/null || true
     fi
   else
     if [ "$errs" != 0 ] && grep -qF "${TEXT[$expect]}" "$out"; then
-      len=$(cd "$work" && spin -t $defs redlock.pml 2>/dev/null | grep -c 'MSC:' || true)
+      len=$(cd "$dir" && spin -t $defs redlock.pml 2>/dev/null | grep -c 'MSC:' || true)
       printf '%-16s ok    counterexample to %s: %s steps, %s printed events, after %s states, %ss (%s)\n' \
         "$name" "$expect" "$(grep -o 'at depth [0-9]*' "$out" | awk '{print $3}')" "$len" "$states" "$secs" "$defs"
     else
       printf '%-16s FAIL  the control found no violation of %s (%s states, %s)\n' "$name" "$expect" "$states" "$defs"; fail=1
     fi
   fi
-done <<< "$RUNS"
+done
+wait
 exit $fail

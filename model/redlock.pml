@@ -467,8 +467,21 @@ inline newServer(i) {
 #else
 #define LOST(c)
 #endif
-#define FROM(c) ACQ_ARRIVES(c, 0) ACQ_ARRIVES(c, 1) REL_ARRIVES(c, 0) REL_ARRIVES(c, 1) \
-  REL_ARRIVES(c, 2) REL_ARRIVES(c, 3) REL_ARRIVES(c, 4) REL_ARRIVES(c, 5) X_ARRIVES(c) LOST(c)
+/* RELS(c): the deliveries of releases in flight: none when every release
+ * is delivered when sent; bits 3..5 only with two rounds. */
+#if !defined(DELAYED) && !defined(HANDOFF)
+#define RELS(c)
+#elif R > 1
+#define RELS(c) REL_ARRIVES(c, 0) REL_ARRIVES(c, 1) REL_ARRIVES(c, 2) REL_ARRIVES(c, 3) REL_ARRIVES(c, 4) REL_ARRIVES(c, 5)
+#else
+#define RELS(c) REL_ARRIVES(c, 0) REL_ARRIVES(c, 1) REL_ARRIVES(c, 2)
+#endif
+#if R > 1
+#define ACQS(c) ACQ_ARRIVES(c, 0) ACQ_ARRIVES(c, 1)
+#else
+#define ACQS(c) ACQ_ARRIVES(c, 0)
+#endif
+#define FROM(c) ACQS(c) RELS(c) X_ARRIVES(c) LOST(c)
 
 /* TOMB_ENDS(t): token t's tombstone on node i ends, when its life allows
  * (with TOMB_LIFE 0: at any moment). */
