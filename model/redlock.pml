@@ -120,7 +120,10 @@
  * elsewhere each may end at any moment. A hand value's tombstone refuses
  * no request the model sends (acquires carry plain tokens): it is not
  * kept. MaxTombstones (8) exceeds the tokens of any run: none is crowded
- * out. */
+ * out. A tombstone past its expiry inside a held key's value stays until
+ * a script rewrites the value (acquire.lua's buried does not read the
+ * expiry); the model drops it at its expiry, which only lets more late
+ * acquires through. */
 #ifdef ORPHAN
 #define TOMB_LIFE T
 #else
