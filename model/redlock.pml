@@ -65,9 +65,9 @@
  * (fences only grow) where the eager order leaves it. An unlock's release
  * with HANDOFF hands the key off when it is delivered, so its moment
  * matters to the handoff's validity: those stay in flight. The reduction
- * is cross-checked: run mutex-delayed (DELAYED) in make model, and crash
- * with DELAYED (run crash-delayed, by name: 26 million states) find no
- * error either, and every control fires.
+ * is cross-checked: the runs mutex-delayed and crash-delayed (DELAYED,
+ * in make model) find no error either, and every control fires with the
+ * eager releases.
  *
  * Only node 0 crashes or fails over (FAULTY; ALLFAULTY lets any). The
  * nodes are symmetric: the initial state is the same on each but for
