@@ -49,7 +49,7 @@
  * Releases are delivered when sent (EAGER_BIT), except an unlock's and a
  * stray hand value's with HANDOFF, and every one with DELAYED. A release
  * of token t only deletes a key that holds t, or leaves t's tombstone on
- * a missing key. Its sender no longer counts on t anywhere: the round
+ * a key with no holder. Its sender no longer counts on t anywhere: the round
  * failed, or the holder unlocked. Delivering it later changes one thing
  * on that node: t's key stays until the release comes or the key
  * expires, so acquires of other tokens that come meanwhile are refused
@@ -64,8 +64,9 @@
  * write-back of t that comes after the release moves the counter up
  * (fences only grow) where the eager order leaves it. An unlock's release
  * with HANDOFF hands the key off when it is delivered, so its moment
- * matters to the handoff's validity: those stay in flight. The reduction
- * is cross-checked: the runs mutex-delayed and crash-delayed (DELAYED,
+ * matters to the handoff's validity: those stay in flight. A refusal can
+ * still change what follows (the refused round fails and releases its
+ * other nodes), so this is an argument, not a proof; it is cross-checked: the runs mutex-delayed and crash-delayed (DELAYED,
  * in make model) find no error either, and every control fires with the
  * eager releases.
  *
