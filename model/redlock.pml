@@ -66,9 +66,10 @@
  * with HANDOFF hands the key off when it is delivered, so its moment
  * matters to the handoff's validity: those stay in flight. A refusal can
  * still change what follows (the refused round fails and releases its
- * other nodes), so this is an argument, not a proof; it is cross-checked: the runs mutex-delayed and crash-delayed (DELAYED,
- * in make model) find no error either, and every control fires with the
- * eager releases.
+ * other nodes), so this is an argument, not a proof; it is
+ * cross-checked: with DELAYED, mutex-delayed (in make model),
+ * crash-delayed and failover-delayed (by name) find no error either, and
+ * every control fires with the eager releases.
  *
  * Only node 0 crashes or fails over (FAULTY; ALLFAULTY lets any). The
  * nodes are symmetric: the initial state is the same on each but for
