@@ -97,7 +97,7 @@ inline handoff(i, announce) {
   :: atomic { ann[c*N+i] != 0 -> \
        if \
        :: ann[c*N+i] == tok[c] && (phase[c] == ACQ || phase[c] == WAIT) -> handed[c] = handed[c] | (1 << i) \
-       :: else -> rel[c*N+i] = rel[c*N+i] | (1 << (R + (ann[c*N+i] - 1) % R)) \
+       :: else -> bb = 1 << (R + (ann[c*N+i] - 1) % R); post(c, i) \
        fi; \
        ann[c*N+i] = 0; CLEAN }
 

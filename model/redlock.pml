@@ -43,6 +43,41 @@
  * node's answer for them is the one modelled here), N nodes, C clients, R
  * rounds each, FAULTS crashes or failovers in all. The search is
  * exhaustive within them; check.sh fails a truncated search.
+ *
+ * Two reductions keep the search within make model's budget.
+ *
+ * Releases are delivered when sent (EAGER_BIT), except an unlock's and a
+ * stray hand value's with HANDOFF, and every one with DELAYED. A release
+ * of token t only deletes a key that holds t, or leaves t's tombstone on
+ * a key with no holder. Its sender no longer counts on t anywhere: the round
+ * failed, or the holder unlocked. Delivering it later changes one thing
+ * on that node: t's key stays until the release comes or the key
+ * expires, so acquires of other tokens that come meanwhile are refused
+ * instead of granted, as if the key had been granted to a client that is
+ * not in its validity. No property is about a refusal: mutual exclusion
+ * and the fence properties are about grants and the validity of their
+ * holders, and a key that no holder counts on cannot put a holder in its
+ * validity. The late acquire of t itself sets t again after an eager
+ * release (a key nobody holds, until it expires) where a later release
+ * would delete it: the eager order is the one ORPHAN asserts against, and
+ * the other order is also reached by the acquire staying in flight. A
+ * write-back of t that comes after the release moves the counter up
+ * (fences only grow) where the eager order leaves it. An unlock's release
+ * with HANDOFF hands the key off when it is delivered, so its moment
+ * matters to the handoff's validity: those stay in flight. A refusal can
+ * still change what follows (the refused round fails and releases its
+ * other nodes), so this is an argument, not a proof; it is
+ * cross-checked: with DELAYED, mutex-delayed (in make model),
+ * crash-delayed and failover-delayed (by name) find no error either, and
+ * every control fires with the eager releases.
+ *
+ * Only node 0 crashes or fails over (FAULTY; ALLFAULTY lets any). The
+ * nodes are symmetric: the initial state is the same on each but for
+ * replication IDs, which are only compared for equality, and every client
+ * step treats the nodes alike (it loops over them and counts them), so a
+ * run in which node k fails maps to one in which node 0 does by swapping
+ * the two nodes' indices. The replica's copy is cleared once the last
+ * fault has happened: it is never read again.
  */
 
 #ifndef N
@@ -54,6 +89,9 @@
 #ifndef R
 #define R 1               /* rounds per client: 1 or 2 */
 #endif
+#ifndef ATT
+#define ATT R             /* attempts: rounds begun by the client; the */
+#endif                    /* rest are new-deployment rounds */
 #ifndef T
 #define T 3               /* lock TTL in ticks */
 #endif
@@ -77,27 +115,43 @@
 #define FAULTS 1
 #endif
 #define AGE (T-D)         /* an acquire this old is never delivered */
-/* A tombstone refuses only its own token's late SET: its lifetime
- * matters only to the property that checks them (ORPHAN); elsewhere it
- * may end at any moment. */
+/* Tombstones (tombstone.lua): a key keeps a set of them, tomb[i] (bit t:
+ * token t's), beside its holder, and each has its own expiry. A tombstone
+ * refuses only its own token's late SET: its lifetime matters only to the
+ * property that checks them (ORPHAN: tl, ticks left, TOMB_LIFE = T);
+ * elsewhere each may end at any moment. A hand value's tombstone refuses
+ * no request the model sends (acquires carry plain tokens): it is not
+ * kept. MaxTombstones (8) exceeds the tokens of any run: none is crowded
+ * out. A tombstone past its expiry inside a held key's value stays until
+ * a script rewrites the value (acquire.lua's buried does not read the
+ * expiry); the model drops it at its expiry, which only lets more late
+ * acquires through. */
 #ifdef ORPHAN
 #define TOMB_LIFE T
 #else
 #define TOMB_LIFE 0
 #endif
+#define TK (C*R+1)
+/* ONETOMB, a control: the previous scripts, a key with one tombstone at
+ * most, which a grant drops and a second release leaves alone. */
+#ifdef ONETOMB
+#define ONE_TOMB 1
+#else
+#define ONE_TOMB 0
+#endif
 
 #define NONE 255
-/* A key's value: 0 when missing, a token t (1..C*R), a hand value
- * HAND|t (handoff.lua's "@HAND@" .. t) or a tombstone GONE|t. */
+/* A key's holder: 0 for none (the key is missing, or holds only
+ * tombstones), a token t (1..C*R) or a hand value HAND|t (handoff.lua's
+ * "@HAND@" .. t). */
 #define HAND 32
-#define GONE 64
 #define TOK(c,r) ((c)*R+(r)+1)
 
 /* Replies to an acquire. */
 #define GRANTED 1
 #define TAKEN   2
 #define GUARDED 3
-#define OWNGONE 4         /* the key holds this token's tombstone: -3 */
+#define OWNGONE 4         /* the key keeps this token's tombstone: -3 */
 /* Client phases. */
 #define IDLE   0
 #define ACQ    1
@@ -144,7 +198,14 @@ byte acq[C*N], rel[C*N], xreq[C*N];
 byte rep[C*N], repv[C*N], xrep[C*N];
 byte conn[C*N];           /* replication ID that the connection checked */
 byte estId[C*N];          /* the guarded state's id that round estRound ends */
-byte relDone[C*R+1];      /* bit i: node i ran the release of token t */
+byte tomb[N], ptomb[N];   /* tombstones: bit t, token t's */
+#ifdef ORPHAN
+byte tl[N*TK];            /* ticks left to tombstone t on node i: [i*TK+t] */
+/* buriedAt[t], bit i: a release of t met no holder on node i, where it
+ * leaves (or finds) t's tombstone: what ORPHAN asserts against, kept
+ * apart from tomb so that NOTOMB's control can break it. */
+byte buriedAt[TK];
+#endif
 #ifdef ORPHAN
 byte al[C*N];             /* ticks before the acquire in flight is dropped */
 #endif
@@ -170,8 +231,8 @@ byte al[C*N];             /* ticks before the acquire in flight is dropped */
 
 /* Scratch for the steps, each of which is atomic, sets them before use
  * and clears them at its end (CLEAN), so that no state differs by them. */
-byte jj, nn, mm, kk, hh, tt, vv, kd, gdd, kp;
-#define CLEAN jj = 0; nn = 0; mm = 0; kk = 0; hh = 0; tt = 0; vv = 0; kd = 0; gdd = 0; kp = 0
+byte jj, nn, mm, kk, hh, tt, vv, kd, gdd, kp, bb, rb;
+#define CLEAN jj = 0; nn = 0; mm = 0; kk = 0; hh = 0; tt = 0; vv = 0; kd = 0; gdd = 0; kp = 0; bb = 0; rb = 0
 
 /* The resource that refuses lower fences, and the record of holders. */
 byte resMax, resSeq, seqs, maxFence;
@@ -190,10 +251,23 @@ inline exclusive(c) {
   od
 }
 
+/* LOCKOUT (no false lockout): a node enters its restart guard only while
+ * it has never had a state (everState[i]: it had one; a deployment in
+ * service starts with one on every node). Without CRASH, FAILOVER and
+ * LOSS this must hold; with FRESH the first state is made guarded and the
+ * new-deployment shortcut ends the guard. */
+#ifdef LOCKOUT
+bit everState[N];
+#define ENTERS_GUARD(i) assert(!everState[i]); everState[i] = 1
+#else
+#define ENTERS_GUARD(i) skip
+#endif
+
 /* ---- Node steps: the kernel scripts, each atomic. ---- */
 
 /* newState: newstate.lua. */
 inline newState(i, id) {
+  ENTERS_GUARD(i);
   st[i] = 1; g[i] = G; sid[i] = id; rr[i] = rid[i]
 }
 
@@ -205,7 +279,7 @@ inline check(c, i) {
   :: rr[i] != rid[i] && (rr[i] == 0 || G == 0) -> rr[i] = rid[i]; st[i] = 1
   :: rr[i] != rid[i] && rr[i] != 0 && G > 0 ->
      if
-     :: g[i] == NONE || g[i] < G -> g[i] = G
+     :: g[i] == NONE || g[i] < G -> ENTERS_GUARD(i); g[i] = G
      :: else -> skip
      fi;
      sid[i] = rid[i]; rr[i] = rid[i]; f[i] = NONE; st[i] = 1
@@ -220,10 +294,10 @@ inline acquire(c, r, i) {
   tt = TOK(c, r);
   gdd = 0;
   if
-  :: key[i] == (GONE | tt) -> kd = OWNGONE
-  :: key[i] != (GONE | tt) ->
+  :: tomb[i] & (1 << tt) -> kd = OWNGONE
+  :: !(tomb[i] & (1 << tt)) ->
      if
-     :: key[i] == 0 || key[i] == tt || (key[i] & GONE) || FREE_BEFORE(c, r, i) ->
+     :: key[i] == 0 || key[i] == tt || FREE_BEFORE(c, r, i) ->
         /* guarded() */
         if
         :: G == 0 || g[i] == 0 -> skip
@@ -247,13 +321,18 @@ inline acquire(c, r, i) {
         :: gdd -> kd = GUARDED; vv = sid[i]
         :: else ->
 #ifdef ORPHAN
-           /* a late SET must not land after its own release */
-           assert(!(relDone[tt] & (1 << i)));
+           /* a late SET must not land after its own release left its
+            * tombstone here (an acquire older than a tombstone's life is
+            * never delivered: AGE) */
+           assert(!(buriedAt[tt] & (1 << i)));
 #endif
            if
-           :: key[i] == 0 || (key[i] & GONE) -> mark[i] = 0
+           :: key[i] == 0 -> mark[i] = 0
            :: else -> skip  /* the mark stays */
-           fi;
+           fi;             /* the tombstones stay, each with its expiry */
+#ifdef ONETOMB
+           tomb[i] = 0;    /* control: the grant drops them */
+#endif
            key[i] = tt; kl[i] = T;
            GRANT_HOOK(c, r, i);
            kd = GRANTED;
@@ -289,19 +368,29 @@ inline release(c, r, hand, announce, i) {
      kp = 0;
      HANDOFF_HOOK(i, announce);
      if
-     :: !kp -> key[i] = 0; mark[i] = 0
-     :: else -> skip
+     :: !kp -> key[i] = 0; mark[i] = 0; kl[i] = 0  /* its tombstones stay */
+     :: else -> skip                               /* handed off, with them */
      fi
-  :: key[i] == 0 ->
+  :: key[i] == 0 && !(hand) ->
+     /* missing, or only tombstones: t's is added, unless it is there */
+#ifdef ORPHAN
+     buriedAt[tt] = buriedAt[tt] | (1 << i);
+#endif
 #ifndef NOTOMB
-     key[i] = GONE | tt; kl[i] = TOMB_LIFE; mark[i] = 0;
+     if
+     :: !(tomb[i] & (1 << tt)) && !(ONE_TOMB && tomb[i] != 0) ->
+        tomb[i] = tomb[i] | (1 << tt);
+#ifdef ORPHAN
+        tl[i*TK+tt] = TOMB_LIFE;
+#endif
+        skip
+     :: else -> skip
+     fi;
 #endif
      skip
-  :: key[i] != tt && key[i] != 0 -> skip
+  :: key[i] == 0 && (hand) -> skip
+  :: key[i] != tt && key[i] != 0 -> skip  /* another holder: no tombstone */
   fi;
-#ifdef ORPHAN
-  relDone[tt & ~HAND] = relDone[tt & ~HAND] | (1 << i);
-#endif
   printf("MSC: node %d: release %d of client %d -> key %d\n", i, tt, c, key[i])
 }
 
@@ -331,6 +420,30 @@ inline xrun(c, i) {
   xreq[c*N+i] = 0
 }
 
+#if defined(DELAYED)
+#define EAGER_BIT(b) 0
+#elif defined(HANDOFF) && !defined(EAGER)
+#define EAGER_BIT(b) ((b) < R)
+#else
+#define EAGER_BIT(b) 1
+#endif
+/* post sends client c's releases bb (bit b as in rel) to node i: into
+ * flight, or with EAGER delivered at once. */
+inline post(c, i) {
+  rb = 0;
+  do
+  :: rb < 3*R ->
+     if
+     :: (bb & (1 << rb)) && EAGER_BIT(rb) -> release(c, rb % R, (rb / R == 1), (rb >= R), i)
+     :: (bb & (1 << rb)) && !EAGER_BIT(rb) -> rel[c*N+i] = rel[c*N+i] | (1 << rb)
+     :: else -> skip
+     fi;
+     rb++
+  :: else -> break
+  od;
+  bb = 0; rb = 0
+}
+
 /* lose drops node i's data (crash) or replaces it with its replica's
  * copy (failover); either way the server is new, and its connections
  * and the requests on them are gone. */
@@ -349,7 +462,7 @@ inline newServer(i) {
 #define ACQ_ARRIVES(c, r) \
   :: atomic { acq[c*N+i] & (1 << r) -> acq[c*N+i] = acq[c*N+i] & ~(1 << r); acquire(c, r, i); CLEAN }
 #define REL_ARRIVES(c, b) \
-  :: atomic { rel[c*N+i] & (1 << b) -> rel[c*N+i] = rel[c*N+i] & ~(1 << b); release(c, b % R, b / R == 1, b >= R, i); CLEAN }
+  :: atomic { rel[c*N+i] & (1 << b) -> rel[c*N+i] = rel[c*N+i] & ~(1 << b); release(c, b % R, (b / R == 1), (b >= R), i); CLEAN }
 #define X_ARRIVES(c) \
   :: atomic { xreq[c*N+i] != 0 -> xrun(c, i); CLEAN }
 #ifdef LOSS
@@ -359,8 +472,49 @@ inline newServer(i) {
 #else
 #define LOST(c)
 #endif
-#define FROM(c) ACQ_ARRIVES(c, 0) ACQ_ARRIVES(c, 1) REL_ARRIVES(c, 0) REL_ARRIVES(c, 1) \
-  REL_ARRIVES(c, 2) REL_ARRIVES(c, 3) REL_ARRIVES(c, 4) REL_ARRIVES(c, 5) X_ARRIVES(c) LOST(c)
+/* RELS(c): the deliveries of releases in flight: none when every release
+ * is delivered when sent; bits 3..5 only with two rounds. */
+#if !defined(DELAYED) && !defined(HANDOFF)
+#define RELS(c)
+#elif R > 1
+#define RELS(c) REL_ARRIVES(c, 0) REL_ARRIVES(c, 1) REL_ARRIVES(c, 2) REL_ARRIVES(c, 3) REL_ARRIVES(c, 4) REL_ARRIVES(c, 5)
+#else
+#define RELS(c) REL_ARRIVES(c, 0) REL_ARRIVES(c, 1) REL_ARRIVES(c, 2)
+#endif
+#if R > 1
+#define ACQS(c) ACQ_ARRIVES(c, 0) ACQ_ARRIVES(c, 1)
+#else
+#define ACQS(c) ACQ_ARRIVES(c, 0)
+#endif
+#define FROM(c) ACQS(c) RELS(c) X_ARRIVES(c) LOST(c)
+
+/* TOMB_ENDS(t): token t's tombstone on node i ends, when its life allows
+ * (with TOMB_LIFE 0: at any moment). */
+#ifdef ORPHAN
+#define TOMB_ENDS(t) \
+  :: atomic { t < TK && (tomb[i] & (1 << t)) && tl[i*TK+t] <= D -> \
+       printf("MSC: node %d: tombstone %d expires\n", i, t); tomb[i] = tomb[i] & ~(1 << t); tl[i*TK+t] = 0; CLEAN }
+#define TOMBS_CLEAR(i) jj = 1; do :: jj < TK -> tl[i*TK+jj] = 0; jj++ :: else -> break od
+#define TOMBS_LATER(i) (i >= N || \
+  ((!(tomb[i] & 2) || tl[i*TK+1] > 0) && (TK < 3 || !(tomb[i] & 4) || tl[i*TK+2] > 0) && \
+   (TK < 4 || !(tomb[i] & 8) || tl[i*TK+3] > 0) && (TK < 5 || !(tomb[i] & 16) || tl[i*TK+4] > 0)))
+#else
+#define TOMB_ENDS(t) \
+  :: atomic { t < TK && (tomb[i] & (1 << t)) -> tomb[i] = tomb[i] & ~(1 << t); CLEAN }
+#define TOMBS_CLEAR(i) skip
+#define TOMBS_LATER(i) 1
+#endif
+#ifdef ORPHAN
+#define TOMB_TICK() jj = 0; do :: jj < N*TK -> DOWN(tl[jj]); jj++ :: else -> break od
+#else
+#define TOMB_TICK() skip
+#endif
+
+#ifdef ALLFAULTY
+#define FAULTY(i) 1
+#else
+#define FAULTY(i) (i == 0)
+#endif
 
 proctype Node(byte i) {
 end:
@@ -370,21 +524,31 @@ end:
 #if C > 2
   FROM(2)
 #endif
-  :: atomic { key[i] != 0 && (kl[i] <= D || (key[i] & GONE && TOMB_LIFE == 0)) ->
-       printf("MSC: node %d: key %d expires\n", i, key[i]); key[i] = 0; mark[i] = 0; kl[i] = 0; CLEAN }
+  :: atomic { key[i] != 0 && kl[i] <= D ->
+       /* the key expires with its holder, and its tombstones with it */
+       printf("MSC: node %d: key %d expires\n", i, key[i]); key[i] = 0; mark[i] = 0; kl[i] = 0; tomb[i] = 0;
+       TOMBS_CLEAR(i); CLEAN }
+  TOMB_ENDS(1) TOMB_ENDS(2) TOMB_ENDS(3) TOMB_ENDS(4) TOMB_ENDS(5) TOMB_ENDS(6)
 #ifdef CRASH
-  :: atomic { faults < FAULTS ->
-       key[i] = 0; mark[i] = 0; st[i] = 0; g[i] = NONE; sid[i] = 0; f[i] = NONE; rr[i] = 0;
+  :: atomic { faults < FAULTS && FAULTY(i) ->
+       key[i] = 0; mark[i] = 0; kl[i] = 0; tomb[i] = 0; TOMBS_CLEAR(i);
+       st[i] = 0; g[i] = NONE; sid[i] = 0; f[i] = NONE; rr[i] = 0;
        newServer(i); CLEAN }
 #endif
 #ifdef FAILOVER
-  :: atomic { faults == 0 ->
-       pkey[i] = key[i]; pkl[i] = kl[i]; pmark[i] = mark[i]; pst[i] = st[i];
+  :: atomic { faults == 0 && FAULTY(i) ->
+       pkey[i] = key[i]; pkl[i] = kl[i]; pmark[i] = mark[i]; pst[i] = st[i]; ptomb[i] = tomb[i];
        pg[i] = g[i]; psid[i] = sid[i]; pf[i] = f[i]; prr[i] = rr[i]; CLEAN }
-  :: atomic { faults < FAULTS ->
-       key[i] = pkey[i]; kl[i] = pkl[i]; mark[i] = pmark[i]; st[i] = pst[i];
+  :: atomic { faults < FAULTS && FAULTY(i) ->
+       key[i] = pkey[i]; kl[i] = pkl[i]; mark[i] = pmark[i]; st[i] = pst[i]; tomb[i] = ptomb[i];
        g[i] = pg[i]; sid[i] = psid[i]; f[i] = pf[i]; rr[i] = prr[i];
-       newServer(i); CLEAN }
+       newServer(i);
+       if
+       :: faults == FAULTS ->         /* the copy is no longer used */
+          pkey[i] = 0; pkl[i] = 0; pmark[i] = 0; pst[i] = 0; ptomb[i] = 0;
+          pg[i] = 0; psid[i] = 0; pf[i] = 0; prr[i] = 0
+       :: else -> skip
+       fi; CLEAN }
 #endif
   od
 }
@@ -445,7 +609,7 @@ inline fail(c) {
   printf("MSC: client %d: round %d failed\n", c, tok[c]);
   jj = 0;
   do
-  :: jj < N && MAYHOLD(c, jj) -> rel[c*N+jj] = rel[c*N+jj] | (1 << (rnd[c] - 1)); jj++
+  :: jj < N && MAYHOLD(c, jj) -> bb = 1 << (rnd[c] - 1); post(c, jj); jj++
   :: jj < N && !MAYHOLD(c, jj) -> jj++
   :: else -> break
   od;
@@ -499,8 +663,8 @@ inline obtained(c, left) {
 proctype Client(byte c) {
 end:
   do
-  :: atomic { phase[c] == IDLE && rnd[c] < R && SEND_OK(c) -> send(c); CLEAN }
-  :: atomic { phase[c] == IDLE && rnd[c] == R -> phase[c] = DONE; LEAVE(c); CLEAN }
+  :: atomic { phase[c] == IDLE && rnd[c] < ATT && SEND_OK(c) -> send(c); CLEAN }
+  :: atomic { phase[c] == IDLE && rnd[c] >= ATT -> phase[c] = DONE; LEAVE(c); CLEAN }
   :: atomic { phase[c] == ACQ && DECIDED(c, rep, GRANTED) ->
        /* The round is decided: at a quorum, or once it cannot change. */
        nn = 0; mm = 0; kk = 0; hh = 0; jj = 0;
@@ -632,7 +796,7 @@ end:
   :: atomic { phase[c] == HELD ->
        jj = 0;
        do
-       :: jj < N && (HANDOFF_ON || MAYHOLD(c, jj)) -> rel[c*N+jj] = rel[c*N+jj] | UNLOCK_BIT(c); jj++
+       :: jj < N && (HANDOFF_ON || MAYHOLD(c, jj)) -> bb = UNLOCK_BIT(c); post(c, jj); jj++
        :: jj < N && !(HANDOFF_ON || MAYHOLD(c, jj)) -> jj++
        :: else -> break
        od;
@@ -642,7 +806,7 @@ end:
   od
 }
 
-#define ENDS_LATER(i) (i >= N || key[i] == 0 || kl[i] > 0)
+#define ENDS_LATER(i) (i >= N || ((key[i] == 0 || kl[i] > 0) && TOMBS_LATER(i)))
 #define DOWN(x) if :: x > 0 -> x-- :: else -> skip fi
 
 /* Time: a tick, once every key that must end now has ended, counts down
@@ -667,7 +831,7 @@ end:
           :: else -> skip
           fi;
           if
-          :: pkey[jj] != 0 && pkl[jj] == 0 -> pkey[jj] = 0; pmark[jj] = 0
+          :: pkey[jj] != 0 && pkl[jj] == 0 -> pkey[jj] = 0; pmark[jj] = 0; ptomb[jj] = 0
           :: else -> skip
           fi;
           jj++
@@ -678,7 +842,7 @@ end:
        :: jj < C -> DOWN(rl[jj]); DOWN(ul[jj]); DOWN(xl[jj]); jj++
        :: else -> break
        od;
-       AGE_TICK(); CLEAN }
+       AGE_TICK(); TOMB_TICK(); CLEAN }
   od
 }
 
@@ -699,6 +863,9 @@ init {
     do
     :: i < N ->
        st[i] = 1; g[i] = 0; f[i] = 0; rr[i] = rid[i]; sid[i] = 1;
+#ifdef LOCKOUT
+       everState[i] = 1;
+#endif
        pst[i] = 1; pg[i] = 0; pf[i] = 0; prr[i] = rid[i]; psid[i] = 1; /* replicated */
        i++
     :: else -> break
