@@ -336,6 +336,60 @@ func TestElectionObserve(t *testing.T) {
 	}
 }
 
+// TestElectionRecordBehind: a leader's record reaches the nodes one by
+// one, and a write that times out on a node leaves it there until the next
+// extension. While a quorum of the nodes hold the leader's lock but fewer
+// than a quorum show its record, who leads is unknown: Leader's error does
+// not wrap ErrNoLeader, and Observe reports nothing, then the leader once
+// its record reaches a quorum. Here Campaign's record is removed from one
+// node, as such a write leaves it, and two of the five nodes are down.
+func TestElectionRecordBehind(t *testing.T) {
+	leakcheck.Check(t)
+	s, open := electionNodes(t, 5)
+	// The race detector on a loaded machine can stall a call for tens of
+	// milliseconds: no node must time out here.
+	a := open("a", &Options{Fencing: true, NodeTimeout: 2 * time.Second})
+	o := open("o", &Options{NodeTimeout: 2 * time.Second})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	la, err := a.Election("job").Campaign(ctx, "a:1", 30*time.Second)
+	require.NoError(t, err)
+	_, err = redisproc.Do(ctx, s.Addrs[4], "DEL", a.stored(protocol.LeaderPrefix+"job"))
+	require.NoError(t, err)
+	s.Kill(0)
+	s.Kill(1)
+
+	_, err = o.Election("job").Leader(ctx)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, ErrNoLeader, "a quorum of the nodes hold a's lock")
+	assert.ErrorContains(t, err, "leader unknown")
+
+	seen := o.Election("job").Observe(ctx)
+	// Observe has read the nodes once it listens for announcements.
+	var early []LeaderInfo
+	key := o.stored(protocol.LeaderPrefix + "job")
+	require.Eventually(t, func() bool {
+		select {
+		case info := <-seen:
+			early = append(early, info)
+		default:
+		}
+		return o.waker().Waiting(key) && !o.waker().Confirming(key)
+	}, 10*time.Second, time.Millisecond)
+	assert.Empty(t, early, "Observe reported before the record reached a quorum")
+	require.NoError(t, la.Proclaim(ctx, "a:2"))
+	select {
+	case info := <-seen:
+		assert.Equal(t, LeaderInfo{Value: "a:2", Term: la.Term(), Owner: "a", TTL: info.TTL}, info, "Observe's first report")
+	case <-time.After(20 * time.Second):
+		t.Fatal("no report after the Proclaim")
+	}
+	require.NoError(t, la.Resign(ctx))
+	cancel()
+	for range seen {
+	}
+}
+
 // TestElectionClose: closing the Client ends its leadership at once, not
 // at the next extension, and the next candidate leads without waiting for
 // the TTL: Close released the lock.
