@@ -18,12 +18,18 @@ import (
 
 // electionNodes starts n redis-server processes and returns a function
 // that opens a Client on them with owner (fencing on when opts is nil),
-// closed at the end of the test.
+// closed at the end of the test. Its Options.NodeTimeout is 2s unless
+// opts sets it: the nodes answer in microseconds, but the race detector on
+// a loaded machine can stall a call for tens of milliseconds, and these
+// tests are not about slow nodes.
 func electionNodes(t *testing.T, n int) (*redisproc.Servers, func(owner string, opts *Options) *Client) {
 	s := redisproc.StartT(t, n)
 	return s, func(owner string, opts *Options) *Client {
 		if opts == nil {
 			opts = &Options{Fencing: true}
+		}
+		if opts.NodeTimeout == 0 {
+			opts.NodeTimeout = 2 * time.Second
 		}
 		opts.Owner = owner
 		c, err := Open(s.Addrs, opts)
@@ -83,10 +89,8 @@ func TestElectionHandover(t *testing.T) {
 	leakcheck.Check(t)
 	s, open := electionNodes(t, 5)
 	var rounds lockRounds
-	// The nodes answer in microseconds, but the race detector on a loaded
-	// machine can stall a call for tens of milliseconds.
-	a := open("a", &Options{Fencing: true, NodeTimeout: 2 * time.Second})
-	b := open("b", &Options{Fencing: true, Observer: rounds.observer(), Clock: stalled{}, NodeTimeout: 2 * time.Second,
+	a := open("a", nil)
+	b := open("b", &Options{Fencing: true, Observer: rounds.observer(), Clock: stalled{},
 		MinRetryDelay: 10 * time.Second, MaxRetryDelay: 10 * time.Second})
 	ctx := t.Context()
 	const ttl = 30 * time.Second
@@ -183,6 +187,21 @@ func waitLine(t *testing.T, s *redisproc.Servers, c *Client, name string) {
 	}, 10*time.Second, time.Millisecond)
 }
 
+// settled waits until every node of s holds key (as stored): a round
+// returns once a quorum of nodes took its call, and its calls to the
+// others may still be on their way.
+func settled(t *testing.T, s *redisproc.Servers, key string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, addr := range s.Addrs {
+			if v, err := redisproc.Do(t.Context(), addr, "GET", key); err != nil || v == "" {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond)
+}
+
 // TestElectionLost: a leader whose lock is gone from a majority of the
 // nodes learns it at its next extension: Done is closed and its context
 // cancelled with ErrLockLost, and Proclaim fails.
@@ -193,6 +212,7 @@ func TestElectionLost(t *testing.T) {
 	ctx := t.Context()
 	lead, err := a.Election("job").Campaign(ctx, "a", 300*time.Millisecond)
 	require.NoError(t, err)
+	settled(t, s, "job")
 	for _, addr := range s.Addrs[:2] {
 		admin := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
 		require.NoError(t, admin.Del(ctx, "job").Err())
@@ -346,15 +366,14 @@ func TestElectionObserve(t *testing.T) {
 func TestElectionRecordBehind(t *testing.T) {
 	leakcheck.Check(t)
 	s, open := electionNodes(t, 5)
-	// The race detector on a loaded machine can stall a call for tens of
-	// milliseconds: no node must time out here.
-	a := open("a", &Options{Fencing: true, NodeTimeout: 2 * time.Second})
-	o := open("o", &Options{NodeTimeout: 2 * time.Second})
+	a, o := open("a", nil), open("o", &Options{})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	la, err := a.Election("job").Campaign(ctx, "a:1", 30*time.Second)
 	require.NoError(t, err)
-	_, err = redisproc.Do(ctx, s.Addrs[4], "DEL", a.stored(protocol.LeaderPrefix+"job"))
+	record := a.stored(protocol.LeaderPrefix + "job")
+	settled(t, s, record)
+	_, err = redisproc.Do(ctx, s.Addrs[4], "DEL", record)
 	require.NoError(t, err)
 	s.Kill(0)
 	s.Kill(1)
@@ -367,14 +386,13 @@ func TestElectionRecordBehind(t *testing.T) {
 	seen := o.Election("job").Observe(ctx)
 	// Observe has read the nodes once it listens for announcements.
 	var early []LeaderInfo
-	key := o.stored(protocol.LeaderPrefix + "job")
 	require.Eventually(t, func() bool {
 		select {
 		case info := <-seen:
 			early = append(early, info)
 		default:
 		}
-		return o.waker().Waiting(key) && !o.waker().Confirming(key)
+		return o.waker().Waiting(record) && !o.waker().Confirming(record)
 	}, 10*time.Second, time.Millisecond)
 	assert.Empty(t, early, "Observe reported before the record reached a quorum")
 	require.NoError(t, la.Proclaim(ctx, "a:2"))
