@@ -324,6 +324,10 @@ func TestElectionObserve(t *testing.T) {
 	assert.Equal(t, "a:1", info.Value)
 	assert.Equal(t, la.Term(), info.Term)
 
+	// Two nodes go down once every node holds a's lock and record: with
+	// a quorum of three, the three left must all hold them.
+	settled(t, s, "job")
+	settled(t, s, a.stored(protocol.LeaderPrefix+"job"))
 	s.Kill(0)
 	s.Kill(1)
 	require.NoError(t, la.Proclaim(ctx, "a:2"))
