@@ -12,9 +12,9 @@ import (
 	"github.com/redquorum/redquorum/internal/retry"
 )
 
-// ErrNoLeader means that no leader of an election can be shown: a quorum
-// of the nodes answered, and fewer than a quorum agree on a leader whose
-// lock they hold.
+// ErrNoLeader means that nobody leads an election: a quorum of the nodes
+// answered, and no candidate's lock can be on a quorum of the nodes, even
+// counting those that did not answer.
 var ErrNoLeader = errors.New("redlock: no leader")
 
 // ErrResigned is the cause with which [Leadership.Context] is cancelled

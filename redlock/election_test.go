@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,12 +19,18 @@ import (
 
 // electionNodes starts n redis-server processes and returns a function
 // that opens a Client on them with owner (fencing on when opts is nil),
-// closed at the end of the test.
+// closed at the end of the test. Its Options.NodeTimeout is 2s unless
+// opts sets it: the nodes answer in microseconds, but the race detector on
+// a loaded machine can stall a call for tens of milliseconds, and these
+// tests are not about slow nodes.
 func electionNodes(t *testing.T, n int) (*redisproc.Servers, func(owner string, opts *Options) *Client) {
 	s := redisproc.StartT(t, n)
 	return s, func(owner string, opts *Options) *Client {
 		if opts == nil {
 			opts = &Options{Fencing: true}
+		}
+		if opts.NodeTimeout == 0 {
+			opts.NodeTimeout = 2 * time.Second
 		}
 		opts.Owner = owner
 		c, err := Open(s.Addrs, opts)
@@ -83,10 +90,8 @@ func TestElectionHandover(t *testing.T) {
 	leakcheck.Check(t)
 	s, open := electionNodes(t, 5)
 	var rounds lockRounds
-	// The nodes answer in microseconds, but the race detector on a loaded
-	// machine can stall a call for tens of milliseconds.
-	a := open("a", &Options{Fencing: true, NodeTimeout: 2 * time.Second})
-	b := open("b", &Options{Fencing: true, Observer: rounds.observer(), Clock: stalled{}, NodeTimeout: 2 * time.Second,
+	a := open("a", nil)
+	b := open("b", &Options{Fencing: true, Observer: rounds.observer(), Clock: stalled{},
 		MinRetryDelay: 10 * time.Second, MaxRetryDelay: 10 * time.Second})
 	ctx := t.Context()
 	const ttl = 30 * time.Second
@@ -183,6 +188,35 @@ func waitLine(t *testing.T, s *redisproc.Servers, c *Client, name string) {
 	}, 10*time.Second, time.Millisecond)
 }
 
+// holding returns the indices of the nodes of s that hold every key of
+// keys (as stored). A round returns once a quorum of nodes took its call:
+// the others may get it later, or never.
+func holding(t *testing.T, s *redisproc.Servers, keys ...string) []int {
+	t.Helper()
+	var held []int
+	for i, addr := range s.Addrs {
+		all := true
+		for _, k := range keys {
+			v, err := redisproc.Do(t.Context(), addr, "GET", k)
+			all = all && err == nil && v != ""
+		}
+		if all {
+			held = append(held, i)
+		}
+	}
+	return held
+}
+
+// killOthers kills all but keep of the nodes of s, up to n of them.
+func killOthers(s *redisproc.Servers, keep []int, n int) {
+	for i := range s.Addrs {
+		if n > 0 && !slices.Contains(keep, i) {
+			s.Kill(i)
+			n--
+		}
+	}
+}
+
 // TestElectionLost: a leader whose lock is gone from a majority of the
 // nodes learns it at its next extension: Done is closed and its context
 // cancelled with ErrLockLost, and Proclaim fails.
@@ -193,8 +227,10 @@ func TestElectionLost(t *testing.T) {
 	ctx := t.Context()
 	lead, err := a.Election("job").Campaign(ctx, "a", 300*time.Millisecond)
 	require.NoError(t, err)
-	for _, addr := range s.Addrs[:2] {
-		admin := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+	held := holding(t, s, "job")
+	require.GreaterOrEqual(t, len(held), 2, "Campaign returns once a quorum holds the lock")
+	for _, i := range held[:2] {
+		admin := redis.NewClient(&redis.Options{Addr: s.Addrs[i], Protocol: 2})
 		require.NoError(t, admin.Del(ctx, "job").Err())
 		require.NoError(t, admin.Close())
 	}
@@ -304,8 +340,11 @@ func TestElectionObserve(t *testing.T) {
 	assert.Equal(t, "a:1", info.Value)
 	assert.Equal(t, la.Term(), info.Term)
 
-	s.Kill(0)
-	s.Kill(1)
+	// Two nodes go down, but not three that hold a's lock and record:
+	// Campaign returned once a quorum did.
+	held := holding(t, s, "job", a.stored(protocol.LeaderPrefix+"job"))
+	require.GreaterOrEqual(t, len(held), 3)
+	killOthers(s, held[:3], 2)
 	require.NoError(t, la.Proclaim(ctx, "a:2"))
 	info = next()
 	assert.Equal(t, "a:2", info.Value, "with two of five nodes down")
@@ -331,6 +370,62 @@ func TestElectionObserve(t *testing.T) {
 	assert.Greater(t, info.Term, la.Term())
 	require.NoError(t, lb.Resign(ctx))
 	assert.Equal(t, LeaderInfo{}, next(), "b resigned")
+	cancel()
+	for range seen {
+	}
+}
+
+// TestElectionRecordBehind: a leader's record reaches the nodes one by
+// one, and a write that times out on a node, or lands there before the
+// lock does, leaves the node without it until the next extension. While a quorum of the nodes hold the leader's lock but fewer
+// than a quorum show its record, who leads is unknown: Leader's error does
+// not wrap ErrNoLeader, and Observe reports nothing, then the leader once
+// its record reaches a quorum. Here Campaign's record is removed from one
+// node, as such a write leaves it, and two of the five nodes are down.
+func TestElectionRecordBehind(t *testing.T) {
+	leakcheck.Check(t)
+	s, open := electionNodes(t, 5)
+	a, o := open("a", nil), open("o", &Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	la, err := a.Election("job").Campaign(ctx, "a:1", 30*time.Second)
+	require.NoError(t, err)
+	// Campaign's calls still on their way land first (no extension comes
+	// for 10s). Three nodes that hold the lock stay up, one of them
+	// without the record.
+	settle(a)
+	held := holding(t, s, "job")
+	require.GreaterOrEqual(t, len(held), 3)
+	record := a.stored(protocol.LeaderPrefix + "job")
+	_, err = redisproc.Do(ctx, s.Addrs[held[2]], "DEL", record)
+	require.NoError(t, err)
+	killOthers(s, held[:3], 2)
+
+	_, err = o.Election("job").Leader(ctx)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, ErrNoLeader, "a quorum of the nodes hold a's lock")
+	assert.ErrorContains(t, err, "leader unknown")
+
+	seen := o.Election("job").Observe(ctx)
+	// Observe has read the nodes once it listens for announcements.
+	var early []LeaderInfo
+	require.Eventually(t, func() bool {
+		select {
+		case info := <-seen:
+			early = append(early, info)
+		default:
+		}
+		return o.waker().Waiting(record) && !o.waker().Confirming(record)
+	}, 10*time.Second, time.Millisecond)
+	assert.Empty(t, early, "Observe reported before the record reached a quorum")
+	require.NoError(t, la.Proclaim(ctx, "a:2"))
+	select {
+	case info := <-seen:
+		assert.Equal(t, LeaderInfo{Value: "a:2", Term: la.Term(), Owner: "a", TTL: info.TTL}, info, "Observe's first report")
+	case <-time.After(20 * time.Second):
+		t.Fatal("no report after the Proclaim")
+	}
+	require.NoError(t, la.Resign(ctx))
 	cancel()
 	for range seen {
 	}

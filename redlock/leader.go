@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/redquorum/redquorum/internal/node"
@@ -16,11 +17,16 @@ import (
 // the leader wrote while holding it. It reads every node once, in
 // parallel, and changes nothing.
 //
-// When a quorum of nodes answered and fewer than a quorum vouch for one
-// leader (nobody leads, a leader is between its lock and its record, or
-// its lock has expired on too many nodes), it returns an [*Error] wrapping
-// [ErrNoLeader]. When fewer than a quorum answered, the error does not wrap
-// ErrNoLeader: who leads is unknown. A bad name gives an error naming it.
+// When fewer than a quorum vouch for one leader, it returns an [*Error]
+// wrapping [ErrNoLeader] only if nobody can hold the election's lock on a
+// quorum: a quorum of nodes answered, and no token's lock is on so many of
+// them that, with the nodes that did not answer, it could be on a quorum
+// (nobody leads, or a leader's lock has expired on too many nodes).
+// Otherwise who leads is unknown, and the error does not wrap
+// ErrNoLeader: too few nodes answered, or a candidate holds the lock while
+// its record has not reached a quorum of them (between its lock and its
+// record, or a write of the record timed out on a node and waits for the
+// next extension). A bad name gives an error naming it.
 //
 // What it reports may have changed by the time it returns: a leader
 // learns that it leads from its [Leadership], never from Leader.
@@ -39,11 +45,15 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 		ttl time.Duration
 	}
 	byToken := map[string][]vouch{}
+	holding := map[string]int{} // nodes that hold each token's lock
 	for _, v := range vals {
 		if v == nil {
 			continue
 		}
 		answered++
+		if h, ok := holds(v[0]); ok {
+			holding[h]++
+		}
 		if rec, ok := vouches(v); ok {
 			byToken[rec.Token] = append(byToken[rec.Token], vouch{rec, v[0].TTL})
 		}
@@ -55,9 +65,16 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 		}
 	}
 	if len(best) < c.cfg.quorum {
+		held := 0
+		for _, n := range holding {
+			held = max(held, n)
+		}
 		sentinel := ErrNoLeader
-		if answered < c.cfg.quorum {
+		switch {
+		case answered < c.cfg.quorum:
 			sentinel = errLeaderUnknown
+		case held+len(vals)-answered >= c.cfg.quorum:
+			sentinel = errLeaderUnshown
 		}
 		return LeaderInfo{}, c.newError("leader", e.name, len(best), r, sentinel, nil)
 	}
@@ -77,12 +94,27 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 // errLeaderUnknown is Leader's error when too few nodes answered.
 var errLeaderUnknown = errors.New("redlock: leader unknown: too few nodes answered")
 
+// errLeaderUnshown is Leader's error when a candidate's lock may be on a
+// quorum of the nodes but its record is on too few of them.
+var errLeaderUnshown = errors.New("redlock: leader unknown: a candidate's lock may be on a quorum of the nodes, and too few of them show its record")
+
+// holds returns the token whose lock v, the election's lock key on a node,
+// holds with a positive TTL, if any: a key that holds only tombstones is
+// free.
+func holds(v node.Value) (string, bool) {
+	h, _ := protocol.Holding(v.Data)
+	if h == "" || v.TTL <= 0 || strings.HasPrefix(h, protocol.TombstonePrefix) {
+		return "", false
+	}
+	return h, true
+}
+
 // vouches returns the record that a node holding v (the election's lock
 // key, then its record key) vouches for: one whose token the lock key
 // holds.
 func vouches(v []node.Value) (protocol.Record, bool) {
 	rec, ok := protocol.ParseRecord(v[1].Data)
-	if h, _ := protocol.Holding(v[0].Data); !ok || v[0].TTL <= 0 || h != rec.Token {
+	if h, held := holds(v[0]); !ok || !held || h != rec.Token {
 		return protocol.Record{}, false
 	}
 	return rec, true
@@ -100,9 +132,11 @@ const observeRecheck = 5 * time.Second
 // change comes as soon as the nodes announce it on pub/sub (a leader
 // elected, a value proclaimed, a resignation), and the loss of a leader
 // that stopped extending its lock (its process died) comes once its TTL
-// runs out on a quorum of nodes, within one TTL. A read that finds too few
-// nodes answering is retried, and reports nothing. A bad name closes the
-// channel at once. Observe's goroutine ends when ctx ends.
+// runs out on a quorum of nodes, within one TTL. A read that cannot tell
+// who leads (too few nodes answer, or a candidate's lock is on a quorum
+// while its record is not, see Leader) is retried, and reports nothing. A
+// bad name closes the channel at once. Observe's goroutine ends when ctx
+// ends.
 //
 // Receive promptly: while the channel is not received from, Observe holds
 // the latest change and reads no more.
