@@ -3,6 +3,8 @@ package chaos
 import (
 	"cmp"
 	"fmt"
+	"maps"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -42,14 +44,44 @@ type ElectionResult struct {
 	// ObservedInversions those whose term was lower than the one before.
 	Observed, ObservedInversions int
 	Leftover                     []string
-	Timeline                     string // locktest's timeline of a run with overlaps
+	Timeline                     string         // locktest's timeline of a run with overlaps
+	Failed                       map[string]int // failed campaigns, by error message (see failure)
 }
 
 // String is the summary line of the run.
 func (r *ElectionResult) String() string {
 	return fmt.Sprintf("%d leaderships (by process: %v, %d found lost), %d pauses, %d writes, %d leaders observed; faults: %s; violations: overlaps=%d term inversions=%d (observed: %d) decided outside the tenure=%d (refused by the store=%d, stale but taken=%d); leftover keys=%d",
-		r.Tenures, r.ByProc, r.Lost, r.Pauses, r.Writes, r.Observed, faultSummary(r.Faults), len(r.Overlaps), r.TermInversions, r.ObservedInversions, r.Outside, r.Refused, r.StaleAccepted, len(r.Leftover))
+		r.Tenures, r.ByProc, r.Lost, r.Pauses, r.Writes, r.Observed, faultSummary(r.Faults), len(r.Overlaps), r.TermInversions, r.ObservedInversions, r.Outside, r.Refused, r.StaleAccepted, len(r.Leftover)) + failedSummary(r.Failed)
 }
+
+// failedSummary is the failed campaigns' part of a summary line: the
+// count of each error, most frequent first, at most five of them.
+func failedSummary(failed map[string]int) string {
+	msgs := slices.Collect(maps.Keys(failed))
+	if len(msgs) == 0 {
+		return ""
+	}
+	slices.SortFunc(msgs, func(a, b string) int { return cmp.Or(cmp.Compare(failed[b], failed[a]), cmp.Compare(a, b)) })
+	var b strings.Builder
+	b.WriteString("; failed campaigns by cause:")
+	for i, m := range msgs {
+		if i == 5 {
+			fmt.Fprintf(&b, " (%d more causes)", len(msgs)-i)
+			break
+		}
+		fmt.Fprintf(&b, " %d× %q", failed[m], m)
+	}
+	return b.String()
+}
+
+// failure is the message under which a failed campaign is counted: the
+// error's text with its node addresses and numbers masked, so that one
+// cause on several nodes, or with several durations, counts once.
+func failure(err error) string {
+	return digits.ReplaceAllString(err.Error(), "N")
+}
+
+var digits = regexp.MustCompile(`[0-9]+(\.[0-9]+)?`)
 
 // faultSummary is the faults part of a summary line: the count of each kind
 // of locktest.AllFaults, and of the other kinds that counts has.
