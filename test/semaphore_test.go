@@ -40,7 +40,10 @@ func TestSemaphoreRealServers(t *testing.T) {
 	const limit = 3
 	var clients []*redlock.Client
 	for i := range 4 {
-		clients = append(clients, open(t, addrs, &redlock.Options{Owner: "c" + strconv.Itoa(i), MaxRetryDelay: 20 * time.Millisecond}))
+		// A node timeout far above the nodes' answers, so that a busy
+		// machine's slow answer does not fail a release that the test
+		// needs to succeed.
+		clients = append(clients, open(t, addrs, &redlock.Options{Owner: "c" + strconv.Itoa(i), MaxRetryDelay: 20 * time.Millisecond, NodeTimeout: time.Second}))
 	}
 	var h holdCounter
 	var wg sync.WaitGroup
