@@ -41,9 +41,10 @@ test: image oldest-go vet model
 	cd $(BENCHMOD) && $(GO) test -count=1 ./...
 	cd $(TESTMOD)/chaos && $(GO) test -count=1 -timeout 8m
 
-## model: the Promela model of the lock kernel (model/redlock.pml), every
-## property and every negative control, checked with spin (installed from
-## Debian when missing); see docs/SAFETY.md.
+## model: the Promela models of the lock kernel (model/redlock.pml) and of
+## the limit layer (model/layer.pml), every property and every negative
+## control, checked with spin (installed from Debian when missing); see
+## docs/SAFETY.md.
 model:
 	./scripts/ensure-deb.sh spin spin
 	./model/check.sh

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# check.sh: checks the model (redlock.pml) with spin, every property and
-# every negative control; see docs/SAFETY.md. Every run is an exhaustive
+# check.sh: checks the model (redlock.pml, and layer.pml for the limit
+# layer) with spin, every property and every negative control; see
+# docs/SAFETY.md. Every run is an exhaustive
 # search, never bitstate. A property is checked depth-first with a depth
 # bound far above the depth reached (a truncated search, which pan reports
 # as "max search depth too small", fails the run, as does one that hits
@@ -20,7 +21,8 @@ DEPTH=200000
 
 # name | defines | expect: ok, or the text of the assertion the control
 # breaks | search for a control: bfs (default, the shortest
-# counterexample) or dfs (one that is deep in a large space)
+# counterexample) or dfs (one that is deep in a large space) | model
+# file (default redlock.pml)
 RUNS='
 mutex|-DT=2|ok
 mutex-delayed|-DT=2 -DDELAYED|ok
@@ -45,27 +47,44 @@ ctl-handnow|-DT=2 -DHANDOFF -DHANDNOW -DC=3 -DLATE3|exclusive|dfs
 orphan|-DT=2 -DORPHAN|ok
 failover-delayed|-DT=2 -DFAILOVER -DDELAYED|ok
 handoff|-DT=2 -DHANDOFF -DC=3|ok
+layer-sem|-DC=3 -DSPLIT=1|ok||layer.pml
+layer-limit|-DC=2 -DMISMATCH -DCRASH|ok||layer.pml
+layer-rw|-DC=2 -DRW -DCRASH|ok||layer.pml
+layer-rw3|-DC=3 -DRW -DSPLIT=1|ok||layer.pml
+layer-rw-extend|-DC=2 -DRW -DEXTEND -DCRASH|ok||layer.pml
+layer-limit-extend|-DC=2 -DMISMATCH -DEXTEND -DCRASH|ok||layer.pml
+ctl-naive|-DC=3 -DNAIVE -DONETICK|bound||layer.pml
+ctl-norec|-DC=2 -DMISMATCH -DNOREC|bound||layer.pml
+ctl-nowcheck|-DC=2 -DRW -DNOWCHECK|rw||layer.pml
+ctl-norcheck|-DC=2 -DRW -DNORCHECK|rw||layer.pml
+ctl-earlyrec|-DC=2 -DRW -DEARLYREC|rw||layer.pml
+layer-sem-all|-DC=3 -DCRASH|ok||layer.pml
+layer-rw3-all|-DC=3 -DRW -DCRASH|ok||layer.pml
+layer-late|-DC=3 -DSPLIT=1 -DLATE|ok||layer.pml
 '
 # Runs that do not finish within the memory and time budget of `make
 # model` on a busy machine (crash-delayed, failover-delayed: further
 # cross-checks of the eager releases; handoff: see docs/SAFETY.md, "What
-# the model does not check yet"): run by name only.
-EXTRA=" crash-delayed failover-delayed handoff "
-declare -A TEXT=([exclusive]='ul[jj]>0' [fence]='fence[c]>maxFence' [orphan]='buriedAt[tt]' [lockout]='everState')
+# the model does not check yet"; layer-sem-all, layer-rw3-all,
+# layer-late: the limit layer's wider configurations and the cross-check
+# of its dropped late acquires): run by name only.
+EXTRA=" crash-delayed failover-delayed handoff layer-sem-all layer-rw3-all layer-late "
+declare -A TEXT=([exclusive]='ul[jj]>0' [fence]='fence[c]>maxFence' [orphan]='buriedAt[tt]' [lockout]='everState'
+  [bound]='inside<=lowest' [rw]='inside==1')
 
 want=("$@")
 fail=0
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 sel=()
-while IFS='|' read -r name defs expect search; do
+while IFS='|' read -r name defs expect search model; do
   [ -z "$name" ] && continue
   if [ ${#want[@]} -gt 0 ]; then
     [[ " ${want[*]} " == *" $name "* ]] || continue
   elif [[ "$EXTRA" == *" $name "* ]]; then
     continue
   fi
-  sel+=("$name|$defs|$expect|$search")
+  sel+=("$name|$defs|$expect|$search|${model:-redlock.pml}")
 done <<< "$RUNS"
 
 # flags: the compile flags and the pan command of a run.
@@ -79,16 +98,16 @@ flags() {
 build() {
   local k
   for ((k = $1; k < ${#sel[@]}; k += 2)); do
-    IFS='|' read -r name defs expect search <<< "${sel[$k]}"
+    IFS='|' read -r name defs expect search model <<< "${sel[$k]}"
     IFS='|' read -r cflags run <<< "$(flags "$name" "$defs" "$expect" "$search")"
-    mkdir -p "$work/$name"; cp redlock.pml handoff.pml "$work/$name"/
-    ( cd "$work/$name" && spin $defs -a redlock.pml >/dev/null && gcc -O2 $cflags -DMEMLIM="$MEM" -o pan pan.c 2>/dev/null
+    mkdir -p "$work/$name"; cp ./*.pml "$work/$name"/
+    ( cd "$work/$name" && spin $defs -a "$model" >/dev/null && gcc -O2 $cflags -DMEMLIM="$MEM" -o pan pan.c 2>/dev/null
       touch built )
   done
 }
 build 0 & build 1 &
 for entry in "${sel[@]}"; do
-  IFS='|' read -r name defs expect search <<< "$entry"
+  IFS='|' read -r name defs expect search model <<< "$entry"
   IFS='|' read -r cflags run <<< "$(flags "$name" "$defs" "$expect" "$search")"
   dir="$work/$name"
   while [ ! -e "$dir/built" ]; do sleep 0.2; done
@@ -116,11 +135,11 @@ for entry in "${sel[@]}"; do
       printf '%-16s ok    %s states, depth %s, %s MB, %ss (%s)\n' "$name" "$states" "$depth" "$mem" "$secs" "$defs"
     else
       printf '%-16s FAIL  %s\n' "$name" "$(grep -m1 'violated\|error' "$out")"; fail=1
-      cp "$dir/redlock.pml.trail" "./$name.trail" 2>/dev/null || true
+      cp "$dir/$model.trail" "./$name.trail" 2>/dev/null || true
     fi
   else
     if [ "$errs" != 0 ] && grep -qF "${TEXT[$expect]}" "$out"; then
-      len=$(cd "$dir" && spin -t $defs redlock.pml 2>/dev/null | grep -c 'MSC:' || true)
+      len=$(cd "$dir" && spin -t $defs "$model" 2>/dev/null | grep -c 'MSC:' || true)
       printf '%-16s ok    counterexample to %s: %s steps, %s printed events, after %s states, %ss (%s)\n' \
         "$name" "$expect" "$(grep -o 'at depth [0-9]*' "$out" | awk '{print $3}')" "$len" "$states" "$secs" "$defs"
     else
