@@ -52,7 +52,7 @@ ctl-lockout|-DT=2 -DLOCKOUT -DCRASH|lockout
 ctl-handnow|-DT=2 -DHANDOFF -DHANDNOW -DC=3 -DLATE3|exclusive|dfs
 orphan|-DT=2 -DORPHAN|ok
 live|-DT=2 -DLIVE -DLOCKOUT|ok|live
-ctl-live|-DT=2 -DLIVE -DNOCLEANUP|cycle|live
+ctl-live|-DT=2 -DLIVE -DNOCLEANUP|live|live
 failover-delayed|-DT=2 -DFAILOVER -DDELAYED|ok
 handoff|-DT=2 -DHANDOFF -DC=3|ok
 '
@@ -61,7 +61,7 @@ handoff|-DT=2 -DHANDOFF -DC=3|ok
 # cross-checks of the eager releases; handoff: see docs/SAFETY.md, "What
 # the model does not check yet"): run by name only.
 EXTRA=" crash-delayed failover-delayed handoff "
-declare -A TEXT=([exclusive]='ul[jj]>0' [fence]='fence[c]>maxFence' [orphan]='buriedAt[tt]' [lockout]='everState' [cycle]='acceptance cycle')
+declare -A TEXT=([exclusive]='ul[jj]>0' [fence]='fence[c]>maxFence' [orphan]='buriedAt[tt]' [lockout]='everState' [live]='acceptance cycle')
 
 want=("$@")
 fail=0

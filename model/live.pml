@@ -3,25 +3,35 @@
  * failover or loss; docs/SAFETY.md, "No false lockout"). Without LIVE
  * every hook is empty.
  *
- * The property. Some client holds the lock infinitely often, unless
- * every client has stopped trying; a client that tries alone therefore
- * holds infinitely often. Checked with weak fairness (pan -a -f), on the
- * runs in which time passes without end. It is the strongest that holds:
- * that each client holds in the end is false, since the schedule may let
- * the same client win every node race while the other keeps trying; real
- * clients' random backoff breaks such a tie, a model without
- * probabilities cannot.
+ * The property: some client holds the lock again and again, unless every
+ * client has stopped trying. So a client that tries alone holds again
+ * and again, and of two that contend, one does. Checked with weak
+ * fairness (pan -a -f), on the runs in which time passes without end.
+ * It is the strongest that holds. That each client that tries holds in
+ * the end is false: the schedule may let the other client win every
+ * race for a node. Real clients' random retry delays break such ties
+ * with probability 1; a model without probabilities cannot. For the
+ * same reason the formula names two clients: three can split the three
+ * nodes one each, round after round.
  *
- * Two assumptions, each needed for any lock to be taken at all:
- * - Time passes (the formula's premise: tk flips at every tick). Weak
- *   fairness cannot give it: the clock waits for every decision and
- *   delivery, so it is never enabled for good while rounds go on, and
- *   two clients could fail rounds forever within one tick. A client's
- *   retry delay is never zero, so real time does pass.
+ * The premise, and why each half of it is needed:
+ * - Time passes (tk flips at every tick). Weak fairness cannot give it:
+ *   the clock waits for every decision, so it is never enabled for good
+ *   while rounds go on. Without it the search finds two clients whose
+ *   rounds overlap forever within one tick, each refused on one node by
+ *   the other's round in flight.
  * - A request is delivered within the tick it was sent (IN_TIME: the
- *   clock waits for it), and so a round is decided before its validity
- *   (T - ALLOW = 1 tick with T = 2) is spent. A network slower than the
- *   validity fails every round, by design.
+ *   clock waits for it), so a round is decided before its validity
+ *   (T - ALLOW = 1 tick with T = 2) is spent. Without it every round may
+ *   outlast its validity and fail: a network slower than the validity
+ *   defeats any lock.
+ * Together they say that every tick finds no round in progress:
+ * contention pauses now and then, which is what random retry delays
+ * give. After a pause and a TTL every node is free (a failed round
+ * releases its nodes, an unlock its lock, a late acquire's key expires,
+ * a tombstone refuses only its own token), and the first round decided
+ * after that either wins or was refused on a majority by the other
+ * client's round, which then wins.
  *
  * Clients try forever. R rounds bound a client's attempts, so with LIVE a
  * client that has used its last round may begin again at round 0 (AGAIN)
@@ -35,9 +45,9 @@
  * which moves the start of the key it may leave by less than a tick.
  *
  * NOCLEANUP, the control: a failed round does not release its nodes, so
- * the keys it got stay until they expire. Two clients that split the
- * nodes then keep each other out: as one leftover expires, the next
- * round takes that node, fails and leaves it behind.
+ * the keys it got stay until they expire. A client's rounds then fail on
+ * keys its own earlier rounds left, which expire one at a time as the
+ * next round leaves another.
  */
 
 #ifdef LIVE
@@ -45,7 +55,7 @@
 #error "LIVE: the formula names two clients"
 #endif
 bit tk;                   /* flips at every tick */
-#define TICKED tk = 1 - tk
+#define TICKED printf("MSC: tick\n"); tk = 1 - tk
 #define STRANGER 31       /* a token no request carries */
 #define QUIET(k) (C*N <= (k) || (acq[k] == 0 && xreq[k] == 0))
 #define IN_TIME (QUIET(0) && QUIET(1) && QUIET(2) && QUIET(3) && QUIET(4) && \
@@ -83,13 +93,14 @@ inline renew(c) {
 ltl live { ([]<> tk && []<> !tk) ->
   []<> (phase[0] == HELD || phase[1] == HELD || !(TRIES(0) || TRIES(1))) }
 #else
-#define TICKED skip
+#define TICKED printf("MSC: tick\n")
 #define IN_TIME 1
 #define AGAIN(c)
 #endif
 
+/* FAILED_BIT: the release a failed round sends (bit r as in rel). */
 #ifdef NOCLEANUP
-#define NO_CLEANUP(b) b = 0
+#define FAILED_BIT(c) 0
 #else
-#define NO_CLEANUP(b) skip
+#define FAILED_BIT(c) (1 << (rnd[c] - 1))
 #endif

@@ -42,7 +42,10 @@
  * Bounds: one key (multi-key locks take all or none in one script, so a
  * node's answer for them is the one modelled here), N nodes, C clients, R
  * rounds each, FAULTS crashes or failovers in all. The search is
- * exhaustive within them; check.sh fails a truncated search.
+ * exhaustive within them; check.sh fails a truncated search. With LIVE,
+ * live.pml lets a client that used its last round begin again, and
+ * checks that the lock stays within reach (a liveness formula, argued
+ * there).
  *
  * Two reductions keep the search within make model's budget.
  *
@@ -610,7 +613,7 @@ inline fail(c) {
   printf("MSC: client %d: round %d failed\n", c, tok[c]);
   jj = 0;
   do
-  :: jj < N && MAYHOLD(c, jj) -> bb = 1 << (rnd[c] - 1); NO_CLEANUP(bb); post(c, jj); jj++
+  :: jj < N && MAYHOLD(c, jj) -> bb = FAILED_BIT(c); post(c, jj); jj++
   :: jj < N && !MAYHOLD(c, jj) -> jj++
   :: else -> break
   od;
@@ -819,7 +822,7 @@ end:
   :: atomic {
        !URGENT(0) && !URGENT(1) && !URGENT(2) &&
        ENDS_LATER(0) && ENDS_LATER(1) && ENDS_LATER(2) && ENDS_LATER(3) && ENDS_LATER(4) && IN_TIME ->
-       printf("MSC: tick\n"); TICKED;
+       TICKED;
        jj = 0;
        do
        :: jj < N ->
