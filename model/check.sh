@@ -59,8 +59,8 @@ handoff|-DT=2 -DHANDOFF -DC=3|ok
 # Runs that do not finish within the memory and time budget of `make
 # model` on a busy machine (crash-delayed, failover-delayed: further
 # cross-checks of the eager releases; handoff: see docs/SAFETY.md, "What
-# the model does not check yet"; fence-failover: more than 6 GB, try
-# MODEL_COLLAPSE=1 MODEL_MEM_MB=12000), that another run covers (fence:
+# the model does not check yet"; fence-failover: more than 35 million
+# states, above 8 GB even with MODEL_COLLAPSE=1), that another run covers (fence:
 # fence-crash, whose crash may not happen), or that fail (fresh-crash: a
 # double hold through the new-deployment shortcut, docs/SAFETY.md): run
 # by name only.
