@@ -42,7 +42,10 @@
  * Bounds: one key (multi-key locks take all or none in one script, so a
  * node's answer for them is the one modelled here), N nodes, C clients, R
  * rounds each, FAULTS crashes or failovers in all. The search is
- * exhaustive within them; check.sh fails a truncated search.
+ * exhaustive within them; check.sh fails a truncated search. With LIVE,
+ * live.pml lets a client that used its last round begin again, and
+ * checks that the lock stays within reach (a liveness formula, argued
+ * there).
  *
  * Two reductions keep the search within make model's budget.
  *
@@ -238,6 +241,7 @@ byte jj, nn, mm, kk, hh, tt, vv, kd, gdd, kp, bb, rb;
 byte resMax, resSeq, seqs, maxFence;
 
 #include "handoff.pml"
+#include "live.pml"
 
 /* exclusive is asserted whenever client c's validity begins or moves:
  * no other client is inside its validity. */
@@ -609,7 +613,7 @@ inline fail(c) {
   printf("MSC: client %d: round %d failed\n", c, tok[c]);
   jj = 0;
   do
-  :: jj < N && MAYHOLD(c, jj) -> bb = 1 << (rnd[c] - 1); post(c, jj); jj++
+  :: jj < N && MAYHOLD(c, jj) -> bb = FAILED_BIT(c); post(c, jj); jj++
   :: jj < N && !MAYHOLD(c, jj) -> jj++
   :: else -> break
   od;
@@ -665,6 +669,7 @@ end:
   do
   :: atomic { phase[c] == IDLE && rnd[c] < ATT && SEND_OK(c) -> send(c); CLEAN }
   :: atomic { phase[c] == IDLE && rnd[c] >= ATT -> phase[c] = DONE; LEAVE(c); CLEAN }
+  AGAIN(c)
   :: atomic { phase[c] == ACQ && DECIDED(c, rep, GRANTED) ->
        /* The round is decided: at a quorum, or once it cannot change. */
        nn = 0; mm = 0; kk = 0; hh = 0; jj = 0;
@@ -816,8 +821,8 @@ end:
   do
   :: atomic {
        !URGENT(0) && !URGENT(1) && !URGENT(2) &&
-       ENDS_LATER(0) && ENDS_LATER(1) && ENDS_LATER(2) && ENDS_LATER(3) && ENDS_LATER(4) ->
-       printf("MSC: tick\n");
+       ENDS_LATER(0) && ENDS_LATER(1) && ENDS_LATER(2) && ENDS_LATER(3) && ENDS_LATER(4) && IN_TIME ->
+       TICKED;
        jj = 0;
        do
        :: jj < N ->
