@@ -42,9 +42,10 @@ ctl-notomb|-DT=2 -DORPHAN -DNOTOMB|orphan
 ctl-onetomb|-DT=2 -DORPHAN -DONETOMB|orphan
 ctl-lockout|-DT=2 -DLOCKOUT -DCRASH|lockout
 ctl-handnow|-DT=2 -DHANDOFF -DHANDNOW -DC=3 -DLATE3|exclusive|dfs
+ctl-handsym|-DT=2 -DHANDOFF -DHANDNOW -DC=3 -DLATE3 -DSYMMETRY|exclusive|dfs
 orphan|-DT=2 -DORPHAN|ok
 failover-delayed|-DT=2 -DFAILOVER -DDELAYED|ok
-handoff|-DT=2 -DHANDOFF -DC=3|ok
+handoff|-DT=2 -DHANDOFF -DC=3 -DSYMMETRY|ok
 '
 # Runs that do not finish within the memory and time budget of `make
 # model` on a busy machine (crash-delayed, failover-delayed: further
@@ -81,7 +82,7 @@ build() {
   for ((k = $1; k < ${#sel[@]}; k += 2)); do
     IFS='|' read -r name defs expect search <<< "${sel[$k]}"
     IFS='|' read -r cflags run <<< "$(flags "$name" "$defs" "$expect" "$search")"
-    mkdir -p "$work/$name"; cp redlock.pml handoff.pml "$work/$name"/
+    mkdir -p "$work/$name"; cp redlock.pml handoff.pml symmetry.pml "$work/$name"/
     ( cd "$work/$name" && spin $defs -a redlock.pml >/dev/null && gcc -O2 $cflags -DMEMLIM="$MEM" -o pan pan.c 2>/dev/null
       touch built )
   done
@@ -120,7 +121,9 @@ for entry in "${sel[@]}"; do
     fi
   else
     if [ "$errs" != 0 ] && grep -qF "${TEXT[$expect]}" "$out"; then
-      len=$(cd "$dir" && spin -t $defs redlock.pml 2>/dev/null | grep -c 'MSC:' || true)
+      # spin -t does not run embedded C (SYMMETRY's canonical states): pan -r does.
+      if [[ "$defs" == *SYMMETRY* ]]; then replay="./pan -r"; else replay="spin -t $defs redlock.pml"; fi
+      len=$(cd "$dir" && $replay 2>/dev/null | grep -c 'MSC:' || true)
       printf '%-16s ok    counterexample to %s: %s steps, %s printed events, after %s states, %ss (%s)\n' \
         "$name" "$expect" "$(grep -o 'at depth [0-9]*' "$out" | awk '{print $3}')" "$len" "$states" "$secs" "$defs"
     else
