@@ -1,9 +1,11 @@
 /*
  * symmetry.pml: with SYMMETRY, every step of redlock.pml ends (in CLEAN)
- * by replacing the state with the canonical member of its class under
- * renaming the nodes and the clients: the least, over every order of the
- * clients, of the state whose nodes are then sorted. redlock.pml's header
- * argues why that is sound. It needs the bounds and defines of the
+ * by clearing the values that are never read again and replacing the
+ * state with the canonical member of its class under renaming the nodes
+ * and the clients: the least, over every order of the clients, of the
+ * state whose nodes are then sorted. redlock.pml's header argues why
+ * that is sound. The embedded C runs in pan only: replay a trail with
+ * ./pan -r, not spin -t. It needs the bounds and defines of the
  * handoff's runs: no fault, no fresh deployment (every replication ID
  * and state id is then the initial one), and none of the defines that add
  * per-client or per-node variables this does not rename.
