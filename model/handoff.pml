@@ -82,9 +82,17 @@ inline handoff(i, announce) {
 /* A failed round waits for handoffs (or gives up at once: its backoff). */
 #define JOINED(c) phase[c] = WAIT
 /* An unlock announces; one of a lock obtained by a round also releases
- * what a late handoff gave that round. */
+ * what a late handoff gave that round: handoff.lua's --@@release! takes
+ * a key that holds the token or its hand value, in the one call per node
+ * (HAND_TOO: after the token's release, which leaves neither, the hand
+ * value's, which acts only where the key held it). */
 #define UNLOCK_BIT(c) \
-  (byHand[c] -> (1 << (R + rnd[c] - 1)) : ((1 << (2*R + rnd[c] - 1)) | (1 << (R + rnd[c] - 1))))
+  (byHand[c] -> (1 << (R + rnd[c] - 1)) : (1 << (2*R + rnd[c] - 1)))
+#define HAND_TOO(c, b, i) ; \
+  if \
+  :: (b) >= 2*R -> release(c, (b) % R, 1, 1, i) \
+  :: else -> skip \
+  fi
 
 #ifdef HANDNOW
 #define HAND_LEFT (T - ALLOW)
@@ -151,6 +159,7 @@ inline handoff(i, announce) {
 #define HANDOFF_HOOK(i, announce) skip
 #define JOINED(c) rl[c] = 0
 #define UNLOCK_BIT(c) (1 << (2*R + rnd[c] - 1))
+#define HAND_TOO(c, b, i)
 #define HANDOFF_STEPS(c)
 #define HAND_URGENT(c) 0
 

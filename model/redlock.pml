@@ -81,6 +81,45 @@
  * run in which node k fails maps to one in which node 0 does by swapping
  * the two nodes' indices. The replica's copy is cleared once the last
  * fault has happened: it is never read again.
+ *
+ * SYMMETRY (the handoff's runs, symmetry.pml): each step ends by
+ * replacing the state with a canonical one, which spin stores instead.
+ * That is sound when the canonical state reaches the same states, up to
+ * renaming, as the state it replaces, and the property does not see the
+ * renaming; it holds for these two changes.
+ * - Dead values are cleared, each one that is never read again before it
+ *   is written: mh (with HANDOFF it is read only in the step that decides
+ *   a round, after settle wrote it: an unlock releases every node),
+ *   handed and tok outside ACQ and WAIT (read by the announcements and the
+ *   waiting step only in those phases; send writes both), byHand outside
+ *   HELD (read by the unlock only; send writes it), and token t's
+ *   tombstone on node i once t's round was sent and no acquire of t is in
+ *   flight to node i (a tombstone refuses only its own token's acquire,
+ *   and a round is sent once; a later release may bring it back). A
+ *   tombstone may already end at any moment (TOMB_LIFE 0: ORPHAN, which
+ *   gives it a life, is not allowed with SYMMETRY).
+ * - Nodes and clients are renamed. Without faults every node runs the
+ *   same steps on its own variables and every client step treats the
+ *   nodes alike (loops, counts, the quorum); replication IDs are compared
+ *   only with the same node's (so, with SYMMETRY, every node starts with
+ *   the same one). Clients run the same steps but for their tokens,
+ *   TOK(c, r), which name their client only through OWNER: renaming
+ *   client c to c' renames its tokens and hand values everywhere (keys,
+ *   lines, announcements, tombstones, tok). exclusive(c) ranges over
+ *   every pair of clients, so it is violated in a state exactly when it
+ *   is violated in every renaming of it. Between steps every process waits
+ *   at the top of its loop (each step is one atomic sequence, every if in
+ *   it with a branch that is always open), so renaming the data is
+ *   renaming the processes. LATE3 makes the third client wait for the
+ *   second: with it only the nodes are renamed. The canonical state is the
+ *   least, over every order of the clients, of the state with its clients
+ *   so renamed and its nodes then sorted by their whole records (their own
+ *   variables, every client's messages to and from them, their bits in
+ *   every client's masks), so that nodes with equal records are
+ *   interchangeable: one state per class.
+ * The control ctl-handsym (HANDNOW LATE3 with SYMMETRY) finds its
+ * counterexample in the reduced space too. spin -t does not run the
+ * embedded C: ./pan -r replays a trail of a SYMMETRY run.
  */
 
 #ifndef N
@@ -235,13 +274,20 @@ byte al[C*N];             /* ticks before the acquire in flight is dropped */
 /* Scratch for the steps, each of which is atomic, sets them before use
  * and clears them at its end (CLEAN), so that no state differs by them. */
 byte jj, nn, mm, kk, hh, tt, vv, kd, gdd, kp, bb, rb;
-#define CLEAN jj = 0; nn = 0; mm = 0; kk = 0; hh = 0; tt = 0; vv = 0; kd = 0; gdd = 0; kp = 0; bb = 0; rb = 0
+#define CLEAN_SCRATCH jj = 0; nn = 0; mm = 0; kk = 0; hh = 0; tt = 0; vv = 0; kd = 0; gdd = 0; kp = 0; bb = 0; rb = 0
+/* With SYMMETRY a step ends with the state made canonical (symmetry.pml). */
+#ifdef SYMMETRY
+#define CLEAN CLEAN_SCRATCH; CANON
+#else
+#define CLEAN CLEAN_SCRATCH
+#endif
 
 /* The resource that refuses lower fences, and the record of holders. */
 byte resMax, resSeq, seqs, maxFence;
 
 #include "handoff.pml"
 #include "live.pml"
+#include "symmetry.pml"
 
 /* exclusive is asserted whenever client c's validity begins or moves:
  * no other client is inside its validity. */
@@ -438,7 +484,7 @@ inline post(c, i) {
   do
   :: rb < 3*R ->
      if
-     :: (bb & (1 << rb)) && EAGER_BIT(rb) -> release(c, rb % R, (rb / R == 1), (rb >= R), i)
+     :: (bb & (1 << rb)) && EAGER_BIT(rb) -> release(c, rb % R, (rb / R == 1), (rb >= R), i) HAND_TOO(c, rb, i)
      :: (bb & (1 << rb)) && !EAGER_BIT(rb) -> rel[c*N+i] = rel[c*N+i] | (1 << rb)
      :: else -> skip
      fi;
@@ -466,7 +512,7 @@ inline newServer(i) {
 #define ACQ_ARRIVES(c, r) \
   :: atomic { acq[c*N+i] & (1 << r) -> acq[c*N+i] = acq[c*N+i] & ~(1 << r); acquire(c, r, i); CLEAN }
 #define REL_ARRIVES(c, b) \
-  :: atomic { rel[c*N+i] & (1 << b) -> rel[c*N+i] = rel[c*N+i] & ~(1 << b); release(c, b % R, (b / R == 1), (b >= R), i); CLEAN }
+  :: atomic { rel[c*N+i] & (1 << b) -> rel[c*N+i] = rel[c*N+i] & ~(1 << b); release(c, b % R, (b / R == 1), (b >= R), i) HAND_TOO(c, b, i); CLEAN }
 #define X_ARRIVES(c) \
   :: atomic { xreq[c*N+i] != 0 -> xrun(c, i); CLEAN }
 #ifdef LOSS
@@ -858,10 +904,17 @@ init {
     do
     :: i < N ->
        g[i] = NONE; f[i] = NONE; pg[i] = NONE; pf[i] = NONE;
+#ifdef SYMMETRY
+       rid[i] = newId;    /* compared only within a node: one for all */
+#else
        rid[i] = newId; newId++;
+#endif
        i++
     :: else -> break
     od;
+#ifdef SYMMETRY
+    newId++;
+#endif
 #ifndef FRESH
     /* A deployment in service: every node established, its fence known. */
     i = 0;
