@@ -38,11 +38,12 @@ extend|-DT=2 -DEXTEND -DLOCKOUT|ok
 timeouts|-DT=2 -DTIMEOUTS -DLOCKOUT|ok
 loss|-DT=2 -DLOSS -DLOCKOUT|ok
 lockout|-DT=2 -DLOCKOUT|ok
-fresh|-DT=2 -DFRESH -DLOCKOUT -DR=2 -DATT=1|ok
+fresh|-DT=2 -DFRESH -DLOCKOUT -DR=3 -DATT=1|ok
 fence-crash|-DT=2 -DFENCING -DCRASH|ok
 fence-failover|-DT=2 -DFENCING -DFAILOVER|ok
 extend-crash|-DT=2 -DEXTEND -DCRASH|ok
-fresh-crash|-DT=2 -DFRESH -DCRASH -DR=2 -DATT=1|ok
+fresh-crash|-DT=2 -DFRESH -DCRASH -DR=3 -DATT=1|ok
+ctl-nomark|-DT=2 -DFRESH -DCRASH -DNOMARK -DR=2 -DATT=1|exclusive
 ctl-minority|-DT=2 -DMINORITY|exclusive
 ctl-nodrift|-DT=2 -DNODRIFT|exclusive
 ctl-noguard|-DT=2 -DNOGUARD -DCRASH|exclusive
