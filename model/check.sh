@@ -43,7 +43,7 @@ fence-crash|-DT=2 -DFENCING -DCRASH|ok
 fence-failover|-DT=2 -DFENCING -DFAILOVER|ok
 extend-crash|-DT=2 -DEXTEND -DCRASH|ok
 fresh-crash|-DT=2 -DFRESH -DCRASH -DR=3 -DATT=1|ok
-ctl-nomark|-DT=2 -DFRESH -DCRASH -DNOMARK -DR=2 -DATT=1|exclusive
+ctl-nomark|-DT=2 -DFRESH -DCRASH -DNOMARK -DR=2 -DATT=1|exclusive|dfs
 ctl-minority|-DT=2 -DMINORITY|exclusive
 ctl-nodrift|-DT=2 -DNODRIFT|exclusive
 ctl-noguard|-DT=2 -DNOGUARD -DCRASH|exclusive
