@@ -361,6 +361,9 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 				est[i].Establish = true
 			}
 			r, err = c.round(ctx, keys, ttl, est, prev, j)
+			for i := range c.nodes {
+				r.calls.Outcome(i) // every guard the round ends has ended before the lock is used
+			}
 			rec.addAcquire(r)
 		}
 	}
