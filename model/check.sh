@@ -81,9 +81,8 @@ layer-late|-DC=3 -DSPLIT=1 -DLATE|ok||layer.pml
 # of its dropped late acquires; fence-failover: more than 35 million
 # states, above 8 GB even with MODEL_COLLAPSE=1), that another run covers (fence:
 # fence-crash, whose crash may not happen; fresh-crash: the new
-# deployment's three rounds with a crash: no error in 29 million states,
-# unfinished within 7 GB even with MODEL_COLLAPSE=1, docs/SAFETY.md): run
-# by name only.
+# deployment's three rounds with a crash: 43 million states, 8.8 GB, run
+# with MODEL_MEM_MB=12000, docs/SAFETY.md): run by name only.
 EXTRA=" crash-delayed failover-delayed handoff fence fence-failover fresh-crash layer-sem-all layer-rw3-all layer-late "
 declare -A TEXT=([exclusive]='ul[jj]>0' [fence]='fence[c]>maxFence' [orphan]='buriedAt[tt]' [lockout]='everState' [live]='acceptance cycle'
   [bound]='inside<=lowest' [rw]='inside==1')
