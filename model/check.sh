@@ -38,11 +38,12 @@ extend|-DT=2 -DEXTEND -DLOCKOUT|ok
 timeouts|-DT=2 -DTIMEOUTS -DLOCKOUT|ok
 loss|-DT=2 -DLOSS -DLOCKOUT|ok
 lockout|-DT=2 -DLOCKOUT|ok
-fresh|-DT=2 -DFRESH -DLOCKOUT -DR=2 -DATT=1|ok
+fresh|-DT=2 -DFRESH -DLOCKOUT -DR=3 -DATT=1|ok
 fence-crash|-DT=2 -DFENCING -DCRASH|ok
 fence-failover|-DT=2 -DFENCING -DFAILOVER|ok
 extend-crash|-DT=2 -DEXTEND -DCRASH|ok
-fresh-crash|-DT=2 -DFRESH -DCRASH -DR=2 -DATT=1|ok
+fresh-crash|-DT=2 -DFRESH -DCRASH -DR=3 -DATT=1|ok
+ctl-nomark|-DT=2 -DFRESH -DCRASH -DNOMARK -DR=2 -DATT=1|exclusive|dfs
 ctl-minority|-DT=2 -DMINORITY|exclusive
 ctl-nodrift|-DT=2 -DNODRIFT|exclusive
 ctl-noguard|-DT=2 -DNOGUARD -DCRASH|exclusive
@@ -80,15 +81,15 @@ layer-late|-DC=3 -DSPLIT=1 -DLATE|ok||layer.pml
 # layer-late: the limit layer's wider configurations and the cross-check
 # of its dropped late acquires; fence-failover: more than 35 million
 # states, above 8 GB even with MODEL_COLLAPSE=1), that another run covers (fence:
-# fence-crash, whose crash may not happen), or that fail (fresh-crash: a
-# double hold through the new-deployment shortcut, docs/SAFETY.md): run
-# by name only.
+# fence-crash, whose crash may not happen; fresh-crash: the new
+# deployment's three rounds with a crash: 43 million states, 8.8 GB, run
+# with MODEL_MEM_MB=12000, docs/SAFETY.md): run by name only.
 EXTRA=" crash-delayed failover-delayed handoff fence fence-failover fresh-crash layer-sem-all layer-rw3-all layer-late "
 # Runs whose search takes long enough to pay for gcc -O2 (about 20 s to
 # build against 3 s at -O0, for a search about twice as fast); the others'
 # verifiers are built with -O0, since building took most of make model's
 # time.
-HEAVY=" mutex-delayed crash-delayed failover-delayed handoff fence fence-crash fence-failover extend-crash fresh fresh-crash failover extend layer-sem-all layer-rw3-all layer-late "
+HEAVY=" mutex-delayed ctl-nomark crash-delayed failover-delayed handoff fence fence-crash fence-failover extend-crash fresh fresh-crash failover extend layer-sem-all layer-rw3-all layer-late "
 declare -A TEXT=([exclusive]='ul[jj]>0' [fence]='fence[c]>maxFence' [orphan]='buriedAt[tt]' [lockout]='everState' [live]='acceptance cycle'
   [bound]='inside<=lowest' [rw]='inside==1')
 

@@ -218,6 +218,7 @@ byte key[N], kl[N];
 bit mark[N];
 bit st[N];
 byte g[N], sid[N], f[N], rr[N], rid[N];
+short mk[N], pmk[N];      /* the guarded state's mark (v), 0 none */
 byte newId = 100;         /* replication IDs, apart from tokens */
 /* The replica's copy of node i, as of its last replication. */
 byte pkey[N], pkl[N], pg[N], psid[N], pf[N], prr[N];
@@ -229,6 +230,8 @@ byte faults;
  * lock's validity (Until); xl, rl for its extend. */
 byte rnd[C], tok[C], rl[C], ul[C], xl[C], phase[C], fence[C], seq[C];
 byte estRound[C];         /* the round that establishes, or NONE */
+byte markRound[C];        /* the round that marks, or NONE */
+short hsh[C];             /* the mark of the ids its first round saw */
 bit inService[C], extended[C], wrote[C], checked[C];
 byte mh[C];               /* bit j: node j may hold the round's token */
 
@@ -236,10 +239,18 @@ byte mh[C];               /* bit j: node j may hold the round's token */
  * (bit r), releases by round (bit r: the clean-up of a failed round; R+r:
  * an unlock of round r's hand value; 2R+r: an unlock of its token), one
  * fence write-back or extend, and the replies. */
-byte acq[C*N], rel[C*N], xreq[C*N];
+#if R > 2
+#define RBITS short       /* 3R bits of releases */
+#else
+#define RBITS byte
+#endif
+byte acq[C*N], xreq[C*N];
+RBITS rel[C*N];
 byte rep[C*N], repv[C*N], xrep[C*N];
 byte conn[C*N];           /* replication ID that the connection checked */
-byte estId[C*N];          /* the guarded state's id that round estRound ends */
+byte estId[C*N];          /* the guarded state's id that rounds markRound
+                           * and estRound ask for */
+short repm[C*N];          /* a guarded reply's mark */
 byte tomb[N], ptomb[N];   /* tombstones: bit t, token t's */
 #ifdef ORPHAN
 byte tl[N*TK];            /* ticks left to tombstone t on node i: [i*TK+t] */
@@ -273,7 +284,8 @@ byte al[C*N];             /* ticks before the acquire in flight is dropped */
 
 /* Scratch for the steps, each of which is atomic, sets them before use
  * and clears them at its end (CLEAN), so that no state differs by them. */
-byte jj, nn, mm, kk, hh, tt, vv, kd, gdd, kp, bb, rb;
+byte jj, nn, mm, kk, hh, tt, vv, kd, gdd, kp, rb;
+RBITS bb;
 #define CLEAN_SCRATCH jj = 0; nn = 0; mm = 0; kk = 0; hh = 0; tt = 0; vv = 0; kd = 0; gdd = 0; kp = 0; bb = 0; rb = 0
 /* With SYMMETRY a step ends with the state made canonical (symmetry.pml). */
 #ifdef SYMMETRY
@@ -318,7 +330,7 @@ bit everState[N];
 /* newState: newstate.lua. */
 inline newState(i, id) {
   ENTERS_GUARD(i);
-  st[i] = 1; g[i] = G; sid[i] = id; rr[i] = rid[i]
+  st[i] = 1; g[i] = G; sid[i] = id; rr[i] = rid[i]; mk[i] = 0
 }
 
 /* check: check.lua, run when client c opens a connection to node i. */
@@ -332,14 +344,22 @@ inline check(c, i) {
      :: g[i] == NONE || g[i] < G -> ENTERS_GUARD(i); g[i] = G
      :: else -> skip
      fi;
-     sid[i] = rid[i]; rr[i] = rid[i]; f[i] = NONE; st[i] = 1
+     sid[i] = rid[i]; rr[i] = rid[i]; f[i] = NONE; st[i] = 1; mk[i] = 0
   fi;
 #endif
   conn[c*N+i] = rid[i]
 }
 
 /* acquire: acquire.lua for round r of client c on node i. Sets gd when
- * the node is in its restart guard. */
+ * the node is in its restart guard. The new-deployment shortcut: round
+ * markRound[c] marks the state it saw (estId) with hsh[c] if it has no
+ * mark yet; round estRound[c] ends the guard of the state it saw if it
+ * carries that mark (NOMARK, the control: whatever its mark). */
+#ifdef NOMARK
+#define MARK_OK(c, i) 1
+#else
+#define MARK_OK(c, i) (mk[i] == hsh[c])
+#endif
 inline acquire(c, r, i) {
   tt = TOK(c, r);
   gdd = 0;
@@ -354,16 +374,22 @@ inline acquire(c, r, i) {
         :: G > 0 && g[i] == NONE -> newState(i, tt); gdd = 1
         :: G > 0 && g[i] != 0 && g[i] != NONE ->
            if
-           :: estRound[c] == r && estId[c*N+i] == sid[i] ->
+           :: estRound[c] == r && estId[c*N+i] == sid[i] && MARK_OK(c, i) ->
               g[i] = 0;
               if
               :: f[i] == NONE -> f[i] = 0
               :: else -> skip
               fi
-           :: !(estRound[c] == r && estId[c*N+i] == sid[i]) ->
+           :: !(estRound[c] == r && estId[c*N+i] == sid[i] && MARK_OK(c, i)) ->
               if
               :: g[i] <= D -> g[i] = 0  /* ended, perhaps early */
-              :: else -> gdd = 1
+              :: else ->
+                 if
+                 :: markRound[c] == r && estId[c*N+i] == sid[i] && mk[i] == 0 ->
+                    mk[i] = hsh[c]      /* set once */
+                 :: else -> skip
+                 fi;
+                 gdd = 1
               fi
            fi
         fi;
@@ -399,7 +425,12 @@ inline acquire(c, r, i) {
   fi;
   printf("MSC: node %d: acquire %d of client %d -> %d\n", i, tt, c, kd);
   if
-  :: tok[c] == tt && phase[c] == ACQ -> rep[c*N+i] = kd; repv[c*N+i] = vv
+  :: tok[c] == tt && phase[c] == ACQ ->
+     rep[c*N+i] = kd; repv[c*N+i] = vv;
+     if
+     :: gdd -> repm[c*N+i] = mk[i]
+     :: else -> skip
+     fi
   :: else -> skip                   /* a reply nobody waits for */
   fi;
 }
@@ -526,12 +557,17 @@ inline newServer(i) {
  * is delivered when sent; bits 3..5 only with two rounds. */
 #if !defined(DELAYED) && !defined(HANDOFF)
 #define RELS(c)
+#elif R > 2
+#define RELS(c) REL_ARRIVES(c, 0) REL_ARRIVES(c, 1) REL_ARRIVES(c, 2) REL_ARRIVES(c, 3) REL_ARRIVES(c, 4) REL_ARRIVES(c, 5) \
+  REL_ARRIVES(c, 6) REL_ARRIVES(c, 7) REL_ARRIVES(c, 8)
 #elif R > 1
 #define RELS(c) REL_ARRIVES(c, 0) REL_ARRIVES(c, 1) REL_ARRIVES(c, 2) REL_ARRIVES(c, 3) REL_ARRIVES(c, 4) REL_ARRIVES(c, 5)
 #else
 #define RELS(c) REL_ARRIVES(c, 0) REL_ARRIVES(c, 1) REL_ARRIVES(c, 2)
 #endif
-#if R > 1
+#if R > 2
+#define ACQS(c) ACQ_ARRIVES(c, 0) ACQ_ARRIVES(c, 1) ACQ_ARRIVES(c, 2)
+#elif R > 1
 #define ACQS(c) ACQ_ARRIVES(c, 0) ACQ_ARRIVES(c, 1)
 #else
 #define ACQS(c) ACQ_ARRIVES(c, 0)
@@ -582,21 +618,21 @@ end:
 #ifdef CRASH
   :: atomic { faults < FAULTS && FAULTY(i) ->
        key[i] = 0; mark[i] = 0; kl[i] = 0; tomb[i] = 0; TOMBS_CLEAR(i);
-       st[i] = 0; g[i] = NONE; sid[i] = 0; f[i] = NONE; rr[i] = 0;
+       st[i] = 0; g[i] = NONE; sid[i] = 0; f[i] = NONE; rr[i] = 0; mk[i] = 0;
        newServer(i); CLEAN }
 #endif
 #ifdef FAILOVER
   :: atomic { faults == 0 && FAULTY(i) ->
        pkey[i] = key[i]; pkl[i] = kl[i]; pmark[i] = mark[i]; pst[i] = st[i]; ptomb[i] = tomb[i];
-       pg[i] = g[i]; psid[i] = sid[i]; pf[i] = f[i]; prr[i] = rr[i]; CLEAN }
+       pg[i] = g[i]; psid[i] = sid[i]; pf[i] = f[i]; prr[i] = rr[i]; pmk[i] = mk[i]; CLEAN }
   :: atomic { faults < FAULTS && FAULTY(i) ->
        key[i] = pkey[i]; kl[i] = pkl[i]; mark[i] = pmark[i]; st[i] = pst[i]; tomb[i] = ptomb[i];
-       g[i] = pg[i]; sid[i] = psid[i]; f[i] = pf[i]; rr[i] = prr[i];
+       g[i] = pg[i]; sid[i] = psid[i]; f[i] = pf[i]; rr[i] = prr[i]; mk[i] = pmk[i];
        newServer(i);
        if
        :: faults == FAULTS ->         /* the copy is no longer used */
           pkey[i] = 0; pkl[i] = 0; pmark[i] = 0; pst[i] = 0; ptomb[i] = 0;
-          pg[i] = 0; psid[i] = 0; pf[i] = 0; prr[i] = 0
+          pg[i] = 0; psid[i] = 0; pf[i] = 0; prr[i] = 0; pmk[i] = 0
        :: else -> skip
        fi; CLEAN }
 #endif
@@ -646,7 +682,7 @@ inline settle(c) {
      :: rep[c*N+jj] == 0 || rep[c*N+jj] == GRANTED -> mh[c] = mh[c] | (1 << jj)
      :: else -> skip
      fi;
-     rep[c*N+jj] = 0; repv[c*N+jj] = 0;
+     rep[c*N+jj] = 0; repv[c*N+jj] = 0; repm[c*N+jj] = 0;
      jj++
   :: else -> break
   od
@@ -764,18 +800,65 @@ end:
           obtained(c, rl[c])
 #endif
        :: else ->
-          /* Client.newDeployment: never in service, every node guarded. */
+          /* Client.newDeployment: never in service, every node guarded,
+           * each unmarked or marked with the ids seen (hsh: the multiset
+           * of the ids, 2 bits per id). Then round.marked: every node
+           * still has the state seen, marked with hsh. */
           if
-          :: G > 0 && !inService[c] && mm == N && rnd[c] < R ->
+          :: G > 0 && !inService[c] && mm == N && markRound[c] == NONE && estRound[c] == NONE && rnd[c] < R ->
+             hsh[c] = 0; kk = 0; jj = 0;
+             do
+             :: jj < N ->
+                assert(repv[c*N+jj] > 0 && repv[c*N+jj] < 8);
+                hsh[c] = hsh[c] + (1 << (2*(repv[c*N+jj] - 1)));
+                estId[c*N+jj] = repv[c*N+jj]; jj++
+             :: else -> break
+             od;
              jj = 0;
              do
-             :: jj < N -> estId[c*N+jj] = repv[c*N+jj]; jj++
+             :: jj < N ->
+                if
+                :: repm[c*N+jj] == 0 || repm[c*N+jj] == hsh[c] -> kk++
+                :: else -> skip
+                fi;
+                jj++
              :: else -> break
              od;
              settle(c);
              fail(c);
-             estRound[c] = rnd[c];
-             send(c)
+             if
+             :: kk == N ->
+#ifdef NOMARK
+                estRound[c] = rnd[c];
+#else
+                markRound[c] = rnd[c];
+#endif
+                send(c)
+             :: else ->
+                hsh[c] = 0; jj = 0;
+                do
+                :: jj < N -> estId[c*N+jj] = 0; jj++
+                :: else -> break
+                od;
+                JOINED(c)
+             fi
+          :: G > 0 && !inService[c] && mm == N && markRound[c] + 1 == rnd[c] && rnd[c] < R ->
+             kk = 0; jj = 0;
+             do
+             :: jj < N ->
+                if
+                :: repv[c*N+jj] == estId[c*N+jj] && repm[c*N+jj] == hsh[c] -> kk++
+                :: else -> skip
+                fi;
+                jj++
+             :: else -> break
+             od;
+             settle(c);
+             fail(c);
+             if
+             :: kk == N -> estRound[c] = rnd[c]; send(c)
+             :: else -> JOINED(c)
+             fi
           :: else ->
              settle(c);
              fail(c);
@@ -932,7 +1015,7 @@ init {
     i = 0;
     do
     :: i < C ->
-       estRound[i] = NONE;
+       estRound[i] = NONE; markRound[i] = NONE;
 #ifndef FRESH
        inService[i] = 1;
 #endif

@@ -59,7 +59,7 @@ var scripts = func() testScripts {
 }()
 
 // kernelAcquire is the acquire script without a waiting strategy, fenced
-// or not: ARGV token, ttl, guard, establish, over.
+// or not: ARGV token, ttl, guard, shortcut, over.
 func kernelAcquire(fenced bool) *redis.Script {
 	a, _, _, _, _ := protocol.New(0, fenced, protocol.Kernel, "").Sources()
 	return redis.NewScript(a)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -309,9 +310,13 @@ func TestRestartDuringBootstrap(t *testing.T) {
 	cl := c.client(t, nil)
 	c.hooks[2].selectCmds(func(cmd redis.Cmder) bool {
 		// evalsha sha 2 key state token ttl guard, the handoff strategy's
-		// five, establish: the round that ends the guards.
+		// five, the shortcut: "e..." is the round that ends the guards.
 		a := cmd.Args()
-		return len(a) >= 14 && scripts.Acquire.Is(a[1]) && a[13] != ""
+		if len(a) < 14 || !scripts.Acquire.Is(a[1]) {
+			return false
+		}
+		est, _ := a[13].(string)
+		return strings.HasPrefix(est, "e")
 	})
 	c.hooks[2].set(func() { c.srv[2].FlushAll() }, nil)
 	l, err := cl.TryLock(t.Context(), "k", time.Second)
@@ -350,7 +355,8 @@ func TestConcurrentBootstrap(t *testing.T) {
 }
 
 // TestGuardScript checks the acquire script's guard on one node: creation,
-// the time left, a stale establish after another loss, and the end.
+// the time left, the shortcut's mark and establish, a stale establish
+// after another loss, and the end.
 func TestGuardScript(t *testing.T) {
 	c := newCluster(t, 1)
 	m, n, ctx := c.srv[0], c.nodes[0], t.Context()
@@ -362,24 +368,34 @@ func TestGuardScript(t *testing.T) {
 		require.NoError(t, err)
 		return v
 	}
-	assert.Equal(t, []any{int64(-2), int64(60_000), "t1"}, run("t1", "", "0"), "no state: guarded for the full guard")
+	h := strings.Repeat("a", 32) // a mark, as protocol.StateMark makes them
+	assert.Equal(t, []any{int64(-2), int64(60_000), "t1", ""}, run("t1", "", "0"), "no state: guarded for the full guard")
 	m.SetTime(now.Add(20 * time.Second))
-	assert.Equal(t, []any{int64(-2), int64(40_000), "t1"}, run("t2", "", "0"))
-	assert.Equal(t, []any{int64(-2), int64(40_000), "t1"}, run("t2", "wrong", "0"), "establish needs the state's id")
+	assert.Equal(t, []any{int64(-2), int64(40_000), "t1", ""}, run("t2", "", "0"))
+	assert.Equal(t, []any{int64(-2), int64(40_000), "t1", ""}, run("t2", "e"+h+"wrong", "0"), "establish needs the state's id")
+	assert.Equal(t, []any{int64(-2), int64(40_000), "t1", ""}, run("t2", "e"+h+"t1", "0"), "establish needs the mark")
+	assert.Equal(t, []any{int64(-2), int64(40_000), "t1", ""}, run("t2", "m"+h+"wrong", "0"), "a mark needs the state's id")
+	assert.Equal(t, []any{int64(-2), int64(40_000), "t1", h}, run("t2", "m"+h+"t1", "0"), "marked, nothing granted")
+	assert.False(t, held(m, "k"))
+	b := strings.Repeat("b", 32)
+	assert.Equal(t, []any{int64(-2), int64(40_000), "t1", h}, run("t2", "m"+b+"t1", "0"), "a mark is set once")
+	assert.Equal(t, []any{int64(-2), int64(40_000), "t1", h}, run("t2", "e"+b+"t1", "0"), "establish needs the same mark")
 
-	// The node loses its data after a client saw it guarded as t1: the
+	// The node loses its data after a client marked it as t1: the
 	// client's establish must not end the new guard.
 	m.FlushAll()
-	assert.Equal(t, []any{int64(-2), int64(60_000), "t3"}, run("t3", "t1", "0"))
+	assert.Equal(t, []any{int64(-2), int64(60_000), "t3", ""}, run("t3", "e"+h+"t1", "0"))
 	assert.False(t, held(m, "k"))
-	assert.Equal(t, []any{int64(0), int64(0)}, run("t4", "t3", "1"), "established: granted, counter known")
+	assert.Equal(t, []any{int64(-2), int64(60_000), "t3", ""}, run("t4", "e"+h+"t3", "0"), "not marked")
+	assert.Equal(t, []any{int64(-2), int64(60_000), "t3", h}, run("t4", "m"+h+"t3", "0"))
+	assert.Equal(t, []any{int64(0), int64(0)}, run("t4", "e"+h+"t3", "1"), "established: granted, counter known")
 	m.Del("k")
 
 	// A guard that runs out leaves the counter unknown.
 	m.FlushAll()
 	run("t5", "", "0")
 	m.SetTime(now.Add(80*time.Second - time.Millisecond))
-	assert.Equal(t, []any{int64(-2), int64(1), "t5"}, run("t6", "", "1"))
+	assert.Equal(t, []any{int64(-2), int64(1), "t5", ""}, run("t6", "", "1"))
 	m.SetTime(now.Add(80 * time.Second))
 	assert.Equal(t, []any{int64(0), int64(-1)}, run("t6", "", "1"))
 	assert.Equal(t, int64(1000), int64(m.TTL("k")/time.Millisecond))

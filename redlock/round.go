@@ -24,11 +24,11 @@ import (
 // dropped.
 type round struct {
 	c     *Client
-	keys  []string         // as the caller gave them
-	acq   protocol.Acquire // Keys: the keys as stored, then the plain state key
-	cmd   protocol.Cmd     // acq as sent to every node on the plain state key; nil when establishing
-	est   []string         // per node, the id of a guarded state to establish, or nil
-	calls *quorum.Round    // the acquires
+	keys  []string            // as the caller gave them
+	acq   protocol.Acquire    // Keys: the keys as stored, then the plain state key
+	cmd   protocol.Cmd        // acq as sent to every node on the plain state key; nil for the shortcut
+	est   []protocol.Shortcut // per node, the new-deployment shortcut's request, or nil
+	calls *quorum.Round       // the acquires
 	// callTimeout bounds each acquire call: a release that waits for one
 	// must allow for it.
 	callTimeout time.Duration
@@ -68,9 +68,9 @@ type round struct {
 }
 
 // newRound returns a round for keys with j's token (a new one when ""),
-// establishing est when not nil, taking over the keys of the lock with
+// sending est, the new-deployment shortcut's requests, when not nil, taking over the keys of the lock with
 // token over when not "", and telling the waiting strategy j.
-func (c *Client) newRound(keys []string, ttl time.Duration, est []string, over string, j join) *round {
+func (c *Client) newRound(keys []string, ttl time.Duration, est []protocol.Shortcut, over string, j join) *round {
 	r, replies := alloc.WithSlice[round, protocol.AcquireReply](len(c.nodes)) // one allocation for up to alloc.Small nodes
 	r.c, r.keys, r.replies, r.est = c, keys, replies, est
 	token := j.token
@@ -98,7 +98,7 @@ func (r *round) name() string { return strings.Join(r.keys, ", ") }
 // keys of prev, a lock handed over by Unlock, when prev.Token is not "". On
 // failure it releases what the round took and returns it with the error,
 // for its replies. Callers are within c.life.enter.
-func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []string, prev handover, j join) (*round, error) {
+func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []protocol.Shortcut, prev handover, j join) (*round, error) {
 	r := c.newRound(keys, ttl, est, prev.Token, j)
 	r.inherited = prev.Acquire
 	r.start = c.cfg.clock.Now()
@@ -149,7 +149,7 @@ func (r *round) acquireOn(ctx context.Context, i int) error {
 	a, cmd := &r.acq, r.cmd
 	if r.est != nil {
 		b := r.acq
-		b.Establish = r.est[i]
+		b.Shortcut = r.est[i]
 		a = &b
 	}
 	var d node.Decider = r
@@ -274,38 +274,8 @@ func (r *round) freeIn() time.Duration {
 	return ttls[q-1]
 }
 
-// newDeployment returns the ids of the nodes' guarded states when r, a
-// round that failed with err, found a new deployment: this Client has never
-// seen a node out of its guard, and every node is guarded, its guard begun
-// within the new-deployment window. Otherwise it returns nil. When every
-// node that answered was guarded, it waits for the others' answers, late
-// ones included (see callTimeout), and reports them in err.
-func (c *Client) newDeployment(r *round, err error) []string {
-	if err == nil || c.cfg.guard == 0 || c.inService.Load() {
-		return nil
-	}
-	for i := range c.nodes {
-		if res, done := r.calls.Result(i); done && !errors.Is(res, ErrGuarded) {
-			return nil
-		}
-	}
-	young := c.cfg.guard - c.cfg.newDeploymentWindow
-	ids := make([]string, len(c.nodes))
-	for i := range c.nodes {
-		if !errors.Is(r.calls.Outcome(i), ErrGuarded) || r.replies[i].Wait < young {
-			ids = nil
-		} else if ids != nil {
-			ids[i] = r.replies[i].StateID
-		}
-	}
-	if e := (*Error)(nil); errors.As(err, &e) {
-		c.fillNodes(e, r.calls, nil) // the answers waited for
-	}
-	return ids
-}
-
-// attempt makes one lock round (two with fencing, or when the first finds a
-// brand-new deployment), taking over the keys of prev, a lock handed over
+// attempt makes one lock round (two with fencing, three when the first
+// finds a brand-new deployment), taking over the keys of prev, a lock handed over
 // by Unlock, when prev.Token is not "", and then releasing what is left of
 // prev. On a closed Client it sends nothing: prev's keys then expire. On
 // failure it also returns how long until the current holder's keys have
@@ -318,14 +288,29 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 	}
 	defer c.life.exit()
 	r, err := c.round(ctx, keys, ttl, nil, prev, j)
-	ids := c.newDeployment(r, err)
+	est := c.newDeployment(r, err)
 	rec.addAcquire(r)
-	if ids != nil && ctx.Err() == nil {
-		// Every node is guarded at once: a new deployment. End the guard on
-		// all of them, each only if it still has the state we saw.
-		j.token = "" // the first round's token is spent: a slow node may have its tombstone
-		r, err = c.round(ctx, keys, ttl, ids, prev, j)
+	if est != nil && ctx.Err() == nil {
+		// Every node is guarded at once: a new deployment. Mark each
+		// node's state with the ids seen, each only if it still has the
+		// state we saw and no other mark; then, once all are marked, end
+		// the guard on each that still carries the mark (docs/SAFETY.md,
+		// "The new-deployment shortcut"). A node out of its guard grants
+		// either round as usual.
+		j.token = "" // each round's token is spent: a slow node may have its tombstone
+		r, err = c.round(ctx, keys, ttl, est, prev, j)
 		rec.addAcquire(r)
+		if err != nil && ctx.Err() == nil && r.marked() {
+			est = slices.Clone(est) // the marking round's stays as sent
+			for i := range est {
+				est[i].Establish = true
+			}
+			r, err = c.round(ctx, keys, ttl, est, prev, j)
+			for i := range c.nodes {
+				r.calls.Outcome(i) // every guard the round ends has ended before the lock is used
+			}
+			rec.addAcquire(r)
+		}
 	}
 	if prev.Token != "" {
 		c.releaseHandedOver(r, prev)

@@ -1,10 +1,7 @@
-//go:build shortcutgap
-
 package redlock
 
 import (
-	"slices"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,16 +14,17 @@ import (
 	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
-// TestNewDeploymentRestartDuringEstablish reproduces, on real servers, the
-// double hold the model finds with FRESH and CRASH (docs/SAFETY.md, "The
-// new-deployment shortcut"). B, another Client whose rounds the test sends
-// by hand, finds a new deployment and sends its establishing round; node 0
-// grants it and restarts empty. A, a new Client, then finds every node
-// guarded: node 0 with a new state, nodes 1 and 2 because B's requests
-// have not reached them. B's request reaches node 2 just before A's
-// establishing one, so B holds on nodes 0 and 2; A's establishing round
-// must not obtain the lock on nodes 0 and 1. It fails until the shortcut
-// is fixed, hence the build tag.
+// TestNewDeploymentRestartDuringEstablish: the double hold that the model
+// finds in the new-deployment shortcut without its marking round
+// (docs/SAFETY.md, "The new-deployment shortcut", run ctl-nomark) cannot
+// happen on real servers. B, another Client whose rounds the test sends by
+// hand, finds a new deployment, marks every node and sends its
+// establishing round; node 0 grants it and restarts empty. A, a new
+// Client, then finds every node guarded: node 0 with a new state, nodes 1
+// and 2 because B's requests have not reached them. Without the mark A
+// would establish nodes 0 and 1 while B's request reaches node 2, and both
+// would hold; with it, nodes 1 and 2 carry B's mark, which is not that of
+// the ids A sees, so A takes no shortcut and sends nothing but its round.
 func TestNewDeploymentRestartDuringEstablish(t *testing.T) {
 	leakcheck.Check(t)
 	s := redisproc.StartT(t, 3)
@@ -39,51 +37,72 @@ func TestNewDeploymentRestartDuringEstablish(t *testing.T) {
 	const ttl = 10 * time.Second
 	p := protocol.New(DefaultRestartGuard, false, protocol.Kernel, "")
 	keys := []string{"k", protocol.StateKey}
-	acquire := func(i int, token, establish string) (protocol.AcquireReply, error) {
-		v, err := p.Run(ctx, admin[i], p.AcquireCmd(protocol.Acquire{Keys: keys, Token: token, TTL: ttl, Establish: establish}))
+	acquire := func(i int, token string, sc protocol.Shortcut) (protocol.AcquireReply, error) {
+		v, err := p.Run(ctx, admin[i], p.AcquireCmd(protocol.Acquire{Keys: keys, Token: token, TTL: ttl, Shortcut: sc}))
 		if err != nil {
 			return protocol.AcquireReply{}, err
 		}
 		return protocol.DecodeAcquire(v)
 	}
 
-	b1, b2 := protocol.NewToken("b"), protocol.NewToken("b")
+	b1, bm, b2 := protocol.NewToken("b"), protocol.NewToken("b"), protocol.NewToken("b")
 	for i := range admin {
-		r, err := acquire(i, b1, "")
+		r, err := acquire(i, b1, protocol.Shortcut{})
 		require.NoError(t, err)
 		require.Equal(t, protocol.Guarded, r.Kind, "node %d of a new deployment", i)
 		require.Equal(t, b1, r.StateID)
+		require.Empty(t, r.Mark)
 	}
-	r, err := acquire(0, b2, b1) // B's establishing round reaches node 0
+	mark := protocol.StateMark([]string{b1, b1, b1})
+	for i := range admin { // B's marking round
+		r, err := acquire(i, bm, protocol.Shortcut{ID: b1, Mark: mark})
+		require.NoError(t, err)
+		require.Equal(t, protocol.Guarded, r.Kind, "node %d grants nothing to the mark", i)
+		require.Equal(t, mark, r.Mark, "node %d marked", i)
+	}
+	est := protocol.Shortcut{ID: b1, Mark: mark, Establish: true}
+	r, err := acquire(0, b2, est) // B's establishing round reaches node 0
 	require.NoError(t, err)
 	require.Equal(t, protocol.Granted, r.Kind)
 	require.NoError(t, admin[0].FlushAll(ctx).Err()) // node 0 restarts empty
 
-	// B's establishing request reaches node 2 just before A's.
-	var (
-		once  sync.Once
-		onTwo protocol.AcquireReply
-		bErr  error
-	)
+	// A sees every node guarded; it must not take the shortcut.
 	hook := &faultHook{}
-	hook.selectCmds(func(cmd redis.Cmder) bool { return slices.Contains(cmd.Args(), any(b1)) })
-	hook.set(func() { once.Do(func() { onTwo, bErr = acquire(2, b2, b1) }) }, nil)
+	var sent atomic.Int32 // A's shortcut requests with B's mark
+	hook.selectCmds(func(cmd redis.Cmder) bool {
+		for _, a := range cmd.Args() {
+			if s, ok := a.(string); ok && len(s) > 33 && (s[0] == 'm' || s[0] == 'e') && s[1:33] == mark {
+				return true
+			}
+		}
+		return false
+	})
+	hook.set(func() { sent.Add(1) }, nil)
 	nodes := NewNodes(s.Addrs...)
+	nodes[1].AddHook(hook)
 	nodes[2].AddHook(hook)
 	a, err := New(nodes, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close() })
-
 	l, err := a.TryLock(ctx, "k", ttl)
-	require.NoError(t, bErr)
+	require.ErrorIs(t, err, ErrGuarded, "A obtained %v", l)
+	assert.Zero(t, sent.Load(), "A sent a shortcut request with B's mark")
+
+	// B's establishing request reaches node 2 after A's round: B holds on
+	// nodes 0 (lost in the restart) and 2, and A still obtains nothing.
+	onTwo, err := acquire(2, b2, est)
+	require.NoError(t, err)
 	require.Equal(t, protocol.Granted, onTwo.Kind, "B's establishing acquire on node 2")
+	_, err = a.TryLock(ctx, "k", ttl)
+	require.Error(t, err)
 	for i := range admin {
 		v, _ := admin[i].Get(ctx, "k").Result()
 		tok, _ := protocol.Holding(v)
-		t.Logf("node %d holds %q (B: %q)", i, tok, b2)
+		assert.True(t, tok == "" || tok == b2, "node %d holds %q, not B's %q", i, tok, b2)
 	}
-	if l != nil {
-		t.Logf("A holds %q until %v while B holds on nodes 0 (lost in the restart) and 2", l.Token(), l.Until())
-	}
-	assert.Error(t, err, "A obtained the lock while B, granted by nodes 0 and 2, holds it")
+	// Node 0's new state is not marked: only a Client that sees all three
+	// nodes with new states could take the shortcut again.
+	r, err = acquire(1, protocol.NewToken("c"), protocol.Shortcut{})
+	require.NoError(t, err)
+	assert.Equal(t, mark, r.Mark, "node 1 keeps B's mark")
 }

@@ -4,11 +4,18 @@
 -- slot's tag): g = the node time in ms until which the node is in its
 -- restart guard (0: established); id = the token of the round that made
 -- the state; f = the fence counter (absent: unknown, after a loss of data);
--- r = the replication ID of the server that holds it (see check.lua).
+-- r = the replication ID of the server that holds it (see check.lua);
+-- v = the guarded state's mark (absent: none).
 -- ARGV[3] is the restart guard in ms (0: off); ARGV[4 .. 3+argc] belong to
 -- the waiting strategy (argc = 0 without one). Optional, '' for none:
--- ARGV[4+argc], the id of a guarded state to establish at once (sent only
--- by a client that saw every node guarded at once: a new deployment), and
+-- ARGV[4+argc], the new-deployment shortcut's request for a guarded state
+-- (sent only by a client that saw every node guarded at once, and each
+-- mark either unset or the one it sends): "m" or "e", then h, the 32-hex
+-- mark of the state ids the client saw, then the state's id. "m" marks
+-- the state with h if it has that id and no other mark, and grants
+-- nothing while the guard lasts; "e" ends the guard at once if the state
+-- has that id and the mark h (docs/SAFETY.md, "The new-deployment
+-- shortcut"); and
 -- ARGV[5+argc], the token of an earlier lock of the same client that this
 -- round takes over: a key that holds it counts as free, as does one that
 -- holds only tombstones (tombstone.lua). A key that the round sets keeps
@@ -18,8 +25,9 @@
 -- client, {0, f} (f = -1: unknown); the largest TTL in ms (≥ 1) left to the
 -- keys another token holds, or -1 when one has no expiry; -3 when a key
 -- keeps this very token's tombstone (the round gave up on this node and
--- released it before this request came); {-2, ms left, id} when the node
--- is in its restart guard, which is read only before a grant.
+-- released it before this request came); {-2, ms left, id, v} when the
+-- node is in its restart guard, which is read only before a grant (v: the
+-- state's mark, '' for none).
 -- A "--@name" line is where a waiting strategy's code for that hook goes
 -- (see announce.lua), or a comment without one; no hook decides a grant.
 local state, token, ttl, guard = KEYS[#KEYS], ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -43,33 +51,7 @@ local argc = 0
 local establish, over = ARGV[4 + argc] or '', ARGV[5 + argc]
 if over == '' then over = nil end
 
--- guarded returns the reply for a node in its restart guard, or nil when
--- it may grant.
-local function guarded()
-  if guard <= 0 then return nil end
-  local g = redis.call('HGET', state, 'g')
-  if g == '0' then return nil end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if not g then
-    -- No state: the node is new or lost its data (restart without
-    -- persistence, flush, eviction). It may have granted locks it forgot.
-    newState(state, now, guard, token)
-    return {-2, guard, token}
-  end
-  local id = redis.call('HGET', state, 'id')
-  if establish ~= '' and establish == id then
-    -- Every node was guarded at once: a new deployment. Its counter is
-    -- known: no fence was issued before (one written meanwhile is kept).
-    redis.call('HSET', state, 'g', '0')
-    redis.call('HSETNX', state, 'f', '0')
-  elseif tonumber(g) > now then
-    return {-2, tonumber(g) - now, id}
-  else
-    redis.call('HSET', state, 'g', '0')
-  end
-  return nil
-end
+@GUARD@
 
 -- granted is the reply once every key holds the token; tails[i] is what
 -- follows the token on key i (its tombstones), nil for nothing.

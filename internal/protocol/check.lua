@@ -49,5 +49,6 @@ if g < now + guard then g = now + guard end
 -- The id of the guarded state is the new replication ID: no other node has
 -- it, so no round takes this guard for a brand-new deployment's.
 redis.call('HSET', state, 'g', string.format('%.0f', g), 'id', id, 'r', id)
+redis.call('HDEL', state, 'v') -- a mark is for the ids of states gone
 redis.call('HDEL', state, 'f')
 return {1, id, g - now}

@@ -2,6 +2,9 @@ package protocol
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,9 +33,9 @@ type Acquire struct {
 	Keys  []string
 	Token string
 	TTL   time.Duration // used in whole milliseconds
-	// Establish is the id of a guarded node state to end at once, when the
-	// round found a new deployment; "" for none.
-	Establish string
+	// Shortcut is the new-deployment shortcut's request for the node's
+	// guarded state; the zero value for none.
+	Shortcut Shortcut
 	// Over is the token of an earlier lock of the same client whose keys
 	// this acquire takes over: keys that hold it count as free. "" for none.
 	Over string
@@ -41,6 +44,37 @@ type Acquire struct {
 	// Layer is the limit layer's part, for a round of a semaphore or a
 	// read-write lock; zero for a lock.
 	Layer Layer
+}
+
+// Shortcut is one node's part of a round of the new-deployment shortcut
+// (see acquire.lua and docs/SAFETY.md): the node's guarded state ID, when
+// it still has that id, is marked with Mark (Establish false), or ends its
+// guard if it carries Mark (Establish true).
+type Shortcut struct {
+	ID        string
+	Mark      string // [StateMark] of the ids seen
+	Establish bool
+}
+
+// arg returns s as acquire.lua reads it: "m" or "e", the mark, the id.
+func (s Shortcut) arg() string {
+	op := "m"
+	if s.Establish {
+		op = "e"
+	}
+	return op + s.Mark + s.ID
+}
+
+// StateMark returns the mark of the state ids that a round saw on the
+// nodes, one per node in any order: 32 hex digits of the SHA-256 of the
+// sorted ids, repeats kept, so that every client that sees the same ids
+// computes the same mark, and a node's new state, whose id no node had
+// before, changes it.
+func StateMark(ids []string) string {
+	s := slices.Clone(ids)
+	slices.Sort(s)
+	sum := sha256.Sum256([]byte(strings.Join(s, "\n")))
+	return hex.EncodeToString(sum[:16])
 }
 
 // Join is what a waiter's round tells the waiting strategy on the node
@@ -81,7 +115,7 @@ const (
 )
 
 // AcquireCmd returns the command for a: ARGV token, ttl and guard, then the
-// strategy's arguments (for a round that joins), then establish and over,
+// strategy's arguments (for a round that joins), then the shortcut and over,
 // each "" when unset, and without the unset ones at the end. A node runs
 // about a thousand instructions more per argument, so the usual acquire
 // sends three or four.
@@ -104,8 +138,8 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 			}
 		}
 	}
-	if a.Establish != "" {
-		opt[p.argc] = a.Establish
+	if a.Shortcut.ID != "" {
+		opt[p.argc] = a.Shortcut.arg()
 	}
 	if a.Over != "" {
 		opt[p.argc+1] = a.Over

@@ -132,6 +132,8 @@ var (
 	checkLua string
 	//go:embed newstate.lua
 	newStateLua string
+	//go:embed guard.lua
+	guardLua string
 	//go:embed value.lua
 	valueLua string
 	//go:embed tombstone.lua
@@ -161,7 +163,7 @@ func names() *strings.Replacer {
 
 // newScript returns the script made of parts, in order.
 func newScript(parts ...string) script {
-	included := strings.NewReplacer("@VALUE@", valueLua+"\n"+tombstoneLua, "@NEWSTATE@", newStateLua)
+	included := strings.NewReplacer("@VALUE@", valueLua+"\n"+tombstoneLua, "@NEWSTATE@", newStateLua, "@GUARD@", guardLua)
 	src := names().Replace(included.Replace(strings.Join(parts, "\n")))
 	sum := sha1.Sum([]byte(src))
 	return script{src: src, sha: hex.EncodeToString(sum[:])}

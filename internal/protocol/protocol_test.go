@@ -69,7 +69,7 @@ func TestReleaseAfter(t *testing.T) {
 }
 
 // TestAcquireArgs: the acquire sends ARGV[1..3], then the strategy's for a
-// round that joins, then the kernel's establish and over, only up to the
+// round that joins, then the kernel's shortcut and over, only up to the
 // last one set, the unset ones before it as "".
 func TestAcquireArgs(t *testing.T) {
 	keys := []string{"k", StateKey}
@@ -83,8 +83,8 @@ func TestAcquireArgs(t *testing.T) {
 		{"TryLock", hand, Acquire{}, nil},
 		{"a waiter's first round", line, Acquire{Join: Join{Place: "tok", Ticket: 5}}, []any{int64(5)}},
 		{"a waiter's later round", line, Acquire{Join: Join{Place: "id", Ticket: 5, Entries: MayHave}}, []any{int64(5), "id", "1"}},
-		{"establish", line, Acquire{Establish: "e"}, []any{"", "", "", "e"}},
-		{"establish, kernel", New(time.Minute, false, Kernel, ""), Acquire{Establish: "e"}, []any{"e"}},
+		{"establish", line, Acquire{Shortcut: Shortcut{ID: "id", Mark: "h", Establish: true}}, []any{"", "", "", "ehid"}},
+		{"mark, kernel", New(time.Minute, false, Kernel, ""), Acquire{Shortcut: Shortcut{ID: "id", Mark: "h"}}, []any{"mhid"}},
 		{"handed over", line, Acquire{Over: "old", Join: Join{Place: "tok", Ticket: 5}}, []any{int64(5), "", "", "", "old"}},
 		{"for a handoff", hand, Acquire{Join: Join{Place: "id", Ticket: 5, Channel: "ch", Prev: "r0", Entries: MayHave}},
 			[]any{int64(5), "id", "1", "ch", "r0"}},
@@ -111,13 +111,14 @@ func TestDecodeAcquire(t *testing.T) {
 		{int64(1500), AcquireReply{Kind: Taken, Wait: 1500 * time.Millisecond}},
 		{int64(-1), AcquireReply{Kind: Taken, Wait: -time.Millisecond}},
 		{int64(-3), AcquireReply{Kind: Gone}},
-		{[]any{int64(-2), int64(900), "id"}, AcquireReply{Kind: Guarded, Wait: 900 * time.Millisecond, StateID: "id"}},
+		{[]any{int64(-2), int64(900), "id", ""}, AcquireReply{Kind: Guarded, Wait: 900 * time.Millisecond, StateID: "id"}},
+		{[]any{int64(-2), int64(900), "id", "h"}, AcquireReply{Kind: Guarded, Wait: 900 * time.Millisecond, StateID: "id", Mark: "h"}},
 	} {
 		got, err := DecodeAcquire(tc.reply)
 		require.NoError(t, err, "%v", tc.reply)
 		assert.Equal(t, tc.want, got, "%v", tc.reply)
 	}
-	for _, bad := range []any{int64(-2), "OK", []any{int64(-2), int64(1)}, nil} {
+	for _, bad := range []any{int64(-2), "OK", []any{int64(-2), int64(1)}, []any{int64(-2), int64(1), "id"}, nil} {
 		_, err := DecodeAcquire(bad)
 		assert.ErrorContains(t, err, "unexpected reply", "%v", bad)
 	}
@@ -177,4 +178,14 @@ func TestToken(t *testing.T) {
 	if !raceEnabled { // the race detector adds allocations of its own
 		assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { _ = NewToken("web-1:4242") }), "one allocation")
 	}
+}
+
+// TestStateMark: the mark depends on the ids seen, repeats included, and
+// not on the order of the nodes.
+func TestStateMark(t *testing.T) {
+	m := StateMark([]string{"a", "b", "a"})
+	assert.Len(t, m, 32)
+	assert.Equal(t, m, StateMark([]string{"b", "a", "a"}), "any order")
+	assert.NotEqual(t, m, StateMark([]string{"a", "b", "b"}), "repeats count")
+	assert.NotEqual(t, m, StateMark([]string{"a", "b", "c"}))
 }

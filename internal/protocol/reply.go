@@ -37,8 +37,9 @@ type AcquireReply struct {
 	// Fence is, for Granted with fencing, the node's fence counter; -1
 	// when it is unknown because the node lost its data.
 	Fence int64
-	// StateID is, for Guarded, the id of the node's guarded state.
-	StateID string
+	// StateID is, for Guarded, the id of the node's guarded state, and
+	// Mark its mark ("" for none: see [Shortcut]).
+	StateID, Mark string
 	// Limit is, for Mismatch, the limit that the node holds.
 	Limit string
 }
@@ -67,9 +68,10 @@ func DecodeAcquire(v any) (AcquireReply, error) {
 				return AcquireReply{Kind: Mismatch, Limit: limit}, nil
 			case code == -5 && len(v) == 2:
 				return AcquireReply{Kind: WriterWaits, Wait: time.Duration(n) * time.Millisecond}, nil
-			case code == -2 && len(v) == 3:
+			case code == -2 && len(v) == 4:
 				id, _ := v[2].(string)
-				return AcquireReply{Kind: Guarded, Wait: time.Duration(n) * time.Millisecond, StateID: id}, nil
+				mark, _ := v[3].(string)
+				return AcquireReply{Kind: Guarded, Wait: time.Duration(n) * time.Millisecond, StateID: id, Mark: mark}, nil
 			}
 		}
 	}
