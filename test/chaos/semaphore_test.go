@@ -49,7 +49,16 @@ func TestChaosSemaphoreRW(t *testing.T) {
 		assertFaulted(t, r.Faults)
 	})
 	t.Run("NaiveSemaphore", func(t *testing.T) {
-		r := RunPermits(t, rg, PermitOptions{Kind: NaiveKind, Limit: 3, Faults: ReplicatedFaults, PauseChildren: true, Duration: 4 * time.Second})
+		// The excess needs a fault at the right moment, which a 4 s run
+		// does not always bring: up to three runs, until one shows it.
+		var r *PermitResult
+		for try := range 3 {
+			r = RunPermits(t, rg, PermitOptions{Kind: NaiveKind, Limit: 3, Faults: ReplicatedFaults, PauseChildren: true, Duration: 4 * time.Second})
+			if len(r.Report.Crowds) > 0 {
+				break
+			}
+			t.Logf("chaos: run %d of the naive semaphore found no excess", try+1)
+		}
 		assert.NotEmpty(t, r.Report.Crowds, "the check must find more than 3 holders at once")
 		assert.Greater(t, r.MostAtOnce, 3)
 	})
