@@ -85,11 +85,11 @@ layer-late|-DC=3 -DSPLIT=1 -DLATE|ok||layer.pml
 # deployment's three rounds with a crash: 43 million states, 8.8 GB, run
 # with MODEL_MEM_MB=12000, docs/SAFETY.md): run by name only.
 EXTRA=" crash-delayed failover-delayed handoff fence fence-failover fresh-crash layer-sem-all layer-rw3-all layer-late "
-# Runs whose search takes long enough to pay for gcc -O2 (about 20 s to
-# build against 3 s at -O0, for a search about twice as fast); the others'
-# verifiers are built with -O0, since building took most of make model's
-# time.
-HEAVY=" mutex-delayed ctl-nomark crash-delayed failover-delayed handoff fence fence-crash fence-failover extend-crash fresh fresh-crash failover extend layer-sem-all layer-rw3-all layer-late "
+# Runs whose search takes long enough to pay for gcc -O2 (about 7 s to
+# build against under 1 s at -O0, for a search about twice as fast), the
+# longest first: they start first (below). The others' verifiers are
+# built with -O0.
+HEAVY=" ctl-nomark fresh mutex-delayed fence-crash extend-crash failover extend fence-failover fresh-crash handoff crash-delayed failover-delayed fence layer-sem-all layer-rw3-all layer-late "
 declare -A TEXT=([exclusive]='ul[jj]>0' [fence]='fence[c]>maxFence' [orphan]='buriedAt[tt]' [lockout]='everState' [live]='acceptance cycle'
   [bound]='inside<=lowest' [rw]='inside==1')
 
@@ -117,34 +117,23 @@ flags() {
 }
 # opt: gcc's optimisation level for a run's verifier.
 opt() { if [[ "$HEAVY" == *" $1 "* ]]; then echo -O2; else echo -O0; fi; }
-# Two workers build the verifiers (gcc takes longer than most searches)
-# while the runs go one at a time, each once its verifier is built.
-build() {
-  local k
-  for ((k = $1; k < ${#sel[@]}; k += 2)); do
-    IFS='|' read -r name defs expect search model <<< "${sel[$k]}"
-    IFS='|' read -r cflags run <<< "$(flags "$name" "$defs" "$expect" "$search")"
-    mkdir -p "$work/$name"; cp ./*.pml "$work/$name"/
-    ( cd "$work/$name" && spin $defs -a "$model" >/dev/null && gcc "$(opt "$name")" $cflags -DMEMLIM="$MEM" -o pan pan.c 2>/dev/null
-      touch built )
-  done
-}
-build 0 & build 1 &
-for entry in "${sel[@]}"; do
-  IFS='|' read -r name defs expect search model <<< "$entry"
+
+# one: builds a run's verifier, runs it and judges its output; prints the
+# run's line to $work/NAME/line and leaves $work/NAME/failed when it fails.
+one() {
+  local name=$1 defs=$2 expect=$3 search=$4 model=$5 cflags run dir out start ms errs secs states depth mem found replay len
   IFS='|' read -r cflags run <<< "$(flags "$name" "$defs" "$expect" "$search")"
-  dir="$work/$name"
-  while [ ! -e "$dir/built" ]; do sleep 0.2; done
-  if [ ! -x "$dir/pan" ]; then
-    printf '%-16s FAIL  the verifier did not build (%s)\n' "$name" "$defs"; fail=1; continue
+  dir="$work/$name"; out="$dir/out.txt"
+  mkdir -p "$dir"; cp ./*.pml "$dir"/
+  cd "$dir"
+  if ! { spin $defs -a "$model" >/dev/null && gcc "$(opt "$name")" $cflags -DMEMLIM="$MEM" -o pan pan.c 2>/dev/null; }; then
+    printf '%-16s FAIL  the verifier did not build (%s)\n' "$name" "$defs" > line; touch failed; return
   fi
-  ( cd "$dir"
-    start=$(date +%s%N)
-    $run > out.txt 2>&1 || true
-    ms=$(( ($(date +%s%N) - start) / 1000000 ))
-    printf '%s %d.%d\n' "$(grep -o 'errors: [0-9]*' out.txt | head -1)" $((ms / 1000)) $((ms % 1000 / 100)) > res.txt )
-  out="$dir/out.txt"
-  errs=$(awk '{print $2}' "$dir/res.txt"); secs=$(awk '{print $3}' "$dir/res.txt")
+  start=$(date +%s%N)
+  $run > out.txt 2>&1 || true
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  errs=$(grep -o 'errors: [0-9]*' out.txt | head -1 | awk '{print $2}')
+  secs=$((ms / 1000)).$((ms % 1000 / 100))
   states=$(grep -o '[0-9.e+]* states, stored' "$out" | awk '{print $1}')
   depth=$(grep -o 'depth reached [0-9]*' "$out" | awk '{print $3}')
   mem=$(grep 'total actual memory usage' "$out" | awk '{print $1}')
@@ -152,29 +141,52 @@ for entry in "${sel[@]}"; do
   found=0
   [ "$expect" != ok ] && [ "$errs" != 0 ] && grep -qF "${TEXT[$expect]}" "$out" && found=1
   if [ $found = 0 ] && grep -q 'max search depth too small' "$out"; then
-    printf '%-16s FAIL  search truncated at depth %s (%s)\n' "$name" "$(grep -o '\-m[0-9]*' <<< "$run" | cut -c3-)" "$defs"; fail=1; continue
+    printf '%-16s FAIL  search truncated at depth %s (%s)\n' "$name" "$(grep -o '\-m[0-9]*' <<< "$run" | cut -c3-)" "$defs" > line; touch failed; return
   fi
   if grep -q 'out of memory\|reached -DMEMLIM' "$out"; then
-    printf '%-16s FAIL  memory limit of %s MB reached after %s states (%s)\n' "$name" "$MEM" "$states" "$defs"; fail=1; continue
+    printf '%-16s FAIL  memory limit of %s MB reached after %s states (%s)\n' "$name" "$MEM" "$states" "$defs" > line; touch failed; return
   fi
   if [ "$expect" = ok ]; then
     if [ "$errs" = 0 ]; then
-      printf '%-16s ok    %s states, depth %s, %s MB, %ss (%s)\n' "$name" "$states" "$depth" "$mem" "$secs" "$defs"
+      printf '%-16s ok    %s states, depth %s, %s MB, %ss (%s)\n' "$name" "$states" "$depth" "$mem" "$secs" "$defs" > line
     else
-      printf '%-16s FAIL  %s\n' "$name" "$(grep -m1 'violated\|error' "$out")"; fail=1
-      cp "$dir/$model.trail" "./$name.trail" 2>/dev/null || true
+      printf '%-16s FAIL  %s\n' "$name" "$(grep -m1 'violated\|error' "$out")" > line; touch failed
+      cp "$model.trail" "$here/$name.trail" 2>/dev/null || true
     fi
+  elif [ $found = 1 ]; then
+    # spin -t does not run embedded C (SYMMETRY's canonical states): pan -r does.
+    if [[ "$defs" == *SYMMETRY* ]]; then replay="./pan -r"; else replay="spin -t $defs $model"; fi
+    len=$($replay 2>/dev/null | grep -c 'MSC:' || true)
+    printf '%-16s ok    counterexample to %s: %s steps, %s printed events, after %s states, %ss (%s)\n' \
+      "$name" "$expect" "$(grep -o 'at depth [0-9]*' "$out" | awk '{print $3}')" "$len" "$states" "$secs" "$defs" > line
   else
-    if [ $found = 1 ]; then
-      # spin -t does not run embedded C (SYMMETRY's canonical states): pan -r does.
-      if [[ "$defs" == *SYMMETRY* ]]; then replay="./pan -r"; else replay="spin -t $defs $model"; fi
-      len=$(cd "$dir" && $replay 2>/dev/null | grep -c 'MSC:' || true)
-      printf '%-16s ok    counterexample to %s: %s steps, %s printed events, after %s states, %ss (%s)\n' \
-        "$name" "$expect" "$(grep -o 'at depth [0-9]*' "$out" | awk '{print $3}')" "$len" "$states" "$secs" "$defs"
-    else
-      printf '%-16s FAIL  the control found no violation of %s (%s states, %s)\n' "$name" "$expect" "$states" "$defs"; fail=1
-    fi
+    printf '%-16s FAIL  the control found no violation of %s (%s states, %s)\n' "$name" "$expect" "$states" "$defs" > line; touch failed
   fi
+}
+
+# The runs go JOBS at a time (default: one a core), each building its own
+# verifier, the HEAVY ones first and in the order of that list, so that
+# the short runs fill the cores while the last long ones finish. Each
+# run's line is printed when it ends, and all of them again in the
+# table's order at the end.
+here=$PWD
+JOBS=${MODEL_JOBS:-$(nproc)}
+order=()
+for h in $HEAVY; do
+  for entry in "${sel[@]}"; do [ "${entry%%|*}" = "$h" ] && order+=("$entry"); done
+done
+for entry in "${sel[@]}"; do [[ "$HEAVY" == *" ${entry%%|*} "* ]] || order+=("$entry"); done
+began=$(date +%s)
+for entry in "${order[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+  IFS='|' read -r name defs expect search model <<< "$entry"
+  ( one "$name" "$defs" "$expect" "$search" "$model"; cat "$work/$name/line" ) &
 done
 wait
+echo "--- every run, in the table's order ($(( $(date +%s) - began )) s, $JOBS at a time):"
+for entry in "${sel[@]}"; do
+  name=${entry%%|*}
+  cat "$work/$name/line"
+  [ -e "$work/$name/failed" ] && fail=1
+done
 exit $fail
