@@ -216,23 +216,89 @@
  * by when they happen are one state, and time need not be bounded. */
 byte key[N], kl[N];
 bit mark[N];
-bit st[N];
-byte g[N], sid[N], f[N], rr[N], rid[N];
-short mk[N], pmk[N];      /* the guarded state's mark (v), 0 none */
-byte newId = 100;         /* replication IDs, apart from tokens */
+/* Variables that a configuration never changes (or, the replica's copy
+ * without FAILOVER, changes but never reads) are left out of the stored
+ * state: spin's hidden. Each group names the defines that may change
+ * it; without them its variables keep their initial values, so a state
+ * is the same with or without them. KEEPALL keeps every variable in;
+ * with it CONSTCHECK (constant.pml) checks at every step that each
+ * group the configuration hides still has its initial values: the runs
+ * named const-* in check.sh, which also store as many states as the
+ * runs with the groups hidden (docs/SAFETY.md). spin hides no bit:
+ * hidden bits are bytes. */
+#if defined(FAILOVER)
+#define HIDE_REPLICA 0
+#else
+#define HIDE_REPLICA 1
+#endif
+#if defined(FRESH)
+#define HIDE_FRESHV 0
+#else
+#define HIDE_FRESHV 1
+#endif
+#if defined(CRASH) || defined(FAILOVER) || defined(FRESH) || defined(FENCING)
+#define HIDE_SERVER 0
+#else
+#define HIDE_SERVER 1
+#endif
+#if defined(FENCING)
+#define HIDE_FENCEV 0
+#else
+#define HIDE_FENCEV 1
+#endif
+#if defined(FENCING) || defined(EXTEND)
+#define HIDE_XV 0
+#else
+#define HIDE_XV 1
+#endif
+#if HIDE_REPLICA && !defined(KEEPALL)
+#define REPLICA hidden
+#else
+#define REPLICA
+#endif
+#if HIDE_FRESHV && !defined(KEEPALL)
+#define FRESHV hidden
+#else
+#define FRESHV
+#endif
+#if HIDE_SERVER && !defined(KEEPALL)
+#define SERVER hidden
+#else
+#define SERVER
+#endif
+#if HIDE_FENCEV && !defined(KEEPALL)
+#define FENCEV hidden
+#else
+#define FENCEV
+#endif
+#if HIDE_XV && !defined(KEEPALL)
+#define XV hidden
+#else
+#define XV
+#endif
+SERVER byte st[N];            /* a bit */
+SERVER byte g[N], sid[N], f[N], rr[N], rid[N];
+FRESHV short mk[N];          /* the guarded state's mark (v), 0 none */
+SERVER byte newId = 100;           /* replication IDs, apart from tokens */
 /* The replica's copy of node i, as of its last replication. */
-byte pkey[N], pkl[N], pg[N], psid[N], pf[N], prr[N];
-bit pmark[N], pst[N];
-byte faults;
+REPLICA byte pkey[N], pkl[N], pg[N], psid[N], pf[N], prr[N];
+REPLICA byte pmark[N], pst[N]; /* bits */
+REPLICA byte ptomb[N];
+REPLICA short pmk[N];
+SERVER byte faults;
 
 /* Client c: rl, the validity its round would have if decided now
  * (T - elapsed - ALLOW, in ticks, 0 when spent); ul, the ticks left of its
  * lock's validity (Until); xl, rl for its extend. */
-byte rnd[C], tok[C], rl[C], ul[C], xl[C], phase[C], fence[C], seq[C];
-byte estRound[C];         /* the round that establishes, or NONE */
-byte markRound[C];        /* the round that marks, or NONE */
-short hsh[C];             /* the mark of the ids its first round saw */
-bit inService[C], extended[C], wrote[C], checked[C];
+byte rnd[C], tok[C], rl[C], ul[C], phase[C];
+XV byte xl[C];
+FENCEV byte fence[C], seq[C];
+FRESHV byte estRound[C];   /* the round that establishes, or NONE */
+FRESHV byte markRound[C];  /* the round that marks, or NONE */
+FRESHV short hsh[C];       /* the mark of the ids its first round saw */
+FRESHV byte inService[C];  /* a bit */
+XV byte extended[C];       /* a bit */
+FENCEV byte wrote[C], checked[C]; /* bits */
 byte mh[C];               /* bit j: node j may hold the round's token */
 
 /* In flight between client c and node i (index c*N+i): acquires by round
@@ -244,14 +310,16 @@ byte mh[C];               /* bit j: node j may hold the round's token */
 #else
 #define RBITS byte
 #endif
-byte acq[C*N], xreq[C*N];
+byte acq[C*N];
+XV byte xreq[C*N];
 RBITS rel[C*N];
-byte rep[C*N], repv[C*N], xrep[C*N];
-byte conn[C*N];           /* replication ID that the connection checked */
-byte estId[C*N];          /* the guarded state's id that rounds markRound
-                           * and estRound ask for */
-short repm[C*N];          /* a guarded reply's mark */
-byte tomb[N], ptomb[N];   /* tombstones: bit t, token t's */
+byte rep[C*N], repv[C*N];
+XV byte xrep[C*N];
+byte conn[C*N];                    /* replication ID that the connection checked */
+FRESHV byte estId[C*N];    /* the guarded state's id that rounds markRound
+                            * and estRound ask for */
+FRESHV short repm[C*N];    /* a guarded reply's mark */
+byte tomb[N];             /* tombstones: bit t, token t's */
 #ifdef ORPHAN
 byte tl[N*TK];            /* ticks left to tombstone t on node i: [i*TK+t] */
 /* buriedAt[t], bit i: a release of t met no holder on node i, where it
@@ -287,19 +355,26 @@ byte al[C*N];             /* ticks before the acquire in flight is dropped */
 byte jj, nn, mm, kk, hh, tt, vv, kd, gdd, kp, rb;
 RBITS bb;
 #define CLEAN_SCRATCH jj = 0; nn = 0; mm = 0; kk = 0; hh = 0; tt = 0; vv = 0; kd = 0; gdd = 0; kp = 0; bb = 0; rb = 0
-/* With SYMMETRY a step ends with the state made canonical (symmetry.pml). */
-#ifdef SYMMETRY
-#define CLEAN CLEAN_SCRATCH; CANON
+/* With CONSTCHECK a step ends with constant.pml's check, and with
+ * SYMMETRY with the state made canonical (symmetry.pml). */
+#ifdef CONSTCHECK
+#define CLEAN_STEP CLEAN_SCRATCH; CONST_STEP
 #else
-#define CLEAN CLEAN_SCRATCH
+#define CLEAN_STEP CLEAN_SCRATCH
+#endif
+#ifdef SYMMETRY
+#define CLEAN CLEAN_STEP; CANON
+#else
+#define CLEAN CLEAN_STEP
 #endif
 
 /* The resource that refuses lower fences, and the record of holders. */
-byte resMax, resSeq, seqs, maxFence;
+FENCEV byte resMax, resSeq, seqs, maxFence;
 
 #include "handoff.pml"
 #include "live.pml"
 #include "symmetry.pml"
+#include "constant.pml"
 
 /* exclusive is asserted whenever client c's validity begins or moves:
  * no other client is inside its validity. */

@@ -23,26 +23,26 @@
 c_code {
 /* The state is read into one flat record per node and per client. A
  * node's record holds everything that names it: its own variables
- * (mark st key kl g sid f rr rid pkey pkl pg tomb line0 line1), then for
- * each client the requests and replies between the two (acq rel xreq rep
- * repv xrep conn estId ann) and the node's bit in the client's masks (mh
- * handed). A client's record holds the rest of it (inService byHand rnd
- * tok rl ul xl phase fence estRound). Nodes with equal records are
- * interchangeable. */
-#define SYM_NF 15
-#define SYM_PF 11
+ * (mark key kl tomb line0 line1), then for each client the requests and
+ * replies between the two (acq rel rep repv conn ann) and the node's bit in
+ * the client's masks (mh handed). A client's record holds the rest of it
+ * (byHand rnd tok rl ul phase). Nodes with equal records are
+ * interchangeable. The variables of redlock.pml's HIDE_* groups are left
+ * out: without faults, FRESH, FENCING or EXTEND they are hidden, and keep
+ * one value on every node and for every client. */
+#define SYM_NF 6
+#define SYM_PF 8
 #define SYM_NK (SYM_NF + C * SYM_PF)
-#define SYM_CF 10
+#define SYM_CF 6
 #define SYM_LEN (N * SYM_NK + C * SYM_CF)
-/* Token-valued places: in a node's own part, key pkey line0 line1 (and
- * tomb, a set of tokens); in a column, ann; in a client's record, tok. */
-#define SYM_KEY 2
-#define SYM_PKEY 9
-#define SYM_TOMB 12
-#define SYM_LINE0 13
-#define SYM_LINE1 14
-#define SYM_ANN 8
-#define SYM_TOK 3
+/* Token-valued places: in a node's own part, key line0 line1 (and tomb,
+ * a set of tokens); in a column, ann; in a client's record, tok. */
+#define SYM_KEY 1
+#define SYM_TOMB 3
+#define SYM_LINE0 4
+#define SYM_LINE1 5
+#define SYM_ANN 5
+#define SYM_TOK 2
 
 /* The orders of the clients: every one, or with LATE3 (whose third
  * client waits for the second) the identity only. sg[c]: client c's new
@@ -105,22 +105,18 @@ symCanon(void)
           now.tomb[i] &= ~(1 << (c * R + j + 1));
   for (i = 0; i < N; i++) {
     uchar *n = node[i];
-    n[0] = now.mark[i]; n[1] = now.st[i]; n[2] = now.key[i]; n[3] = now.kl[i];
-    n[4] = now.g[i]; n[5] = now.sid[i]; n[6] = now.f[i]; n[7] = now.rr[i];
-    n[8] = now.rid[i]; n[9] = now.pkey[i]; n[10] = now.pkl[i]; n[11] = now.pg[i];
-    n[12] = now.tomb[i]; n[13] = now.line0[i]; n[14] = now.line1[i];
+    n[0] = now.mark[i]; n[1] = now.key[i]; n[2] = now.kl[i];
+    n[3] = now.tomb[i]; n[4] = now.line0[i]; n[5] = now.line1[i];
     for (c = 0; c < C; c++) {
       uchar *p = n + SYM_NF + c * SYM_PF; x = c * N + i;
-      p[0] = now.acq[x]; p[1] = now.rel[x]; p[2] = now.xreq[x]; p[3] = now.rep[x];
-      p[4] = now.repv[x]; p[5] = now.xrep[x]; p[6] = now.conn[x]; p[7] = now.estId[x];
-      p[8] = now.ann[x]; p[9] = (now.mh[c] >> i) & 1; p[10] = (now.handed[c] >> i) & 1;
+      p[0] = now.acq[x]; p[1] = now.rel[x]; p[2] = now.rep[x]; p[3] = now.repv[x];
+      p[4] = now.conn[x]; p[5] = now.ann[x]; p[6] = (now.mh[c] >> i) & 1; p[7] = (now.handed[c] >> i) & 1;
     }
   }
   for (c = 0; c < C; c++) {
     uchar *r = cli[c];
-    r[0] = now.inService[c]; r[1] = now.byHand[c]; r[2] = now.rnd[c]; r[3] = now.tok[c];
-    r[4] = now.rl[c]; r[5] = now.ul[c]; r[6] = now.xl[c]; r[7] = now.phase[c];
-    r[8] = now.fence[c]; r[9] = now.estRound[c];
+    r[0] = now.byHand[c]; r[1] = now.rnd[c]; r[2] = now.tok[c];
+    r[3] = now.rl[c]; r[4] = now.ul[c]; r[5] = now.phase[c];
   }
   /* The least, over the orders of the clients, of the records renamed
    * by it with the nodes then sorted. */
@@ -130,7 +126,7 @@ symCanon(void)
       uchar *o = cand + i * SYM_NK;
       const uchar *n = node[i];
       memcpy(o, n, SYM_NF);
-      o[SYM_KEY] = tk[n[SYM_KEY]]; o[SYM_PKEY] = tk[n[SYM_PKEY]];
+      o[SYM_KEY] = tk[n[SYM_KEY]];
       o[SYM_TOMB] = symTombTab[k][n[SYM_TOMB]];
       o[SYM_LINE0] = tk[n[SYM_LINE0]]; o[SYM_LINE1] = tk[n[SYM_LINE1]];
       for (c = 0; c < C; c++) {
@@ -157,22 +153,18 @@ symCanon(void)
   for (c = 0; c < C; c++) { now.mh[c] = 0; now.handed[c] = 0; }
   for (i = 0; i < N; i++) {
     const uchar *n = best + i * SYM_NK;
-    now.mark[i] = n[0]; now.st[i] = n[1]; now.key[i] = n[2]; now.kl[i] = n[3];
-    now.g[i] = n[4]; now.sid[i] = n[5]; now.f[i] = n[6]; now.rr[i] = n[7];
-    now.rid[i] = n[8]; now.pkey[i] = n[9]; now.pkl[i] = n[10]; now.pg[i] = n[11];
-    now.tomb[i] = n[12]; now.line0[i] = n[13]; now.line1[i] = n[14];
+    now.mark[i] = n[0]; now.key[i] = n[1]; now.kl[i] = n[2];
+    now.tomb[i] = n[3]; now.line0[i] = n[4]; now.line1[i] = n[5];
     for (c = 0; c < C; c++) {
       const uchar *p = n + SYM_NF + c * SYM_PF; x = c * N + i;
-      now.acq[x] = p[0]; now.rel[x] = p[1]; now.xreq[x] = p[2]; now.rep[x] = p[3];
-      now.repv[x] = p[4]; now.xrep[x] = p[5]; now.conn[x] = p[6]; now.estId[x] = p[7];
-      now.ann[x] = p[8]; now.mh[c] |= p[9] << i; now.handed[c] |= p[10] << i;
+      now.acq[x] = p[0]; now.rel[x] = p[1]; now.rep[x] = p[2]; now.repv[x] = p[3];
+      now.conn[x] = p[4]; now.ann[x] = p[5]; now.mh[c] |= p[6] << i; now.handed[c] |= p[7] << i;
     }
   }
   for (c = 0; c < C; c++) {
     const uchar *r = best + N * SYM_NK + c * SYM_CF;
-    now.inService[c] = r[0]; now.byHand[c] = r[1]; now.rnd[c] = r[2]; now.tok[c] = r[3];
-    now.rl[c] = r[4]; now.ul[c] = r[5]; now.xl[c] = r[6]; now.phase[c] = r[7];
-    now.fence[c] = r[8]; now.estRound[c] = r[9];
+    now.byHand[c] = r[0]; now.rnd[c] = r[1]; now.tok[c] = r[2];
+    now.rl[c] = r[3]; now.ul[c] = r[4]; now.phase[c] = r[5];
   }
 }
 }
