@@ -12,7 +12,10 @@
 # counterexample's events. A liveness run ("live" in the last column) is
 # a depth-first search for acceptance cycles under weak fairness (pan -a
 # -f) against the model's ltl formula; its control must end with an
-# acceptance cycle.
+# acceptance cycle. A const-NAME run keeps the variables that NAME hides
+# and checks that they never change (constant.pml); it must store as
+# many states as NAME. The runs go two at a time (MODEL_JOBS), the
+# longest first.
 # Usage: model/check.sh [name ...]   (default: every run but the EXTRA ones)
 # MODEL_MEM_MB bounds each run's memory (default 6000); MODEL_COLLAPSE=1
 # compresses the stored states of the properties' runs (slower, smaller).
@@ -84,14 +87,10 @@ layer-sem-all|-DC=3 -DCRASH|ok||layer.pml
 layer-rw3-all|-DC=3 -DRW -DCRASH|ok||layer.pml
 layer-late|-DC=3 -DSPLIT=1 -DLATE|ok||layer.pml
 '
-# Runs that do not finish within the memory and time budget of `make
-# model` (failover-delayed: a further cross-check of the eager releases,
-# 37 million states; handoff: see docs/SAFETY.md, "What the model does not
-# check yet"; fence-failover: more than 35 million states, above 8 GB
-# even with MODEL_COLLAPSE=1; fresh-crash: the new deployment's three
-# rounds with a crash, 43 million states, 8.8 GB, run with
-# MODEL_MEM_MB=12000), or that another run covers (fence: fence-crash,
-# whose crash may not happen): run by name only.
+# Runs beyond the time or the memory of `make model`, run by name only
+# with a larger MODEL_MEM_MB (docs/SAFETY.md): handoff (3 clients, 58
+# million states, 10.9 GB), fresh-crash (43 million, 8.8 GB),
+# failover-delayed (37 million, 7.4 GB) and fence-failover.
 EXTRA=" failover-delayed handoff fence-failover fresh-crash "
 # Runs whose search takes long enough to pay for gcc -O2 (about 7 s to
 # build against under 1 s at -O0, for a search about twice as fast), the

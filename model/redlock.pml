@@ -47,7 +47,7 @@
  * checks that the lock stays within reach (a liveness formula, argued
  * there).
  *
- * Two reductions keep the search within make model's budget.
+ * Three reductions keep the search within make model's budget.
  *
  * Releases are delivered when sent (EAGER_BIT), except an unlock's and a
  * stray hand value's with HANDOFF, and every one with DELAYED. A release
@@ -70,8 +70,8 @@
  * matters to the handoff's validity: those stay in flight. A refusal can
  * still change what follows (the refused round fails and releases its
  * other nodes), so this is an argument, not a proof; it is
- * cross-checked: with DELAYED, mutex-delayed (in make model),
- * crash-delayed and failover-delayed (by name) find no error either, and
+ * cross-checked: with DELAYED, mutex-delayed and crash-delayed (in make
+ * model) and failover-delayed (by name) find no error either, and
  * every control fires with the eager releases.
  *
  * Only node 0 crashes or fails over (FAULTY; ALLFAULTY lets any). The
@@ -81,6 +81,13 @@
  * run in which node k fails maps to one in which node 0 does by swapping
  * the two nodes' indices. The replica's copy is cleared once the last
  * fault has happened: it is never read again.
+ *
+ * The variables a configuration never changes (the HIDE_* groups below)
+ * are hidden: left out of the stored state. A hidden variable is not
+ * restored when the search backs up, which changes nothing for one that
+ * keeps its first value in every reachable state, or that is never read;
+ * and a state with it is the same state without it. The const-* runs
+ * check the first with KEEPALL and CONSTCHECK, and store as many states.
  *
  * SYMMETRY (the handoff's runs, symmetry.pml): each step ends by
  * replacing the state with a canonical one, which spin stores instead.
