@@ -141,11 +141,11 @@ one() {
   start=$(date +%s%N)
   $run > out.txt 2>&1 || true
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
-  errs=$(grep -o 'errors: [0-9]*' out.txt | head -1 | awk '{print $2}')
+  errs=$(grep -o 'errors: [0-9]*' out.txt | head -1 | awk '{print $2}' || true)
   secs=$((ms / 1000)).$((ms % 1000 / 100))
-  states=$(grep -o '[0-9.e+]* states, stored' "$out" | awk '{print $1}')
-  depth=$(grep -o 'depth reached [0-9]*' "$out" | awk '{print $3}')
-  mem=$(grep 'total actual memory usage' "$out" | awk '{print $1}')
+  states=$(grep -o '[0-9.e+]* states, stored' "$out" | awk '{print $1}' || true)
+  depth=$(grep -o 'depth reached [0-9]*' "$out" | awk '{print $3}' || true)
+  mem=$(grep 'total actual memory usage' "$out" | awk '{print $1}' || true)
   # A counterexample found is one, even in a truncated search.
   found=0
   [ "$expect" != ok ] && [ "$errs" != 0 ] && grep -qF "${TEXT[$expect]}" "$out" && found=1
@@ -195,6 +195,10 @@ wait
 echo "--- every run, in the table's order ($(( $(date +%s) - began )) s, $JOBS at a time):"
 for entry in "${sel[@]}"; do
   name=${entry%%|*}
+  if [ ! -e "$work/$name/line" ]; then
+    cp "$work/$name/out.txt" "./$name.out" 2>/dev/null || true
+    printf '%-16s FAIL  the run ended without a verdict (pan'"'"'s output: model/%s.out)\n' "$name" "$name"; fail=1; continue
+  fi
   cat "$work/$name/line"
   [ -e "$work/$name/failed" ] && fail=1
 done
