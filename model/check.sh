@@ -63,6 +63,11 @@ ctl-live|-DT=2 -DLIVE -DNOCLEANUP|live|live
 failover-delayed|-DT=2 -DFAILOVER -DDELAYED|ok
 handoff|-DT=2 -DHANDOFF -DC=3 -DSYMMETRY|ok
 handoff2|-DT=2 -DHANDOFF -DC=2 -DSYMMETRY|ok
+mutex5|-DT=2 -DN=5 -DSYMMETRY|ok
+loss5|-DT=2 -DN=5 -DLOSS -DSYMMETRY|ok
+timeouts5|-DT=2 -DN=5 -DTIMEOUTS -DSYMMETRY|ok
+ctl-minority5|-DT=2 -DN=5 -DMINORITY -DSYMMETRY|exclusive|dfs
+ctl-nodrift5|-DT=2 -DN=5 -DNODRIFT -DSYMMETRY|exclusive|dfs
 const-mutex|-DT=2 -DKEEPALL -DCONSTCHECK|ok
 const-crash|-DT=2 -DCRASH -DKEEPALL -DCONSTCHECK|ok
 const-failover|-DT=2 -DFAILOVER -DKEEPALL -DCONSTCHECK|ok
@@ -89,14 +94,15 @@ layer-late|-DC=3 -DSPLIT=1 -DLATE|ok||layer.pml
 '
 # Runs beyond the time or the memory of `make model`, run by name only
 # with a larger MODEL_MEM_MB (docs/SAFETY.md): handoff (3 clients, 58
-# million states, 10.9 GB), fresh-crash (43 million, 8.8 GB),
-# failover-delayed (37 million, 7.4 GB) and fence-failover.
-EXTRA=" failover-delayed handoff fence-failover fresh-crash "
+# million states, 9.4 GB), fresh-crash (43 million, 7.8 GB),
+# failover-delayed (37 million, 6.5 GB), fence-failover (36 million,
+# 7.5 GB) and timeouts5 (5 nodes, 16 million states, 2.8 GB, 82 s).
+EXTRA=" failover-delayed handoff fence-failover fresh-crash timeouts5 "
 # Runs whose search takes long enough to pay for gcc -O2 (about 7 s to
 # build against under 1 s at -O0, for a search about twice as fast), the
 # longest first: they start first (below). The others' verifiers are
 # built with -O0.
-HEAVY=" ctl-nomark crash-delayed fresh mutex-delayed fence-crash extend-crash layer-sem-all layer-rw3-all failover extend layer-late fence-failover fresh-crash handoff failover-delayed fence "
+HEAVY=" ctl-nomark crash-delayed fresh mutex-delayed fence-crash ctl-minority5 extend-crash loss5 layer-sem-all layer-rw3-all failover extend layer-late ctl-nodrift5 mutex5 fence-failover fresh-crash handoff failover-delayed timeouts5 fence "
 declare -A TEXT=([exclusive]='ul[jj]>0' [fence]='fence[c]>maxFence' [orphan]='buriedAt[tt]' [lockout]='everState' [live]='acceptance cycle'
   [bound]='inside<=lowest' [rw]='inside==1')
 

@@ -89,7 +89,8 @@
  * and a state with it is the same state without it. The const-* runs
  * check the first with KEEPALL and CONSTCHECK, and store as many states.
  *
- * SYMMETRY (the handoff's runs, symmetry.pml): each step ends by
+ * SYMMETRY (runs without faults: the handoff's, and those with 5 nodes;
+ * symmetry.pml): each step ends by
  * replacing the state with a canonical one, which spin stores instead.
  * That is sound when the canonical state reaches the same states, up to
  * renaming, as the state it replaces, and the property does not see the
@@ -124,8 +125,11 @@
  *   variables, every client's messages to and from them, their bits in
  *   every client's masks), so that nodes with equal records are
  *   interchangeable: one state per class.
- * The control ctl-handsym (HANDNOW LATE3 with SYMMETRY) finds its
- * counterexample in the reduced space too. spin -t does not run the
+ *   Without HANDOFF only the nodes are renamed and no value is cleared
+ *   (mh, for one, is read by the unlock, which releases only the nodes
+ *   that may hold).
+ * The controls ctl-handsym (HANDNOW LATE3 with SYMMETRY), ctl-minority5
+ * and ctl-nodrift5 find their counterexamples in the reduced space too. spin -t does not run the
  * embedded C: ./pan -r replays a trail of a SYMMETRY run.
  */
 
