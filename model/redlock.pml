@@ -235,8 +235,9 @@ bit mark[N];
  * with it CONSTCHECK (constant.pml) checks at every step that each
  * group the configuration hides still has its initial values: the runs
  * named const-* in check.sh, which also store as many states as the
- * runs with the groups hidden (docs/SAFETY.md). spin hides no bit:
- * hidden bits are bytes. */
+ * runs with the groups hidden (docs/SAFETY.md). constant.pml lists
+ * each group's variables again: a variable given a group here goes into
+ * its list there. spin hides no bit: hidden bits are bytes. */
 #if defined(FAILOVER)
 #define HIDE_REPLICA 0
 #else
