@@ -159,6 +159,7 @@ func run(ctx context.Context) error {
 	holdBlocking := flag.Bool("hold-blocking", false, "diagnostic: the hot-key and shared-key holders block their thread in the kernel (nanosleep) for their 1 ms instead of sleeping on a Go timer, which waits in whole milliseconds once the process is woken during the sleep (see loadtest.Scenario.HoldBlocking)")
 	election := flag.Int("election", 0, "instead of the scenarios: measure this many election failovers after a resign and as many after the leader's process died (see election.go)")
 	electionTTL := flag.Duration("election-ttl", time.Second, "the leadership's TTL for --election")
+	commands := flag.Bool("commands", false, "count the commands the nodes run per operation, by name (INFO commandstats, reset at each measured phase), and print them under the table")
 	instr := flag.Int("node-instructions", 0, "instead of the scenarios: count the instructions one redis-server runs per lock+unlock, over this many operations, under valgrind's callgrind (see instr.go)")
 	flag.Parse()
 	partial := *only != "" || *implName != ""
@@ -236,7 +237,7 @@ func run(ctx context.Context) error {
 			}
 		}()
 	}
-	runner := &loadtest.Runner{Progress: os.Stderr, MeasureAllocs: true, NodePIDs: srv.PIDs(),
+	runner := &loadtest.Runner{Progress: os.Stderr, MeasureAllocs: true, NodePIDs: srv.PIDs(), CountCommands: *commands,
 		Spawn: func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, os.Args[0]) }}
 	var results []loadtest.Result
 	for _, sc := range scenarios {
@@ -268,6 +269,13 @@ func run(ctx context.Context) error {
 		return err
 	}
 	fmt.Println()
+	if *commands {
+		fmt.Println("Commands per operation, summed over the nodes (server µs per call):")
+		for _, r := range results {
+			fmt.Printf("  %s, %s: %v\n", r.Impl, r.Title, r.Commands)
+		}
+		fmt.Println()
+	}
 	var table strings.Builder
 	if len(impls) >= 2 { // each figure of the others against the first
 		var ours []string

@@ -180,7 +180,10 @@ func (c *Client) Close() error {
 }
 
 // TryLock makes exactly one attempt to lock key for ttl on a quorum of nodes
-// and returns the held [Lock], or an error.
+// and returns the held [Lock], or an error. ctx bounds the wait for the
+// quorum, not the node calls: those still outstanding when TryLock
+// returns run to Options.NodeTimeout, so cancelling ctx once it has
+// returned leaves the lock on every node that answers.
 //
 // On failure every node that granted the lock, or whose answer did not come,
 // is sent a token-guarded release, after its answer (or its timeout) for

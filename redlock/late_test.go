@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -228,4 +229,52 @@ func TestLateAcquiresTwoTombstones(t *testing.T) {
 	before := r.calls(t)
 	r.landed(t, before, 2)
 	r.leftFree(t)
+}
+
+// TestLockCancelledOnReturn: a caller that cancels its context as soon as
+// Lock has returned (the usual defer cancel()) leaves the lock on every
+// node, the slow one included. Its acquire there, still queued behind the
+// previous lock's when the round was decided, is sent all the same: the
+// round's calls do not end with the caller's context.
+func TestLockCancelledOnReturn(t *testing.T) {
+	leakcheck.Check(t)
+	s := redisproc.StartT(t, 5)
+	p, err := faultproxy.NewProxy(s.Addrs[4])
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	addrs := append(append([]string(nil), s.Addrs[:4]...), p.Addr())
+	cl, err := Open(addrs, &Options{NodeTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cl.Close() })
+	ctx := t.Context()
+	warm, err := cl.Lock(ctx, "warm", 10*time.Second) // establishes the new deployment
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(ctx))
+	settle(cl)
+
+	p.SetLatency(3*time.Millisecond, 0) // within the batch window: the slow node's acquires queue
+	var locks []*Lock
+	for i := range 20 {
+		lctx, cancel := context.WithCancel(ctx)
+		l, err := cl.Lock(lctx, fmt.Sprintf("k%d", i), 10*time.Second)
+		cancel()
+		require.NoError(t, err)
+		locks = append(locks, l)
+	}
+	settle(cl)
+	for i, a := range s.Addrs {
+		admin := redis.NewClient(&redis.Options{Addr: a, Protocol: 2})
+		missing := 0
+		for _, l := range locks {
+			v, err := admin.Get(ctx, cl.cfg.prefix+l.Key()).Result()
+			if tok, _ := protocol.Holding(v); err != nil || tok != l.Token() {
+				missing++
+			}
+		}
+		_ = admin.Close()
+		assert.Zero(t, missing, "node %d does not hold %d of the %d locks", i, missing, len(locks))
+	}
+	for _, l := range locks {
+		require.NoError(t, l.Unlock(ctx))
+	}
 }

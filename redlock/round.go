@@ -103,7 +103,11 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	r.inherited = prev.Acquire
 	r.start = c.cfg.clock.Now()
 	r.callTimeout = c.callTimeout()
-	r.calls = c.life.workers.Start(ctx, len(c.nodes), r.callTimeout, timed(r.lat, r.acquireOn))
+	// The calls outlive ctx: a caller that cancels ctx once Lock has
+	// returned must not cancel the acquires still on their way to the
+	// slower nodes, which would leave the lock on fewer nodes and, where
+	// a cancelled acquire is in doubt, a tombstone from its release.
+	r.calls = c.life.workers.Start(detach(ctx), len(c.nodes), r.callTimeout, timed(r.lat, r.acquireOn))
 	ok, err := r.calls.Await(ctx, c.cfg.quorum)
 	if err == nil {
 		r.decide()
@@ -241,7 +245,7 @@ func (c *Client) writeFence(ctx context.Context, r *round) (*quorum.Round, int, 
 		hi = max(hi, r.replies[i].Fence)
 	}
 	r.fence = uint64(hi) + 1
-	w := c.life.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+	w := c.life.workers.Start(detach(ctx), len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error { // as the acquires
 		if !granted[i] {
 			return errSkipped
 		}

@@ -107,6 +107,11 @@ type Runner struct {
 	// measured phase and reports it per operation (Result.NodeCPU). The
 	// slow-node proxy runs in this process, not in theirs.
 	NodePIDs []int
+	// CountCommands counts the commands the nodes run during the measured
+	// phase, by name (Result.Commands): it resets their statistics at the
+	// phase's start (CONFIG RESETSTAT), so other users of the nodes see
+	// them cleared.
+	CountCommands bool
 }
 
 // Run measures impl in sc on the nodes at addrs. It returns an error only
@@ -114,6 +119,7 @@ type Runner struct {
 // CPU time of r.NodePIDs cannot be read; lock failures are counted in the
 // Result.
 func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string) (Result, error) {
+	nodes := addrs
 	addrs = slices.Clone(addrs)
 	if sc.Slow > 0 {
 		p, via, err := ProxyNode(addrs[0])
@@ -126,7 +132,7 @@ func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string
 	}
 	prefix := "bench:" + impl.Name + ":" + sc.ID + ":" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 	if sc.Procs {
-		res, err := r.runProcs(ctx, impl, sc, addrs, prefix)
+		res, err := r.runProcs(ctx, impl, sc, addrs, nodes, prefix)
 		res.Impl, res.Scenario, res.Title, res.Callers = impl.Name, sc.ID, sc.Title, sc.Callers
 		return res, err
 	}
@@ -161,6 +167,11 @@ func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string
 		runtime.GC()
 		runtime.ReadMemStats(&ms0)
 	}
+	if r.CountCommands {
+		if err := resetCommands(ctx, nodes); err != nil {
+			return Result{}, err
+		}
+	}
 	ticks0, err := nodeTicks(r.NodePIDs)
 	if err != nil {
 		return Result{}, err
@@ -168,6 +179,13 @@ func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string
 	stop := r.progress(impl.Name, sc)
 	res := run(ctx, lockers, sc, prefix, sc.Duration)
 	stop()
+	if r.CountCommands {
+		calls, usec, err := readCommands(ctx, nodes)
+		if err != nil {
+			return Result{}, err
+		}
+		res.Commands = newCommands(calls, usec, res.Ops)
+	}
 	ticks1, err := nodeTicks(r.NodePIDs)
 	if err != nil {
 		return Result{}, err

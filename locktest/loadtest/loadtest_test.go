@@ -143,3 +143,20 @@ func TestHoldFor(t *testing.T) {
 		}
 	}
 }
+
+// TestParseCommandStats: the calls and times of INFO commandstats, summed
+// over nodes, with a subcommand's name kept whole.
+func TestParseCommandStats(t *testing.T) {
+	calls, usec := map[string]int64{}, map[string]int64{}
+	node := "# Commandstats\r\ncmdstat_evalsha:calls=10,usec=250,usec_per_call=25.00,rejected_calls=0,failed_calls=0\r\ncmdstat_config|resetstat:calls=1,usec=3,usec_per_call=3.00,rejected_calls=0,failed_calls=0\r\n"
+	require.NoError(t, parseCommandStats(node, calls, usec))
+	require.NoError(t, parseCommandStats(node, calls, usec))
+	assert.Equal(t, map[string]int64{"evalsha": 20, "config|resetstat": 2}, calls)
+	assert.Equal(t, map[string]int64{"evalsha": 500, "config|resetstat": 6}, usec)
+	require.ErrorContains(t, parseCommandStats("cmdstat_get:calls=x,usec=1\r\n", calls, usec), "get")
+
+	c := mergeCommands([]*Commands{newCommands(map[string]int64{"get": 4}, map[string]int64{"get": 8}, 2), nil, newCommands(map[string]int64{"get": 2}, map[string]int64{"get": 4}, 2)})
+	assert.InDelta(t, 1.5, c.Per["get"], 1e-9)
+	assert.Equal(t, "get 1.50 (2.0 µs)", c.String())
+	assert.Nil(t, mergeCommands([]*Commands{nil}))
+}

@@ -69,7 +69,7 @@ func RunWorker(ctx context.Context, impl Impl, spec WorkerSpec) error {
 const procStartup = 2 * time.Second
 
 // runProcs runs sc with each caller in a worker process that r.Spawn makes.
-func (r *Runner) runProcs(ctx context.Context, impl Impl, sc Scenario, addrs []string, prefix string) (Result, error) {
+func (r *Runner) runProcs(ctx context.Context, impl Impl, sc Scenario, addrs, nodes []string, prefix string) (Result, error) {
 	if r.Spawn == nil {
 		return Result{}, errors.New("loadtest: scenario " + sc.ID + " runs callers in processes of their own, and the Runner has no Spawn")
 	}
@@ -98,6 +98,10 @@ func (r *Runner) runProcs(ctx context.Context, impl Impl, sc Scenario, addrs []s
 		}
 	}
 	cpu := r.nodeCPUBetween(ctx, start, deadline)
+	var counting chan commandsOrError
+	if r.CountCommands {
+		counting = commandsBetween(ctx, nodes, start, deadline)
+	}
 	stop := r.progress(impl.Name, sc)
 	var errs []error
 	callers := make([]caller, sc.Callers)
@@ -115,14 +119,48 @@ func (r *Runner) runProcs(ctx context.Context, impl Impl, sc Scenario, addrs []s
 	}
 	stop()
 	ticks := <-cpu
-	if err := errors.Join(append(errs, ticks.err)...); err != nil {
+	var counted commandsOrError
+	if counting != nil {
+		counted = <-counting
+	}
+	if err := errors.Join(append(errs, ticks.err, counted.err)...); err != nil {
 		return Result{}, fmt.Errorf("loadtest: %s in %s: %w", impl.Name, sc.ID, err)
 	}
 	res := gather(callers, sc, deadline.Sub(start))
 	if r.NodePIDs != nil {
 		res.NodeCPU = newNodeCPU(ticks.n, res.Ops)
 	}
+	if counting != nil {
+		res.Commands = newCommands(counted.calls, counted.usec, res.Ops)
+	}
 	return res, nil
+}
+
+// commandsOrError is what commandsBetween counted, or the error that
+// stopped it.
+type commandsOrError struct {
+	calls, usec map[string]int64
+	err         error
+}
+
+// commandsBetween resets the command statistics of the nodes at from and
+// reads them at to, and sends them on the returned channel (buffered).
+func commandsBetween(ctx context.Context, nodes []string, from, to time.Time) chan commandsOrError {
+	ch := make(chan commandsOrError, 1)
+	go func() {
+		var c commandsOrError
+		if c.err = sleepUntil(ctx, from); c.err == nil {
+			c.err = resetCommands(ctx, nodes)
+		}
+		if c.err == nil {
+			c.err = sleepUntil(ctx, to)
+		}
+		if c.err == nil {
+			c.calls, c.usec, c.err = readCommands(ctx, nodes)
+		}
+		ch <- c
+	}()
+	return ch
 }
 
 // ticksOrError is a count of clock ticks, or the error that stopped it.
@@ -152,12 +190,20 @@ func (r *Runner) nodeCPUBetween(ctx context.Context, from, to time.Time) <-chan 
 
 // sleepThenTicks waits until t, then returns the ticks of pids.
 func sleepThenTicks(ctx context.Context, t time.Time, pids []int) (int64, error) {
+	if err := sleepUntil(ctx, t); err != nil {
+		return 0, err
+	}
+	return nodeTicks(pids)
+}
+
+// sleepUntil waits until t, or until ctx ends.
+func sleepUntil(ctx context.Context, t time.Time) error {
 	timer := time.NewTimer(time.Until(t))
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-		return nodeTicks(pids)
+		return nil
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return ctx.Err()
 	}
 }

@@ -45,6 +45,9 @@ type Result struct {
 	// NodeCPU is the CPU time of the nodes' processes per operation, when
 	// the Runner knows them (Runner.NodePIDs); nil otherwise.
 	NodeCPU *NodeCPU `json:"node_cpu,omitempty"`
+	// Commands counts the commands the nodes ran, when the Runner counts
+	// them (Runner.CountCommands); nil otherwise.
+	Commands *Commands `json:"commands,omitempty"`
 
 	samples []time.Duration // sorted
 	gaps    []time.Duration // sorted
@@ -142,7 +145,9 @@ func Merge(rs []Result) Result {
 	m.Ops, m.Errors, m.Seconds, m.Overlaps = 0, 0, 0, 0
 	var allocs, bytes float64
 	var ticks int64
+	var cmds []*Commands
 	for _, r := range rs {
+		cmds = append(cmds, r.Commands)
 		if r.NodeCPU != nil {
 			ticks += r.NodeCPU.Ticks
 		}
@@ -182,5 +187,6 @@ func Merge(rs []Result) Result {
 	if m.NodeCPU != nil {
 		m.NodeCPU = newNodeCPU(ticks, m.Ops)
 	}
+	m.Commands = mergeCommands(cmds)
 	return m
 }
