@@ -117,23 +117,40 @@ func (b *bare) Lock(ctx context.Context, key string, ttl time.Duration) (loadtes
 		acquire = []any{"pipe", key, token, ttl.Milliseconds()}
 		release = b.proto.Release(protocol.Release{Keys: []string{key}, Token: token, TTL: ttl, Announce: true})
 	}
-	if err := b.round(ctx, acquire, 0); err != nil {
+	r, err := b.round(ctx, acquire, 0, nil)
+	if err != nil {
 		return nil, err
 	}
-	return bareUnlock{b, release}, nil
+	return bareUnlock{b, release, r}, nil
 }
 
 type bareUnlock struct {
-	b    *bare
-	args []any
+	b       *bare
+	args    []any
+	acquire *quorum.Round
 }
 
-func (u bareUnlock) Unlock(ctx context.Context) error { return u.b.round(ctx, u.args, 1) }
+func (u bareUnlock) Unlock(ctx context.Context) error {
+	_, err := u.b.round(ctx, u.args, 1, u.acquire)
+	return err
+}
 
 // round sends args to every node and returns once a majority has answered
-// want (a no-op round: anything).
-func (b *bare) round(ctx context.Context, args []any, want int64) error {
-	r := b.workers.Start(ctx, len(b.nodes), b.timeout, func(ctx context.Context, i int) error {
+// want (a no-op round: anything). As the library's rounds, its calls
+// outlive ctx, and, after an earlier round (the acquire of a release),
+// each node's call waits for that round's call to that node: otherwise a
+// release overtakes its acquire where that one is late, and the acquire
+// leaves a key (or, for our release script, a tombstone) behind, which a
+// later lock of the same key pays for.
+func (b *bare) round(ctx context.Context, args []any, want int64, after *quorum.Round) (*quorum.Round, error) {
+	r := b.workers.Start(context.WithoutCancel(ctx), len(b.nodes), b.timeout, func(ctx context.Context, i int) error {
+		if after != nil {
+			select {
+			case <-after.Done(i):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		if args == nil {
 			return noop.Run(ctx, b.nodes[i], nil).Err() // EVALSHA, EVAL on NOSCRIPT
 		}
@@ -167,5 +184,5 @@ func (b *bare) round(ctx context.Context, args []any, want int64) error {
 		return err
 	})
 	_, err := r.Await(ctx, len(b.nodes)/2+1)
-	return err // the other calls finish in the background; workers.Close waits for them
+	return r, err // the other calls finish in the background; workers.Close waits for them
 }
