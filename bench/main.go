@@ -300,6 +300,9 @@ func run(ctx context.Context) error {
 		if *holdBlocking {
 			cmd += " --hold-blocking"
 		}
+		if *commands {
+			cmd += " --commands"
+		}
 		if err := loadtest.WriteJSON(*jsonFile, loadtest.Report{Env: env, Command: cmd, Results: results}); err != nil {
 			return err
 		}
