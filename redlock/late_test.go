@@ -26,20 +26,8 @@ import (
 // in flight for longer than the batch window), so it overtook the acquire
 // it was to take over.
 func TestHandOverLateAcquire(t *testing.T) {
-	leakcheck.Check(t)
-	s := redisproc.StartT(t, 5)
-	p, err := faultproxy.NewProxy(s.Addrs[4])
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
-	addrs := append(append([]string(nil), s.Addrs[:4]...), p.Addr())
-	cl, err := Open(addrs, &Options{NodeTimeout: 2 * time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cl.Close() })
+	s, p, cl := slowFifthNode(t)
 	ctx := t.Context()
-
-	warm, err := cl.Lock(ctx, "warm", 10*time.Second) // establishes the new deployment
-	require.NoError(t, err)
-	require.NoError(t, warm.Unlock(ctx))
 
 	const delay = 300 * time.Millisecond
 	p.SetLatency(delay, 0)
@@ -69,6 +57,26 @@ func TestHandOverLateAcquire(t *testing.T) {
 		assert.NotEqual(t, a.Token(), tok, "a's late acquire left its key on the slow node, pttl %v", admin.PTTL(ctx, "k").Val())
 		assert.NotEqual(t, b.Token(), tok)
 	}
+}
+
+// slowFifthNode starts five real servers and an established Client of
+// them (node timeout 2 s) that reaches the fifth through p, a proxy that
+// the test may slow down.
+func slowFifthNode(t *testing.T) (*redisproc.Servers, *faultproxy.Proxy, *Client) {
+	t.Helper()
+	leakcheck.Check(t)
+	s := redisproc.StartT(t, 5)
+	p, err := faultproxy.NewProxy(s.Addrs[4])
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	addrs := append(append([]string(nil), s.Addrs[:4]...), p.Addr())
+	cl, err := Open(addrs, &Options{NodeTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cl.Close() })
+	warm, err := cl.Lock(t.Context(), "warm", 10*time.Second) // establishes the new deployment
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(t.Context()))
+	return s, p, cl
 }
 
 // lateRig is three real servers, the last two of which a Client may reach
@@ -237,19 +245,8 @@ func TestLateAcquiresTwoTombstones(t *testing.T) {
 // previous lock's when the round was decided, is sent all the same: the
 // round's calls do not end with the caller's context.
 func TestLockCancelledOnReturn(t *testing.T) {
-	leakcheck.Check(t)
-	s := redisproc.StartT(t, 5)
-	p, err := faultproxy.NewProxy(s.Addrs[4])
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
-	addrs := append(append([]string(nil), s.Addrs[:4]...), p.Addr())
-	cl, err := Open(addrs, &Options{NodeTimeout: 2 * time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cl.Close() })
+	s, p, cl := slowFifthNode(t)
 	ctx := t.Context()
-	warm, err := cl.Lock(ctx, "warm", 10*time.Second) // establishes the new deployment
-	require.NoError(t, err)
-	require.NoError(t, warm.Unlock(ctx))
 	settle(cl)
 
 	p.SetLatency(3*time.Millisecond, 0) // within the batch window: the slow node's acquires queue
