@@ -275,3 +275,25 @@ func TestLockCancelledOnReturn(t *testing.T) {
 		require.NoError(t, l.Unlock(ctx))
 	}
 }
+
+// TestDetachIn: a round's calls see the caller's values but neither its
+// cancellation nor its deadline, and a context without either is passed
+// through as it is.
+func TestDetachIn(t *testing.T) {
+	type key struct{}
+	parent, cancel := context.WithTimeout(context.WithValue(context.Background(), key{}, "v"), time.Hour)
+	var d detachedCtx
+	ctx := detachIn(&d, parent)
+	cancel()
+	assert.Equal(t, "v", ctx.Value(key{}))
+	assert.NoError(t, ctx.Err())
+	assert.Nil(t, ctx.Done())
+	_, ok := ctx.Deadline()
+	assert.False(t, ok)
+	child, stop := context.WithTimeout(ctx, time.Hour)
+	defer stop()
+	assert.NoError(t, child.Err(), "a context derived from it does not end with the caller's")
+
+	plain := context.Background()
+	assert.Equal(t, plain, detachIn(&d, plain))
+}

@@ -138,6 +138,25 @@ func detach(ctx context.Context) context.Context {
 	return ctx
 }
 
+// detachedCtx is what [context.WithoutCancel] returns, as a value that a
+// round keeps, so that detaching a round's calls costs no allocation. Its
+// Done is nil, so a context derived from it never waits on parent.
+type detachedCtx struct{ parent context.Context }
+
+func (*detachedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*detachedCtx) Done() <-chan struct{}       { return nil }
+func (*detachedCtx) Err() error                  { return nil }
+func (d *detachedCtx) Value(key any) any         { return d.parent.Value(key) }
+
+// detachIn is detach with d, a value the caller keeps (see detachedCtx).
+func detachIn(d *detachedCtx, ctx context.Context) context.Context {
+	if _, ok := ctx.Deadline(); ok || ctx.Done() != nil {
+		d.parent = ctx
+		return d
+	}
+	return ctx
+}
+
 // granted reports whether an acquire's outcome says that the node set the
 // keys.
 func granted(err error) bool { return err == nil || errors.Is(err, ErrFenceUnknown) }

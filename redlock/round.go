@@ -65,6 +65,10 @@ type round struct {
 	// anyway as the record of where it is held: one allocation per attempt
 	// instead of two.
 	lock Lock
+
+	// detached is the caller's context without its cancellation, for the
+	// round's calls (see detachIn).
+	detached detachedCtx
 }
 
 // newRound returns a round for keys with j's token (a new one when ""),
@@ -107,7 +111,7 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	// returned must not cancel the acquires still on their way to the
 	// slower nodes, which would leave the lock on fewer nodes and, where
 	// a cancelled acquire is in doubt, a tombstone from its release.
-	r.calls = c.life.workers.Start(detach(ctx), len(c.nodes), r.callTimeout, timed(r.lat, r.acquireOn))
+	r.calls = c.life.workers.Start(detachIn(&r.detached, ctx), len(c.nodes), r.callTimeout, timed(r.lat, r.acquireOn))
 	ok, err := r.calls.Await(ctx, c.cfg.quorum)
 	if err == nil {
 		r.decide()
