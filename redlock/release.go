@@ -140,7 +140,9 @@ func detach(ctx context.Context) context.Context {
 
 // detachedCtx is what [context.WithoutCancel] returns, as a value that a
 // round keeps, so that detaching a round's calls costs no allocation. Its
-// Done is nil, so a context derived from it never waits on parent.
+// Done is nil, so a context derived from it never waits on parent. One
+// difference: context.Cause of it is parent's cause (WithoutCancel's is
+// nil); nothing asks, and a context derived from it has its own.
 type detachedCtx struct{ parent context.Context }
 
 func (*detachedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
