@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -30,7 +31,9 @@ func (c *Commands) String() string {
 		return "-"
 	}
 	names := slices.Collect(maps.Keys(c.Calls))
-	slices.SortFunc(names, func(a, b string) int { return int(c.Calls[b] - c.Calls[a]) })
+	slices.SortFunc(names, func(a, b string) int { // most calls first, then by name
+		return cmp.Or(cmp.Compare(c.Calls[b], c.Calls[a]), strings.Compare(a, b))
+	})
 	var parts []string
 	for _, n := range names {
 		if c.Calls[n] == 0 {
@@ -54,12 +57,12 @@ func newCommands(calls, usec map[string]int64, ops int) *Commands {
 // mergeCommands pools counts from several runs.
 func mergeCommands(cs []*Commands) *Commands {
 	calls, usec, ops := map[string]int64{}, map[string]int64{}, 0
-	any := false
+	counted := false
 	for _, c := range cs {
 		if c == nil {
 			continue
 		}
-		any = true
+		counted = true
 		for n, k := range c.Calls {
 			calls[n] += k
 		}
@@ -68,7 +71,7 @@ func mergeCommands(cs []*Commands) *Commands {
 		}
 		ops += c.Ops
 	}
-	if !any {
+	if !counted {
 		return nil
 	}
 	return newCommands(calls, usec, ops)

@@ -159,4 +159,6 @@ func TestParseCommandStats(t *testing.T) {
 	assert.InDelta(t, 1.5, c.Per["get"], 1e-9)
 	assert.Equal(t, "get 1.50 (2.0 µs)", c.String())
 	assert.Nil(t, mergeCommands([]*Commands{nil}))
+	two := newCommands(map[string]int64{"set": 2, "get": 2, "del": 1}, map[string]int64{"set": 2, "get": 2, "del": 1}, 1)
+	assert.Equal(t, "get 2.00 (1.0 µs), set 2.00 (1.0 µs), del 1.00 (1.0 µs)", two.String(), "most calls first, ties by name")
 }
