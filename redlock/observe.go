@@ -176,12 +176,13 @@ type DoEvent struct {
 // change. Every node starts reachable and out of its guard. Changes are
 // reported once each; when operations race, two changes of one node may
 // reach the hook in another order than they happened, but counting each
-// change as +1 or −1 always adds up to the current state.
+// change of a pair as +1 or −1 always adds up to the current state.
 type NodeChange string
 
 // The changes of a [NodeEvent].
 const (
-	// GuardEntered: the node answered an acquire from its restart guard.
+	// GuardEntered: the node answered an acquire from its restart guard,
+	// a guard that no new-deployment shortcut is ending (see Established).
 	GuardEntered NodeChange = "guard_entered"
 	// GuardLeft: the node answered an acquire out of its guard again.
 	GuardLeft NodeChange = "guard_left"
@@ -190,6 +191,14 @@ const (
 	Unreachable NodeChange = "unreachable"
 	// Reachable: the node answered again after being Unreachable.
 	Reachable NodeChange = "reachable"
+	// Established: this Client's new-deployment shortcut ended the
+	// node's first guard, so the node serves at once. It is reported
+	// once per node and Client, has no opposite, and counts toward no
+	// state. The guarded answers of a brand-new deployment are not
+	// reported as GuardEntered: a node is reported guarded only when it
+	// answers from a guard that no shortcut is ending, such as a guard
+	// begun after a loss of data.
+	Established NodeChange = "established"
 )
 
 // NodeEvent is a change of a node's state.

@@ -37,7 +37,11 @@ func BenchmarkObserverEvents(b *testing.B) {
 		for _, op := range []Op{OpLock, OpUnlock} {
 			_, rec := cl.begin(ctx, op, keys)
 			lat := rec.latencies()
-			rec.add(rec.now(), answered, lat, op == OpLock)
+			kind := plainRound
+			if op == OpLock {
+				kind = acquireRound
+			}
+			rec.add(rec.now(), answered, lat, kind, nil)
 			rec.end(nil, Obtained)
 		}
 	}

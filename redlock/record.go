@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redquorum/redquorum/internal/node"
+	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/quorum"
 )
 
@@ -16,7 +17,8 @@ import (
 // node's state as last reported (see [NodeChange]).
 type observing struct {
 	*Observer
-	// nodes holds, per node, its stateGuarded and stateUnreachable bits.
+	// nodes holds, per node, its stateGuarded, stateUnreachable and
+	// stateEstablished bits.
 	nodes []atomic.Uint32
 	// panicked is set once a hook has panicked: only the first is logged.
 	panicked atomic.Bool
@@ -26,6 +28,29 @@ type observing struct {
 const (
 	stateGuarded uint32 = 1 << iota
 	stateUnreachable
+	// stateEstablished is set once this Client's new-deployment shortcut
+	// ended the node's first guard; it is never cleared.
+	stateEstablished
+)
+
+// roundKind is what the answers of a round tell about the nodes' guards.
+type roundKind uint8
+
+const (
+	// plainRound: an extend or a release, whose answers tell nothing of a
+	// guard.
+	plainRound roundKind = iota
+	// acquireRound: a guarded answer means the node is in its restart
+	// guard, any other answer that it is out of it. A guarded answer from
+	// a state that carries a new deployment's mark is a new deployment's
+	// (see newDeploymentMark), not a guard entered.
+	acquireRound
+	// shortcutRound: the observing or marking round of this Client's
+	// new-deployment shortcut. Its guarded answers are a new deployment's.
+	shortcutRound
+	// establishRound: the shortcut's establishing round. A node that
+	// answers out of its guard is established (the NodeChange Established).
+	establishRound
 )
 
 // newObserving returns what a Client with o and n nodes keeps, or nil when
@@ -128,17 +153,18 @@ func timed(lat []time.Duration, fn func(context.Context, int) error) func(contex
 	}
 }
 
-// addAcquire records r, an acquire round, and the node states it shows.
-func (rec *record) addAcquire(r *round) {
+// addAcquire records r, an acquire round of the given kind, and the node
+// states it shows.
+func (rec *record) addAcquire(r *round, kind roundKind) {
 	if rec != nil {
-		rec.add(r.start, r.calls, r.lat, true)
+		rec.add(r.start, r.calls, r.lat, kind, r.replies)
 	}
 }
 
-// add records a round started at start, with its per-node latencies, and
-// reports the node state changes that its answers show; acquire says
-// whether the answers tell a node's restart guard.
-func (rec *record) add(start time.Time, calls *quorum.Round, lat []time.Duration, acquire bool) {
+// add records a round of the given kind started at start, with its
+// per-node latencies and, for an acquire round, its replies, and reports
+// the node state changes that its answers show.
+func (rec *record) add(start time.Time, calls *quorum.Round, lat []time.Duration, kind roundKind, replies []protocol.AcquireReply) {
 	c := rec.c
 	now := c.cfg.clock.Now()
 	r := Round{Start: start, Duration: now.Sub(start), Nodes: make([]Vote, len(c.nodes))}
@@ -154,7 +180,11 @@ func (rec *record) add(start time.Time, calls *quorum.Round, lat []time.Duration
 			r.Granted++
 		}
 		if done {
-			rec.nodeState(i, v, acquire, now)
+			k := kind
+			if k == acquireRound && v.Outcome == VoteGuarded && newDeploymentMark(replies[i].Mark) {
+				k = shortcutRound
+			}
+			rec.nodeState(i, v, k, now)
 		}
 	}
 	rec.rounds = append(rec.rounds, r)
@@ -179,8 +209,9 @@ func vote(err error, done bool) (VoteOutcome, error) {
 	return VoteFailed, err
 }
 
-// nodeState updates node i's state from its vote v and reports the changes.
-func (rec *record) nodeState(i int, v *Vote, acquire bool, now time.Time) {
+// nodeState updates node i's state from its vote v in a round of the given
+// kind, and reports the changes.
+func (rec *record) nodeState(i int, v *Vote, kind roundKind, now time.Time) {
 	var set, clear uint32
 	switch v.Outcome {
 	case VotePending, VoteSkipped:
@@ -194,10 +225,16 @@ func (rec *record) nodeState(i int, v *Vote, acquire bool, now time.Time) {
 		}
 	case VoteGuarded:
 		set, clear = stateGuarded, stateUnreachable
+		if kind == shortcutRound {
+			set = 0 // a new deployment's first guard, not a loss
+		}
 	default:
 		clear = stateUnreachable
-		if acquire {
+		if kind != plainRound {
 			clear |= stateGuarded
+		}
+		if kind == establishRound {
+			set = stateEstablished
 		}
 	}
 	st := &rec.c.obs.nodes[i]
@@ -229,6 +266,9 @@ func (rec *record) nodeChanged(i int, v *Vote, old, next uint32, now time.Time) 
 			}
 		}
 		call(c, c.obs.Node, rec.ctx, e)
+	}
+	if old&stateEstablished == 0 && next&stateEstablished != 0 {
+		call(c, c.obs.Node, rec.ctx, NodeEvent{Node: v.Node, Index: i, Change: Established, Time: now})
 	}
 }
 

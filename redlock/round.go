@@ -297,7 +297,11 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 	defer c.life.exit()
 	r, err := c.round(ctx, keys, ttl, nil, prev, j)
 	est := c.newDeployment(r, err)
-	rec.addAcquire(r)
+	if est != nil && ctx.Err() == nil {
+		rec.addAcquire(r, shortcutRound)
+	} else {
+		rec.addAcquire(r, acquireRound)
+	}
 	if est != nil && ctx.Err() == nil {
 		// Every node is guarded at once: a new deployment. Mark each
 		// node's state with the ids seen, each only if it still has the
@@ -307,8 +311,13 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 		// either round as usual.
 		j.token = "" // each round's token is spent: a slow node may have its tombstone
 		r, err = c.round(ctx, keys, ttl, est, prev, j)
-		rec.addAcquire(r)
-		if err != nil && ctx.Err() == nil && r.marked() {
+		marked := err != nil && ctx.Err() == nil && r.marked()
+		if marked {
+			rec.addAcquire(r, shortcutRound)
+		} else {
+			rec.addAcquire(r, acquireRound)
+		}
+		if marked {
 			est = slices.Clone(est) // the marking round's stays as sent
 			for i := range est {
 				est[i].Establish = true
@@ -317,7 +326,7 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 			for i := range c.nodes {
 				r.calls.Outcome(i) // every guard the round ends has ended before the lock is used
 			}
-			rec.addAcquire(r)
+			rec.addAcquire(r, establishRound)
 		}
 	}
 	if prev.Token != "" {

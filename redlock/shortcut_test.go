@@ -1,6 +1,9 @@
 package redlock
 
 import (
+	"context"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -105,4 +108,71 @@ func TestNewDeploymentRestartDuringEstablish(t *testing.T) {
 	r, err = acquire(1, protocol.NewToken("c"), protocol.Shortcut{})
 	require.NoError(t, err)
 	assert.Equal(t, mark, r.Mark, "node 1 keeps B's mark")
+}
+
+// TestNewDeploymentEvents: Clients that start together on a brand-new
+// deployment report each node they establish as Established, and no node as
+// GuardEntered; a node that restarts empty afterwards is reported guarded.
+func TestNewDeploymentEvents(t *testing.T) {
+	leakcheck.Check(t)
+	s := redisproc.StartT(t, 5)
+	const clients = 4
+	rec := &recorder{}
+	cls := make([]*Client, clients)
+	for i := range cls {
+		nodes := NewNodes(s.Addrs...)
+		t.Cleanup(func() {
+			for _, n := range nodes {
+				_ = n.Close()
+			}
+		})
+		c, err := New(nodes, &Options{Observer: rec.observer(), RestartGuard: 30 * time.Second})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		cls[i] = c
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	errs := make([]error, clients)
+	var wg sync.WaitGroup
+	for i, c := range cls {
+		wg.Go(func() {
+			l, err := c.Lock(ctx, "k"+strconv.Itoa(i), 5*time.Second)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "client %d", i)
+	}
+	count := func(change NodeChange) (n int, nodes map[string]bool) {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		nodes = map[string]bool{}
+		for _, e := range rec.nodes {
+			if e.Change == change {
+				n++
+				nodes[e.Node] = true
+			}
+		}
+		return n, nodes
+	}
+	n, _ := count(GuardEntered)
+	assert.Zero(t, n, "a new deployment is no guard: %q", rec.nodeChanges())
+	n, est := count(Established)
+	assert.Len(t, est, len(s.Addrs), "every node established: %q", rec.nodeChanges())
+	assert.LessOrEqual(t, n, clients*len(s.Addrs), "once per node and Client")
+
+	require.NoError(t, s.Restart(ctx, 2)) // node 2 loses its data: a real guard
+	require.Eventually(t, func() bool {
+		l, err := cls[0].TryLock(ctx, "after", 5*time.Second)
+		if err == nil {
+			_ = l.Unlock(ctx)
+		}
+		n, guarded := count(GuardEntered)
+		return n == 1 && guarded[s.Addrs[2]]
+	}, 10*time.Second, 10*time.Millisecond, "node 2 reported guarded: %q", rec.nodeChanges())
 }

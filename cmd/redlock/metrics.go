@@ -31,6 +31,7 @@ type metrics struct {
 	held       float64               //
 	guarded    map[string]float64    // by node label
 	unreach    map[string]float64    // by node label
+	est        map[string]float64    // by node label
 	extensions float64               //
 }
 
@@ -56,7 +57,7 @@ func (h *histogram) observe(v float64) {
 
 func newMetrics() *metrics {
 	return &metrics{ops: map[string]float64{}, wait: map[string]*histogram{}, latency: map[string]*histogram{},
-		guarded: map[string]float64{}, unreach: map[string]float64{}}
+		guarded: map[string]float64{}, unreach: map[string]float64{}, est: map[string]float64{}}
 }
 
 // labels formats label pairs (name, value, name, value, ...) as {a="x",b="y"}.
@@ -157,6 +158,8 @@ func (m *metrics) node(_ context.Context, e redlock.NodeEvent) {
 		m.unreach[node]++
 	case redlock.Reachable:
 		m.unreach[node]--
+	case redlock.Established:
+		m.est[node]++
 	}
 }
 
@@ -178,6 +181,7 @@ func (m *metrics) write(b *bufio.Writer) {
 	family(b, "redquorum_locks_held", "gauge", "Locks obtained and not yet unlocked.", map[string]float64{"": m.held})
 	family(b, "redquorum_node_guarded", "gauge", "Observed clients that see the node in its restart guard.", m.guarded)
 	family(b, "redquorum_node_unreachable", "gauge", "Observed clients that see the node unreachable.", m.unreach)
+	family(b, "redquorum_node_established_total", "counter", "Nodes of a brand-new deployment that an observed client established.", m.est)
 	family(b, "redquorum_do_extensions_total", "counter", "Extensions that Do made while its function ran.", map[string]float64{"": m.extensions})
 }
 

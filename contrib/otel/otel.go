@@ -26,8 +26,8 @@
 // redquorum.lock.wait and redquorum.lock.hold (histograms in seconds),
 // redquorum.node.latency (seconds, by node and request),
 // redquorum.locks.held, redquorum.node.guarded and
-// redquorum.node.unreachable (up-down counters) and
-// redquorum.do.extensions. No metric carries the key unless
+// redquorum.node.unreachable (up-down counters),
+// redquorum.node.established (by node) and redquorum.do.extensions. No metric carries the key unless
 // Options.KeyLabel maps keys to a bounded set.
 package redlockotel
 
@@ -79,6 +79,7 @@ type instruments struct {
 	held       metric.Int64UpDownCounter
 	guarded    metric.Int64UpDownCounter
 	unreach    metric.Int64UpDownCounter
+	est        metric.Int64Counter
 	extensions metric.Int64Counter
 }
 
@@ -131,6 +132,10 @@ func (in *instruments) meters(m metric.Meter, buckets []float64) error {
 	in.guarded = updown("redquorum.node.guarded", "{client}", "Observed clients that see the node in its restart guard.")
 	in.unreach = updown("redquorum.node.unreachable", "{client}", "Observed clients that see the node unreachable.")
 	if err != nil {
+		return err
+	}
+	if in.est, err = m.Int64Counter("redquorum.node.established", metric.WithUnit("{node}"),
+		metric.WithDescription("Nodes of a brand-new deployment that an observed client established.")); err != nil {
 		return err
 	}
 	if in.ops, err = m.Int64Counter("redquorum.operations", metric.WithUnit("{operation}"),
@@ -298,6 +303,8 @@ func (in *instruments) node(ctx context.Context, e redlock.NodeEvent) {
 		in.unreach.Add(ctx, 1, node)
 	case redlock.Reachable:
 		in.unreach.Add(ctx, -1, node)
+	case redlock.Established:
+		in.est.Add(ctx, 1, node)
 	}
 	if span, ok := ours(ctx); ok {
 		attrs := []attribute.KeyValue{attribute.String("redlock.node", e.Node), attribute.String("redlock.change", string(e.Change))}

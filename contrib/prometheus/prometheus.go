@@ -24,6 +24,11 @@
 //   - redquorum_node_guarded{node} and redquorum_node_unreachable{node}:
 //     how many of the observed Clients see the node in its restart guard,
 //     or unreachable ([redlock.NodeChange]): 1 or 0 with one Client.
+//     A brand-new deployment's first guards are not counted here.
+//   - redquorum_node_established_total{node}: a counter of the nodes that
+//     an observed Client's new-deployment shortcut established
+//     ([redlock.Established]): up to one per Client for each node of a new
+//     deployment.
 //   - redquorum_do_extensions_total: a counter of the extensions that
 //     [redlock.Client.Do] made. Its losses are
 //     redquorum_operations_total{op="do", outcome="lost"}.
@@ -76,6 +81,7 @@ type Collector struct {
 	held       prometheus.Gauge
 	guarded    *prometheus.GaugeVec
 	unreach    *prometheus.GaugeVec
+	est        *prometheus.CounterVec
 	extensions prometheus.Counter
 }
 
@@ -110,13 +116,15 @@ func New(opts *Options) *Collector {
 			Help: "Locks obtained and not yet unlocked.", ConstLabels: cl}),
 		guarded: gauge("node_guarded", "Observed clients that see the node in its restart guard."),
 		unreach: gauge("node_unreachable", "Observed clients that see the node unreachable."),
+		est: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "redquorum", Name: "node_established_total",
+			Help: "Nodes of a brand-new deployment that an observed client established.", ConstLabels: cl}, []string{"node"}),
 		extensions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "redquorum", Name: "do_extensions_total",
 			Help: "Extensions that Do made while its function ran.", ConstLabels: cl}),
 	}
 }
 
 func (c *Collector) collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.ops, c.wait, c.hold, c.latency, c.held, c.guarded, c.unreach, c.extensions}
+	return []prometheus.Collector{c.ops, c.wait, c.hold, c.latency, c.held, c.guarded, c.unreach, c.est, c.extensions}
 }
 
 // Describe sends the descriptions of the metrics.
@@ -196,5 +204,7 @@ func (c *Collector) node(_ context.Context, e redlock.NodeEvent) {
 		c.unreach.WithLabelValues(e.Node).Inc()
 	case redlock.Reachable:
 		c.unreach.WithLabelValues(e.Node).Dec()
+	case redlock.Established:
+		c.est.WithLabelValues(e.Node).Inc()
 	}
 }
