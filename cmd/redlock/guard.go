@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -16,11 +18,12 @@ import (
 )
 
 const guardUsage = `usage:
-  redlock guard status --nodes NODE,... [--prefix P]
+  redlock guard status --nodes NODE,... [--prefix P] [--wait [--timeout D] [--fencing]]
   redlock guard end    --nodes NODE,... [--prefix P] [--yes]
   redlock guard fence  --nodes NODE,... [--prefix P] [--at-least N] [--yes]
 
-status shows each node's restart guard; end ends it at once on nodes you
+status shows each node's restart guard, or waits until every node serves
+locks again (--wait, for a rolling restart); end ends it at once on nodes you
 vouch for; fence repairs the fence counters after a quorum of nodes lost
 them. Run "redlock guard end -h" or "redlock guard fence -h" first.
 ` + nodeHelp
@@ -29,6 +32,15 @@ const guardStatusAbout = `Shows each node's state: "serving", "guarded for Ns" (
 locks for that long, by its own clock), "no state (new or lost its data)"
 (the next lock request starts its guard), and "fence unknown" for a node
 that serves without a fence counter because it lost its data.
+
+With --wait it waits until every given node is in service, then shows the
+states and exits 0; after --timeout it exits 1 naming each node that is not.
+A node is in service when its guard has ended and its state was recorded by
+the server that runs now: a server restarted since the lock clients last
+connected to it is not, since its guard starts at their next request. So
+--wait needs a lock client that makes requests while it waits. With
+--fencing a node must also know its fence counter, which the next fenced
+lock it grants writes back. Restart the next node only once it exits 0.
 
 `
 
@@ -86,12 +98,20 @@ type guardArgs struct {
 	prefix  string
 	yes     bool
 	atLeast uint64 // fence: the lowest counter to set, less one
+	// wait, timeout and fencing are status --wait's: wait until every node
+	// is in service (with fencing, its fence counter known), for at most
+	// timeout.
+	wait    bool
+	timeout time.Duration
+	fencing bool
 }
 
 // parseGuard parses the flags of the guard subcommand sub.
 func parseGuard(sub, about string, args []string, out io.Writer) (guardArgs, error) {
 	synopsis := "--nodes NODE,... [--prefix P]"
 	switch sub {
+	case "status":
+		synopsis += " [--wait [--timeout D] [--fencing]]"
 	case "fence":
 		synopsis += " [--at-least N] [--yes]"
 	case "end":
@@ -108,6 +128,12 @@ func parseGuard(sub, about string, args []string, out io.Writer) (guardArgs, err
 	if sub == "fence" {
 		atLeast = fs.Uint64("at-least", 0, "the highest fence any protected resource has accepted, if known")
 	}
+	wait, fencing, timeout := new(bool), new(bool), new(time.Duration)
+	if sub == "status" {
+		wait = fs.Bool("wait", false, "wait until every node is in service again (see above)")
+		timeout = fs.Duration("timeout", 2*time.Hour, "with --wait, how long to wait before giving up")
+		fencing = fs.Bool("fencing", false, "with --wait, also wait until every node knows its fence counter (clients with Options.Fencing)")
+	}
 	pos, err := parse(fs, args)
 	switch {
 	case err != nil:
@@ -116,9 +142,21 @@ func parseGuard(sub, about string, args []string, out io.Writer) (guardArgs, err
 		return guardArgs{}, usagef("unexpected argument %q", pos[0])
 	case *nodesFlag == "":
 		return guardArgs{}, usagef("--nodes is required")
+	case !*wait && (set(fs, "timeout") || *fencing):
+		return guardArgs{}, usagef("--timeout and --fencing go with --wait")
+	case *wait && *timeout <= 0:
+		return guardArgs{}, usagef("--timeout must be positive, not %v", *timeout)
 	}
 	addrs, names, err := parseNodes(*nodesFlag)
-	return guardArgs{addrs: addrs, names: names, prefix: *prefix, yes: *yes, atLeast: *atLeast}, err
+	return guardArgs{addrs: addrs, names: names, prefix: *prefix, yes: *yes, atLeast: *atLeast,
+		wait: *wait, timeout: *timeout, fencing: *fencing}, err
+}
+
+// set reports whether the flag name was given on the command line.
+func set(fs flags, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
 }
 
 // guardStatus shows each node's state.
@@ -129,6 +167,10 @@ func guardStatus(ctx context.Context, args []string, out io.Writer) error {
 	}
 	nodes := redlock.NewNodes(a.addrs...)
 	defer closeNodes(nodes)
+	var waited error
+	if a.wait {
+		waited = waitInService(ctx, nodes, a.names, a.prefix+protocol.StateKey, a.fencing, a.timeout, guardWaitPoll, out)
+	}
 	checks := checkNodes(ctx, nodes, a.prefix, false)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "node\tstate\n")
@@ -142,10 +184,115 @@ func guardStatus(ctx context.Context, args []string, out io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if waited != nil {
+		return waited
+	}
 	if failed != nil {
 		return fmt.Errorf("could not read every node: %v", failed)
 	}
 	return nil
+}
+
+// guardWaitPoll is how often guard status --wait reads the nodes.
+const guardWaitPoll = 250 * time.Millisecond
+
+// waitInService waits until every node serves locks (see notInService), reading each every
+// poll. It returns nil then, or, once timeout has passed or ctx is done,
+// an error that names each node not in service and why. Each time the
+// nodes' reasons change it writes them to progress, one line.
+func waitInService(ctx context.Context, nodes []redis.UniversalClient, names []string, key string, fencing bool, timeout, poll time.Duration, progress io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	last := ""
+	for {
+		why := make([]string, len(nodes))
+		eachNode(len(nodes), func(i int) {
+			w, err := notInService(ctx, nodes[i], key, fencing)
+			if err != nil {
+				w = "unreadable: " + oneLine(err.Error())
+			}
+			if w != "" {
+				why[i] = "node " + names[i] + " " + w
+			}
+		})
+		waiting := strings.Join(slices.DeleteFunc(why, func(s string) bool { return s == "" }), "; ")
+		if waiting == "" {
+			return nil
+		}
+		if waiting != last {
+			fmt.Fprintf(progress, "waiting: %s\n", waiting)
+			last = waiting
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return fmt.Errorf("not every node is in service after %v: %s", timeout, waiting)
+		}
+	}
+}
+
+// notInService returns "" when node n serves locks, or why it does not:
+// its state key key is missing (the next lock request starts its guard),
+// its guard runs, its server changed since a lock client last checked it
+// (the next request starts the guard: the state records another run_id,
+// or, for a state without one, another replication ID), it is a replica,
+// or, with fencing, its fence counter is unknown. Where INFO cannot be
+// read, the server is taken for the one the state records.
+func notInService(ctx context.Context, n redis.UniversalClient, key string, fencing bool) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	var c stateCmds
+	var info *redis.StringCmd
+	_, _ = n.Pipelined(ctx, func(p redis.Pipeliner) error {
+		c = queueState(ctx, p, key)
+		info = p.Info(ctx, "server", "replication")
+		return nil
+	})
+	s, err := c.state()
+	if err != nil {
+		return "", err
+	}
+	h := c.hash.Val()
+	fields := infoFields(info.Val())
+	switch {
+	case s.bad != "":
+		return s.String(), nil
+	case fields["role"] != "" && fields["role"] != "master":
+		return "is a " + fields["role"] + ", not a master", nil
+	case !s.known:
+		return "has no state (new or lost its data): its guard starts at the next lock request", nil
+	case s.guardLeft > 0:
+		return "is " + s.String(), nil
+	case changedServer(h, fields):
+		return "runs a server that no lock client has checked since it started: its guard starts at the next lock request", nil
+	case fencing && s.fence == "":
+		return "serves without a fence counter: the next fenced lock it grants sets it", nil
+	}
+	return "", nil
+}
+
+// changedServer reports whether the state h was recorded by another server
+// than the one whose INFO fields are given: another run_id, or, for a
+// state without one, another replication ID. Unknown fields change nothing.
+func changedServer(h, info map[string]string) bool {
+	if p, id := h["p"], info["run_id"]; p != "" && id != "" {
+		return p != id
+	}
+	r, id := h["r"], info["master_replid"]
+	return r != "" && r != "?" && id != "" && r != id
+}
+
+// infoFields returns the "name:value" lines of an INFO reply.
+func infoFields(info string) map[string]string {
+	m := map[string]string{}
+	for line := range strings.Lines(info) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			m[k] = v
+		}
+	}
+	return m
 }
 
 // guardEnd checks every node, then, with --yes, ends the guard on each.
