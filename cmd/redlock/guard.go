@@ -273,15 +273,16 @@ func notInService(ctx context.Context, n redis.UniversalClient, key string, fenc
 	return "", nil
 }
 
-// changedServer reports whether the state h was recorded by another server
-// than the one whose INFO fields are given: another run_id, or, for a
-// state without one, another replication ID. Unknown fields change nothing.
+// changedServer reports whether the connection check (check.lua) will
+// start the guard of the server whose INFO fields are given, its state
+// being h: another process recorded the state (run_id p), or this one was
+// a replica since (r differs and master_replid2 is set). Unknown fields
+// change nothing.
 func changedServer(h, info map[string]string) bool {
-	if p, id := h["p"], info["run_id"]; p != "" && id != "" {
-		return p != id
-	}
-	r, id := h["r"], info["master_replid"]
-	return r != "" && r != "?" && id != "" && r != id
+	run, id, id2 := info["run_id"], info["master_replid"], info["master_replid2"]
+	moved := h["p"] != "" && run != "" && h["p"] != run
+	promoted := h["r"] != "" && h["r"] != "?" && id != "" && h["r"] != id && strings.Trim(id2, "0") != ""
+	return moved || promoted
 }
 
 // infoFields returns the "name:value" lines of an INFO reply.
