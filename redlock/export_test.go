@@ -26,10 +26,11 @@ var errNotSent = node.ErrNotSent
 // waiting strategy, fenced or not).
 type testScript struct {
 	*redis.Script
-	variants map[any]bool // SHA
+	variants map[any]bool // SHA, and source for a call by EVAL
 }
 
-// Is reports whether sha is the SHA of a variant of s.
+// Is reports whether sha, the second argument of EVALSHA or EVAL, is the
+// SHA or the source of a variant of s.
 func (s testScript) Is(sha any) bool { return s.variants[sha] }
 
 // testScripts are the node scripts (see testScript).
@@ -52,6 +53,7 @@ var scripts = func() testScripts {
 					all[i].Script = sc
 				}
 				all[i].variants[sc.Hash()] = true
+				all[i].variants[src] = true
 			}
 		}
 	}

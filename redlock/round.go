@@ -27,6 +27,7 @@ type round struct {
 	keys  []string            // as the caller gave them
 	acq   protocol.Acquire    // Keys: the keys as stored, then the plain state key
 	cmd   protocol.Cmd        // acq as sent to every node on the plain state key; nil for the shortcut
+	send  protocol.Cmd        // cmd with the script's source, for a Client's first rounds; else nil
 	est   []protocol.Shortcut // per node, the new-deployment shortcut's request, or nil
 	calls *quorum.Round       // the acquires
 	// callTimeout bounds each acquire call: a release that waits for one
@@ -84,6 +85,13 @@ func (c *Client) newRound(keys []string, ttl time.Duration, est []protocol.Short
 	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Over: over, Join: j.on, Layer: j.layer}
 	if est == nil {
 		r.cmd = c.proto.AcquireCmd(r.acq) // built once for the plain nodes
+		if !c.inService.Load() {
+			// A Client's first rounds: the nodes may have just started
+			// (a new deployment) and lack the script, whose NOSCRIPT
+			// answer would cost a round trip. r.cmd stays as it is: the
+			// release is derived from it.
+			r.send = c.proto.WithSource(r.cmd)
+		}
 	}
 	if c.obs != nil {
 		r.lat = make([]time.Duration, len(c.nodes))
@@ -155,6 +163,9 @@ func (c *Client) callTimeout() time.Duration {
 // outcome that the reply means.
 func (r *round) acquireOn(ctx context.Context, i int) error {
 	a, cmd := &r.acq, r.cmd
+	if r.send != nil {
+		cmd = r.send
+	}
 	if r.est != nil {
 		b := r.acq
 		b.Shortcut = r.est[i]

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/testkit/faultproxy"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
@@ -126,7 +127,7 @@ func TestNewDeploymentEvents(t *testing.T) {
 				_ = n.Close()
 			}
 		})
-		c, err := New(nodes, &Options{Observer: rec.observer(), RestartGuard: 30 * time.Second})
+		c, err := New(nodes, &Options{Observer: rec.observer(), RestartGuard: 30 * time.Second, NodeTimeout: time.Second})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 		cls[i] = c
@@ -175,4 +176,59 @@ func TestNewDeploymentEvents(t *testing.T) {
 		n, guarded := count(GuardEntered)
 		return n == 1 && guarded[s.Addrs[2]]
 	}, 10*time.Second, 10*time.Millisecond, "node 2 reported guarded: %q", rec.nodeChanges())
+}
+
+// roundTrips counts the requests a node client sends, a pipeline as one:
+// each is one round trip, since a Client's calls to one node in a round
+// wait for each other (the connection check, then the acquire).
+type roundTrips struct{ n atomic.Int32 }
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// TestNewDeploymentSlowNodeRoundTrips: the first Lock of a brand-new
+// deployment whose fifth node is slow sends it five requests, each a round
+// trip: HELLO and the connection check on its first connection, then the
+// shortcut's three rounds, each with its script's source at first use
+// where it could find the script not loaded. No NOSCRIPT answer costs a
+// round trip of its own.
+func TestNewDeploymentSlowNodeRoundTrips(t *testing.T) {
+	leakcheck.Check(t)
+	s := redisproc.StartT(t, 5)
+	p, err := faultproxy.NewProxy(s.Addrs[4])
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	const delay = 150 * time.Millisecond // each way
+	p.SetLatency(delay, delay)
+	nodes := NewNodes(append(s.Addrs[:4:4], p.Addr())...)
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			_ = n.Close()
+		}
+	})
+	slow := &roundTrips{}
+	nodes[4].AddHook(slow)
+	c, err := New(nodes, &Options{NodeTimeout: time.Second}) // the first rounds wait up to 5 s anyway
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	start := time.Now()
+	l, err := c.Lock(t.Context(), "job", 5*time.Second)
+	took := time.Since(start)
+	require.NoError(t, err)
+	sent := slow.n.Load()
+	require.NoError(t, l.Unlock(t.Context()))
+	t.Logf("first Lock: %v, %d requests to the slow node (round trip %v)", took, sent, 2*delay)
+	assert.Equal(t, int32(5), sent, "requests to the slow node before the first Lock returned")
+	assert.Less(t, took, 5*2*delay+2*time.Second, "a loose bound: five round trips and slack")
 }

@@ -326,9 +326,26 @@ func run[C interface {
 }
 
 // Check returns the command that checks a new connection's server against
-// the node's state key (as stored): see check.lua and [DecodeCheck].
+// the node's state key (as stored): see check.lua and [DecodeCheck]. It
+// carries the script's source (see [Protocol.WithSource]): it runs once
+// per connection, and the first connection to a server that has just
+// started would otherwise pay a NOSCRIPT round trip.
 func (p *Protocol) Check(stateKey string) Cmd {
-	return newCmd(p.check, []string{stateKey}, p.guard)
+	return p.WithSource(newCmd(p.check, []string{stateKey}, p.guard))
+}
+
+// WithSource returns cmd as an EVAL that carries its script's source, for
+// a server that may not have loaded the script: it spares the round trip
+// of a NOSCRIPT answer and the EVAL after it. A cmd that is not one of p's
+// scripts is returned as it is. cmd itself is not modified.
+func (p *Protocol) WithSource(cmd Cmd) Cmd {
+	s, ok := p.scriptOf(cmd[1])
+	if !ok || cmd[0] != "evalsha" {
+		return cmd
+	}
+	eval := slices.Clone(cmd)
+	eval[0], eval[1] = "eval", s.src
+	return eval
 }
 
 // Record is an election's record as its leader publishes it (see
