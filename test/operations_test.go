@@ -452,66 +452,91 @@ func tryUntil(t *testing.T, c *redlock.Client, key string, until time.Time) (*re
 	return nil, tries, err
 }
 
-// TestFirstReplicasAfterRestarts: Client X holds k on all five masters;
-// masters 0 to 2 restart without data, and masters 3 and 4, which keep k,
-// each get their first replica, which changes their replication IDs and
-// nothing else. A new Client Y, trying another key and then k, must not
-// obtain k before X's Until: nodes 3 and 4 still hold it. The negative
-// control runs the same schedule with the guard off: Y obtains k on nodes
-// 0 to 2, which shows that the schedule gives k twice unless something
-// stops it.
-func TestFirstReplicasAfterRestarts(t *testing.T) {
-	leakcheck.Check(t)
-	for _, unsafely := range []bool{false, true} {
-		name := "guard on"
-		if unsafely {
-			name = "negative control without the guard"
+// keepers are what masters 3 and 4 go through, keeping the lock key k,
+// while masters 0 to 2 restart without data; guarded are the nodes that
+// must be met in their restart guard afterwards.
+var keepers = []struct {
+	name    string
+	keep    func(r *opsRig)
+	guarded []int
+}{
+	// Their replication IDs change (replication.c: syncCommand), and
+	// nothing else.
+	{"3 and 4 get their first replicas", func(r *opsRig) { r.attachReplicas(3, 4) }, []int{0, 1, 2}},
+	// Other processes, which may lack locks in general but here have k:
+	// their guards, begun by the connection check, are not a brand-new
+	// deployment's.
+	{"3 and 4 restart from their own data", func(r *opsRig) {
+		for _, i := range []int{3, 4} {
+			require.NoError(r.t, r.s.RestartWithData(r.t.Context(), i))
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			r := startOpsRig(t, false)
-			x := r.client(unsafely)
-			warm, err := x.TryLock(t.Context(), "warm-up", time.Second)
-			require.NoError(t, err, "a brand-new deployment locks at once")
-			require.NoError(t, warm.Unlock(t.Context()))
-			r.watch()
+	}, []int{0, 1, 2, 3, 4}},
+}
 
-			lx, err := x.TryLock(t.Context(), "k", opsTTL)
-			require.NoError(t, err)
-			until := lx.Until()
-			for i := range r.direct {
-				require.Eventually(t, func() bool { return get(t, r.s.Addrs[i], "k") == lx.Token() }, 5*time.Second, 10*time.Millisecond,
-					"node %d holds k", i)
-			}
-			for i := range 3 {
-				require.NoError(t, r.s.Restart(t.Context(), i))
-			}
-			before := []string{r.replid(3), r.replid(4)}
-			r.attachReplicas(3, 4)
-			for j, i := range []int{3, 4} {
-				require.NotEqual(t, before[j], r.replid(i))
-				require.Equal(t, lx.Token(), get(t, r.s.Addrs[i], "k"), "node %d keeps k", i)
-			}
-			require.True(t, time.Now().Before(until), "the schedule took the whole TTL")
-
-			y := r.client(unsafely)
-			other, err := y.TryLock(t.Context(), "other", opsTTL)
-			t.Logf("Y's TryLock of other: obtained %v, %v", other != nil, err)
-			won, tries, err := tryUntil(t, y, "k", until)
+// TestNoDoubleGrantAfterRestarts: Client X holds k on all five masters;
+// masters 0 to 2 restart without data, and masters 3 and 4 keep k
+// through an event that changes their replication IDs (keepers). A new
+// Client Y, trying another key and then k, must not obtain k before X's
+// Until: nodes 3 and 4 still hold it, so no round may take the five nodes
+// for a brand-new deployment. The negative controls run each schedule
+// with the guard off: Y then obtains k on nodes 0 to 2, which shows that
+// the schedule gives k twice unless the guard holds.
+func TestNoDoubleGrantAfterRestarts(t *testing.T) {
+	leakcheck.Check(t)
+	for _, sc := range keepers {
+		for _, unsafely := range []bool{false, true} {
+			name := sc.name
 			if unsafely {
-				require.NotNil(t, won, "negative control: without the guard Y obtains k while X holds it; %d tries, last: %v", tries, err)
-				return
+				name += ", negative control without the guard"
 			}
-			require.True(t, won == nil, "Y obtained k while X holds it, %v before X's Until (fences: X %d, Y %d)",
-				time.Until(until).Round(time.Millisecond), lx.Fence(), won.Fence())
-			var e *redlock.Error
-			require.ErrorAs(t, err, &e)
-			for _, i := range []int{3, 4} {
-				assert.ErrorIs(t, e.Nodes[i].Err, redlock.ErrTaken, "node %d keeps k: %+v", i, err)
-			}
-			nodes, how := r.guardedNodes()
-			assert.Equal(t, []int{0, 1, 2}, nodes, "the restarted nodes, and only they, met in their guards: %v", how)
-			t.Logf("%d tries; the last: %v", tries, err)
-		})
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				r := startOpsRig(t, false)
+				x := r.client(unsafely)
+				warm, err := x.TryLock(t.Context(), "warm-up", time.Second)
+				require.NoError(t, err, "a brand-new deployment locks at once")
+				require.NoError(t, warm.Unlock(t.Context()))
+				r.watch()
+
+				lx, err := x.TryLock(t.Context(), "k", opsTTL)
+				require.NoError(t, err)
+				until := lx.Until()
+				for i := range r.direct {
+					require.Eventually(t, func() bool { return get(t, r.s.Addrs[i], "k") == lx.Token() }, 5*time.Second, 10*time.Millisecond,
+						"node %d holds k", i)
+				}
+				for i := range 3 {
+					require.NoError(t, r.s.Restart(t.Context(), i))
+				}
+				sc.keep(r)
+				for _, i := range []int{3, 4} {
+					require.Equal(t, lx.Token(), get(t, r.s.Addrs[i], "k"), "node %d keeps k", i)
+				}
+				require.True(t, time.Now().Before(until), "the schedule took the whole TTL")
+
+				y := r.client(unsafely)
+				other, err := y.TryLock(t.Context(), "other", opsTTL)
+				t.Logf("Y's TryLock of other: obtained %v, %v", other != nil, err)
+				won, tries, err := tryUntil(t, y, "k", until)
+				if unsafely {
+					require.NotNil(t, won, "negative control: without the guard Y obtains k while X holds it; %d tries, last: %v", tries, err)
+					return
+				}
+				require.True(t, won == nil, "Y obtained k while X holds it, %v before X's Until (fences: X %d, Y %d)",
+					time.Until(until).Round(time.Millisecond), lx.Fence(), won.Fence())
+				var e *redlock.Error
+				require.ErrorAs(t, err, &e)
+				for _, i := range []int{3, 4} {
+					want := redlock.ErrTaken
+					if slices.Contains(sc.guarded, i) {
+						want = redlock.ErrGuarded
+					}
+					assert.ErrorIs(t, e.Nodes[i].Err, want, "node %d keeps k: %+v", i, err)
+				}
+				nodes, how := r.guardedNodes()
+				assert.Equal(t, sc.guarded, nodes, "the nodes met in their guards: %v", how)
+				t.Logf("%d tries; the last: %v", tries, err)
+			})
+		}
 	}
 }
