@@ -51,6 +51,7 @@ type opsRig struct {
 	watching atomic.Bool
 	mu       sync.Mutex
 	guarded  map[int][]string // node → how it was met in its guard
+	votes    map[int]map[redlock.VoteOutcome]int
 }
 
 // startOpsRig starts five masters, each with a configuration file and the
@@ -68,7 +69,7 @@ func startOpsRig(t *testing.T, group bool) *opsRig {
 		"--enable-debug-command", "yes", "--repl-diskless-sync-delay", "0")
 	require.NoError(t, err)
 	t.Cleanup(s.Stop)
-	r := &opsRig{t: t, s: s, addrs: slices.Clone(s.Addrs), guarded: map[int][]string{}}
+	r := &opsRig{t: t, s: s, addrs: slices.Clone(s.Addrs), guarded: map[int][]string{}, votes: map[int]map[redlock.VoteOutcome]int{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the Clients' logs:\n%s", r.logs.String())
@@ -107,15 +108,39 @@ func (r *opsRig) node(_ context.Context, e redlock.NodeEvent) {
 	}
 }
 
-// end notes the nodes that answered a round from their guard.
+// end counts the nodes' answers to rounds, and notes the nodes that
+// answered from their guard.
 func (r *opsRig) end(_ context.Context, e redlock.Event) {
 	for _, rd := range e.Rounds {
 		for i, v := range rd.Nodes {
 			if v.Outcome == redlock.VoteGuarded {
 				r.met(i, string(e.Op)+" "+strings.Join(e.Keys, ",")+": "+v.Err.Error())
 			}
+			if r.watching.Load() {
+				r.mu.Lock()
+				if r.votes[i] == nil {
+					r.votes[i] = map[redlock.VoteOutcome]int{}
+				}
+				r.votes[i][v.Outcome]++
+				r.mu.Unlock()
+			}
 		}
 	}
+}
+
+// countAnew forgets the answers counted so far.
+func (r *opsRig) countAnew() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.votes)
+}
+
+// answered returns how many times node i answered o since watch or
+// countAnew.
+func (r *opsRig) answered(i int, o redlock.VoteOutcome) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.votes[i][o]
 }
 
 func (r *opsRig) met(i int, how string) {
@@ -419,9 +444,6 @@ func TestLossEvents(t *testing.T) {
 				require.True(t, won == nil, "a second holder %v before the first one's Until (fences: %d, %d)",
 					time.Until(until).Round(time.Millisecond), l.Fence(), won.Fence())
 				require.ErrorIs(t, err, redlock.ErrNotObtained)
-				var e *redlock.Error
-				require.ErrorAs(t, err, &e)
-				assert.ErrorIs(t, e.Nodes[ev.lost].Err, redlock.ErrGuarded, "node %d: %+v", ev.lost, err)
 				nodes, how := r.guardedNodes()
 				assert.Equal(t, []int{ev.lost}, nodes, "the node that lost k, and only it, met in its guard: %v", how)
 				t.Logf("%d tries until %v before the first Until; the last: %v", tries, time.Until(until).Round(time.Millisecond), err)
@@ -517,6 +539,7 @@ func TestNoDoubleGrantAfterRestarts(t *testing.T) {
 				y := r.client(unsafely)
 				other, err := y.TryLock(t.Context(), "other", opsTTL)
 				t.Logf("Y's TryLock of other: obtained %v, %v", other != nil, err)
+				r.countAnew() // Y's rounds on k from now on
 				won, tries, err := tryUntil(t, y, "k", until)
 				if unsafely {
 					require.NotNil(t, won, "negative control: without the guard Y obtains k while X holds it; %d tries, last: %v", tries, err)
@@ -524,14 +547,13 @@ func TestNoDoubleGrantAfterRestarts(t *testing.T) {
 				}
 				require.True(t, won == nil, "Y obtained k while X holds it, %v before X's Until (fences: X %d, Y %d)",
 					time.Until(until).Round(time.Millisecond), lx.Fence(), won.Fence())
-				var e *redlock.Error
-				require.ErrorAs(t, err, &e)
+				// A round ends once a quorum is out of reach, so any one
+				// round may leave nodes 3 and 4 unheard: count the answers
+				// of every round. A node that holds k answers taken, guarded
+				// or not: it reads its guard only before a grant.
 				for _, i := range []int{3, 4} {
-					want := redlock.ErrTaken
-					if slices.Contains(sc.guarded, i) {
-						want = redlock.ErrGuarded
-					}
-					assert.ErrorIs(t, e.Nodes[i].Err, want, "node %d keeps k: %+v", i, err)
+					assert.NotZero(t, r.answered(i, redlock.VoteTaken), "node %d answered taken", i)
+					assert.Zero(t, r.answered(i, redlock.VoteGranted), "node %d granted k to Y", i)
 				}
 				nodes, how := r.guardedNodes()
 				assert.Equal(t, sc.guarded, nodes, "the nodes met in their guards: %v", how)
