@@ -65,7 +65,7 @@ func startOpsRig(t *testing.T, group bool) *opsRig {
 	if group {
 		n = 4
 	}
-	s, err := redisproc.StartConfigured(t.Context(), n,
+	s, err := redisproc.StartWith(t.Context(), n,
 		"--enable-debug-command", "yes", "--repl-diskless-sync-delay", "0")
 	require.NoError(t, err)
 	t.Cleanup(s.Stop)

@@ -31,8 +31,7 @@ type Servers struct {
 	args  [][]string // each server's arguments beyond the defaults
 	dir   string
 	bin   string
-	conf  bool // each server reads a configuration file of its own
-	saved int  // snapshots copied aside by Snapshot
+	saved int // snapshots copied aside by Snapshot
 }
 
 // proc is one server process; done is closed once it has exited.
@@ -54,28 +53,13 @@ func Start(ctx context.Context, n int) (*Servers, error) {
 	return start(ctx, n)
 }
 
-// StartConfigured is [Start] with a configuration file for each server,
-// empty at first, in its directory (so that CONFIG REWRITE works), and the
-// arguments args after the defaults, such as "--enable-debug-command",
-// "yes". A restart without data empties the file too.
-func StartConfigured(ctx context.Context, n int, args ...string) (*Servers, error) {
-	return startWith(ctx, n, true, args)
-}
-
 // start starts n servers with extra arguments, in parallel. On failure it
 // stops those it started.
 func start(ctx context.Context, n int, extra ...string) (*Servers, error) {
-	return startWith(ctx, n, false, extra)
-}
-
-// startWith is start, with a configuration file per server when conf is
-// set.
-func startWith(ctx context.Context, n int, conf bool, extra []string) (*Servers, error) {
 	s, err := newServers(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s.conf = conf
 	s.procs, s.Addrs, s.args = make([]*proc, n), make([]string, n), make([][]string, n)
 	g, gctx := errgroup.WithContext(ctx) // the first failure ends the others' waits
 	for i := range n {
@@ -166,21 +150,15 @@ func (s *Servers) spawn(dir string, port int, extra []string, keep bool) (*proc,
 	}
 	args := []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
 		"--dir", dir, "--protected-mode", "no", "--maxmemory-policy", "noeviction", "--loglevel", "warning"}
+	// A configuration file must come first: a sentinel's, or the server's
+	// own, so that CONFIG REWRITE works.
+	conf := filepath.Join(dir, "redis.conf")
 	if len(extra) > 0 && strings.HasSuffix(extra[0], ".conf") {
-		// A configuration file must come first (a sentinel's).
-		args = append([]string{extra[0]}, append(args, extra[1:]...)...)
-	} else {
-		args = append(args, extra...)
+		conf, extra = extra[0], extra[1:]
+	} else if err := touch(conf); err != nil {
+		return nil, "", err
 	}
-	if s.conf {
-		conf := filepath.Join(dir, "redis.conf")
-		f, err := os.OpenFile(conf, os.O_CREATE|os.O_WRONLY, 0o644) // kept as it is when it exists
-		if err != nil {
-			return nil, "", err
-		}
-		_ = f.Close()
-		args = append([]string{conf}, args...)
-	}
+	args = append(append([]string{conf}, args...), extra...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = dir
 	// No orphans if the test or bench dies: SIGKILL, which also ends a
@@ -225,51 +203,6 @@ func (s *Servers) Kill(i int) {
 // server i is left down.
 func (s *Servers) Restart(ctx context.Context, i int) error {
 	return s.restart(ctx, i, false)
-}
-
-// RestartWithData restarts server i with its data, as a clean restart with
-// persistence would: the server writes a snapshot (SAVE) and the new one
-// loads it. Keys whose TTL ran out while the server was down are gone, and
-// the replication ID is new. On failure server i is left down.
-func (s *Servers) RestartWithData(ctx context.Context, i int) error {
-	if s.procs[i] == nil {
-		return fmt.Errorf("redisproc: server %d is down: it has no data to keep", i)
-	}
-	if err := command(s.Addrs[i], "SAVE"); err != nil {
-		return err
-	}
-	return s.restart(ctx, i, true)
-}
-
-// Snapshot makes server i write its data to disk (SAVE) and returns the
-// path of a copy of that file, for [Servers.RestartFrom].
-func (s *Servers) Snapshot(i int) (string, error) {
-	if err := command(s.Addrs[i], "SAVE"); err != nil {
-		return "", err
-	}
-	b, err := os.ReadFile(filepath.Join(s.dir, strconv.Itoa(i), "dump.rdb"))
-	if err != nil {
-		return "", err
-	}
-	s.saved++
-	path := filepath.Join(s.dir, fmt.Sprintf("snapshot-%d-%d.rdb", i, s.saved))
-	return path, os.WriteFile(path, b, 0o644)
-}
-
-// RestartFrom kills server i (SIGKILL), when it is up, and starts a new one
-// on its address that loads the file snapshot (see [Servers.Snapshot]), as
-// a restart from an older persisted file or a restored backup would. On
-// failure server i is left down.
-func (s *Servers) RestartFrom(ctx context.Context, i int, snapshot string) error {
-	s.Kill(i)
-	b, err := os.ReadFile(snapshot)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(s.dir, strconv.Itoa(i), "dump.rdb"), b, 0o644); err != nil {
-		return err
-	}
-	return s.restart(ctx, i, true)
 }
 
 // restart kills server i, when it is up, and starts it again on its

@@ -100,7 +100,7 @@ func TestRestartWithData(t *testing.T) {
 // rewrite its configuration file, also after the restart.
 func TestRestartFrom(t *testing.T) {
 	Require(t)
-	s, err := StartConfigured(t.Context(), 1)
+	s, err := StartWith(t.Context(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
