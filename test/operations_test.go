@@ -212,6 +212,15 @@ func (r *opsRig) holder(unsafely bool) *lockClient {
 	return lc
 }
 
+// establish makes the deployment's first lock through c: a brand-new
+// deployment locks at once.
+func (r *opsRig) establish(c *redlock.Client) {
+	r.t.Helper()
+	l, err := c.TryLock(r.t.Context(), "warm-up", time.Second)
+	require.NoError(r.t, err, "a brand-new deployment locks at once")
+	require.NoError(r.t, l.Unlock(r.t.Context()))
+}
+
 // fencedLocks locks and unlocks four keys in turn through c, each with a
 // single round (TryLock: a refusing node is not waited for), and requires
 // each fence to be above the one before, from last on. It returns the
@@ -415,63 +424,72 @@ var lossEvents = []struct {
 func TestLossEvents(t *testing.T) {
 	leakcheck.Check(t)
 	for _, ev := range lossEvents {
-		for _, unsafely := range []bool{false, true} {
-			name := ev.name
+		withControl(t, ev.name, func(t *testing.T, unsafely bool) {
+			r := startOpsRig(t, ev.group)
+			holder := r.holder(unsafely)
+			r.establish(holder.Client)
+			lose := ev.before(r)
+			r.watch()
+
+			l := holder.lockOn(t, "k", opsTTL, 0, 1, ev.lost)
+			until := l.Until()
+			lose()
+			require.True(t, time.Now().Before(until), "the loss took the whole TTL")
+
+			second := r.client(unsafely)
+			tries, err := tryWhileHeld(t, second, l, unsafely)
 			if unsafely {
-				name += ", negative control without the guard"
+				return
 			}
-			t.Run(name, func(t *testing.T) {
-				t.Parallel()
-				r := startOpsRig(t, ev.group)
-				holder := r.holder(unsafely)
-				warm, err := holder.TryLock(t.Context(), "warm-up", time.Second)
-				require.NoError(t, err, "a brand-new deployment locks at once")
-				require.NoError(t, warm.Unlock(t.Context()))
-				lose := ev.before(r)
-				r.watch()
-
-				l := holder.lockOn(t, "k", opsTTL, 0, 1, ev.lost)
-				until := l.Until()
-				lose()
-				require.True(t, time.Now().Before(until), "the loss took the whole TTL")
-
-				second := r.client(unsafely)
-				won, tries, err := tryUntil(t, second, "k", until)
-				if unsafely {
-					require.NotNil(t, won, "negative control: without the guard the event hands out a held lock; %d tries, last: %v", tries, err)
-					return
-				}
-				require.True(t, won == nil, "a second holder %v before the first one's Until (fences: %d, %d)",
-					time.Until(until).Round(time.Millisecond), l.Fence(), won.Fence())
-				require.ErrorIs(t, err, redlock.ErrNotObtained)
-				nodes, how := r.guardedNodes()
-				assert.Equal(t, []int{ev.lost}, nodes, "the node that lost k, and only it, met in its guard: %v", how)
-				t.Logf("%d tries until %v before the first Until; the last: %v", tries, time.Until(until).Round(time.Millisecond), err)
-			})
-		}
+			nodes, how := r.guardedNodes()
+			assert.Equal(t, []int{ev.lost}, nodes, "the node that lost k, and only it, met in its guard: %v", how)
+			t.Logf("%d tries until %v before the first Until; the last: %v", tries, time.Until(until).Round(time.Millisecond), err)
+		})
 	}
 }
 
-// tryUntil tries key through c (TryLock, every 50 ms) until one try
-// obtains it or until is one second away, so that a lock obtained is
-// obtained while the lock valid until then is held. It returns the lock
-// obtained, if any, the number of tries and the last error.
-func tryUntil(t *testing.T, c *redlock.Client, key string, until time.Time) (*redlock.Lock, int, error) {
+// withControl runs f as a parallel subtest called name with the restart
+// guard on, and again as its negative control with the guard off
+// (unsafely set).
+func withControl(t *testing.T, name string, f func(t *testing.T, unsafely bool)) {
+	for _, unsafely := range []bool{false, true} {
+		n := name
+		if unsafely {
+			n += ", negative control without the guard"
+		}
+		t.Run(n, func(t *testing.T) {
+			t.Parallel()
+			f(t, unsafely)
+		})
+	}
+}
+
+// tryWhileHeld tries held's key through c (TryLock, every 50 ms) until
+// one try obtains it or held's Until is one second away, so that a lock
+// obtained is obtained while held is valid. Without the guard (unsafely:
+// a negative control) it requires a try to obtain the key. With it, it
+// requires every try to fail with ErrNotObtained, and returns the last
+// error. It also returns the number of tries.
+func tryWhileHeld(t *testing.T, c *redlock.Client, held *redlock.Lock, unsafely bool) (int, error) {
 	t.Helper()
+	until := held.Until()
 	var err error
 	tries := 0
 	for time.Until(until) > time.Second {
 		var l *redlock.Lock
 		tries++
-		if l, err = c.TryLock(t.Context(), key, opsTTL); err == nil {
-			require.True(t, time.Now().Before(until))
-			return l, tries, nil
+		if l, err = c.TryLock(t.Context(), held.Key(), opsTTL); err == nil {
+			require.True(t, unsafely, "a second holder of %q %v before the first one's Until (fences: %d, then %d)",
+				held.Key(), time.Until(until).Round(time.Millisecond), held.Fence(), l.Fence())
+			return tries, nil
 		}
 		require.ErrorIs(t, err, redlock.ErrNotObtained)
 		time.Sleep(50 * time.Millisecond)
 	}
 	require.NotZero(t, tries, "no time left to try")
-	return nil, tries, err
+	require.False(t, unsafely, "negative control: without the guard a second holder obtains %q while it is held; %d tries, the last: %v",
+		held.Key(), tries, err)
+	return tries, err
 }
 
 // keepers are what masters 3 and 4 go through, keeping the lock key k,
@@ -506,59 +524,47 @@ var keepers = []struct {
 func TestNoDoubleGrantAfterRestarts(t *testing.T) {
 	leakcheck.Check(t)
 	for _, sc := range keepers {
-		for _, unsafely := range []bool{false, true} {
-			name := sc.name
-			if unsafely {
-				name += ", negative control without the guard"
+		withControl(t, sc.name, func(t *testing.T, unsafely bool) {
+			r := startOpsRig(t, false)
+			x := r.client(unsafely)
+			r.establish(x)
+			r.watch()
+
+			lx, err := x.TryLock(t.Context(), "k", opsTTL)
+			require.NoError(t, err)
+			until := lx.Until()
+			for i := range r.direct {
+				require.Eventually(t, func() bool { return get(t, r.s.Addrs[i], "k") == lx.Token() }, 5*time.Second, 10*time.Millisecond,
+					"node %d holds k", i)
 			}
-			t.Run(name, func(t *testing.T) {
-				t.Parallel()
-				r := startOpsRig(t, false)
-				x := r.client(unsafely)
-				warm, err := x.TryLock(t.Context(), "warm-up", time.Second)
-				require.NoError(t, err, "a brand-new deployment locks at once")
-				require.NoError(t, warm.Unlock(t.Context()))
-				r.watch()
+			for i := range 3 {
+				require.NoError(t, r.s.Restart(t.Context(), i))
+			}
+			sc.keep(r)
+			for _, i := range []int{3, 4} {
+				require.Equal(t, lx.Token(), get(t, r.s.Addrs[i], "k"), "node %d keeps k", i)
+			}
+			require.True(t, time.Now().Before(until), "the schedule took the whole TTL")
 
-				lx, err := x.TryLock(t.Context(), "k", opsTTL)
-				require.NoError(t, err)
-				until := lx.Until()
-				for i := range r.direct {
-					require.Eventually(t, func() bool { return get(t, r.s.Addrs[i], "k") == lx.Token() }, 5*time.Second, 10*time.Millisecond,
-						"node %d holds k", i)
-				}
-				for i := range 3 {
-					require.NoError(t, r.s.Restart(t.Context(), i))
-				}
-				sc.keep(r)
-				for _, i := range []int{3, 4} {
-					require.Equal(t, lx.Token(), get(t, r.s.Addrs[i], "k"), "node %d keeps k", i)
-				}
-				require.True(t, time.Now().Before(until), "the schedule took the whole TTL")
-
-				y := r.client(unsafely)
-				other, err := y.TryLock(t.Context(), "other", opsTTL)
-				t.Logf("Y's TryLock of other: obtained %v, %v", other != nil, err)
-				r.countAnew() // Y's rounds on k from now on
-				won, tries, err := tryUntil(t, y, "k", until)
-				if unsafely {
-					require.NotNil(t, won, "negative control: without the guard Y obtains k while X holds it; %d tries, last: %v", tries, err)
-					return
-				}
-				require.True(t, won == nil, "Y obtained k while X holds it, %v before X's Until (fences: X %d, Y %d)",
-					time.Until(until).Round(time.Millisecond), lx.Fence(), won.Fence())
-				// A round ends once a quorum is out of reach, so any one
-				// round may leave nodes 3 and 4 unheard: count the answers
-				// of every round. A node that holds k answers taken, guarded
-				// or not: it reads its guard only before a grant.
-				for _, i := range []int{3, 4} {
-					assert.NotZero(t, r.answered(i, redlock.VoteTaken), "node %d answered taken", i)
-					assert.Zero(t, r.answered(i, redlock.VoteGranted), "node %d granted k to Y", i)
-				}
-				nodes, how := r.guardedNodes()
-				assert.Equal(t, sc.guarded, nodes, "the nodes met in their guards: %v", how)
-				t.Logf("%d tries; the last: %v", tries, err)
-			})
-		}
+			y := r.client(unsafely)
+			other, err := y.TryLock(t.Context(), "other", opsTTL)
+			t.Logf("Y's TryLock of other: obtained %v, %v", other != nil, err)
+			r.countAnew() // Y's rounds on k from now on
+			tries, err := tryWhileHeld(t, y, lx, unsafely)
+			if unsafely {
+				return
+			}
+			// A round ends once a quorum is out of reach, so any one
+			// round may leave nodes 3 and 4 unheard: count the answers
+			// of every round. A node that holds k answers taken, guarded
+			// or not: it reads its guard only before a grant.
+			for _, i := range []int{3, 4} {
+				assert.NotZero(t, r.answered(i, redlock.VoteTaken), "node %d answered taken", i)
+				assert.Zero(t, r.answered(i, redlock.VoteGranted), "node %d granted k to Y", i)
+			}
+			nodes, how := r.guardedNodes()
+			assert.Equal(t, sc.guarded, nodes, "the nodes met in their guards: %v", how)
+			t.Logf("%d tries; the last: %v", tries, err)
+		})
 	}
 }
