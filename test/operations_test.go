@@ -8,6 +8,7 @@ package test
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net"
 	"regexp"
 	"slices"
@@ -161,18 +162,7 @@ func (r *opsRig) watch() { r.watching.Store(true) }
 func (r *opsRig) guardedNodes() ([]int, map[int][]string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	nodes := slices.Sorted(func(yield func(int) bool) {
-		for i := range r.guarded {
-			if !yield(i) {
-				return
-			}
-		}
-	})
-	how := map[int][]string{}
-	for i, h := range r.guarded {
-		how[i] = slices.Clone(h)
-	}
-	return nodes, how
+	return slices.Sorted(maps.Keys(r.guarded)), maps.Clone(r.guarded)
 }
 
 // client returns a Client on node clients of its own (fresh connections,
