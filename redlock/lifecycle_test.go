@@ -407,6 +407,12 @@ func TestGuardScript(t *testing.T) {
 	assert.Equal(t, []any{int64(-2), int64(40_000), "run", "x"}, run("t8", "e"+h+"run", "0"), "not established")
 	assert.Equal(t, []any{int64(-2), int64(40_000), "run", "x"}, run("t8", "e"+"x"+"run", "0"), "not established by its own mark either")
 	assert.False(t, held(m, "k"))
+	// An earlier version's check left no mark, and the server's
+	// replication ID as the state's id: the same.
+	m.HSet(reservedKey, "id", "replid", "r", "replid")
+	m.HDel(reservedKey, "v")
+	assert.Equal(t, []any{int64(-2), int64(40_000), "replid", "x"}, run("t8", "m"+h+"replid", "0"), "not marked")
+	assert.False(t, m.Exists(reservedKey) && m.HGet(reservedKey, "v") != "")
 
 	// A guard that runs out leaves the counter unknown.
 	m.FlushAll()

@@ -19,6 +19,9 @@ local function guarded()
   local op, h, eid = string.sub(establish, 1, 1), string.sub(establish, 2, 33), string.sub(establish, 34)
   if eid ~= id then op = '' end
   local v = redis.call('HGET', state, 'v') or ''
+  if v == '' and id == redis.call('HGET', state, 'r') then
+    v = 'x' -- begun by an earlier version's connection check: not empty
+  end
   if op == 'e' and v == h then
     -- Every node was guarded at once, and each was then marked with the
     -- ids seen: a new deployment, or one whose every node lost its data.
@@ -26,7 +29,6 @@ local function guarded()
     -- fence issued before (docs/SAFETY.md, "Fences increase"); one
     -- written meanwhile is kept.
     redis.call('HSET', state, 'g', '0')
-    local t = redis.call('TIME')
     redis.call('HSETNX', state, 'f', t[1] .. string.format('%06d', tonumber(t[2])))
   elseif tonumber(g) > now then
     if op == 'm' and v == '' then
