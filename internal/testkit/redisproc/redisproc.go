@@ -149,7 +149,8 @@ func (s *Servers) spawn(dir string, port int, extra []string, keep bool) (*proc,
 		return nil, "", err
 	}
 	args := []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
-		"--dir", dir, "--protected-mode", "no", "--maxmemory-policy", "noeviction", "--loglevel", "warning"}
+		"--dir", dir, "--protected-mode", "no", "--maxmemory-policy", "noeviction", "--loglevel", "warning",
+		"--repl-diskless-sync-delay", "0"} // a replica syncs at once, not after 5 s
 	// A configuration file must come first: a sentinel's, or the server's
 	// own, so that CONFIG REWRITE works.
 	conf := filepath.Join(dir, "redis.conf")
