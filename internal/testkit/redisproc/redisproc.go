@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,6 +31,7 @@ type Servers struct {
 	args  [][]string // each server's arguments beyond the defaults
 	dir   string
 	bin   string
+	saved int // snapshots copied aside by Snapshot
 }
 
 // proc is one server process; done is closed once it has exited.
@@ -147,13 +149,17 @@ func (s *Servers) spawn(dir string, port int, extra []string, keep bool) (*proc,
 		return nil, "", err
 	}
 	args := []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
-		"--dir", dir, "--protected-mode", "no", "--maxmemory-policy", "noeviction", "--loglevel", "warning"}
+		"--dir", dir, "--protected-mode", "no", "--maxmemory-policy", "noeviction", "--loglevel", "warning",
+		"--repl-diskless-sync-delay", "0"} // a replica syncs at once, not after 5 s
+	// A configuration file must come first: a sentinel's, or the server's
+	// own, so that CONFIG REWRITE works.
+	conf := filepath.Join(dir, "redis.conf")
 	if len(extra) > 0 && strings.HasSuffix(extra[0], ".conf") {
-		// A configuration file must come first (a sentinel's).
-		args = append([]string{extra[0]}, append(args, extra[1:]...)...)
-	} else {
-		args = append(args, extra...)
+		conf, extra = extra[0], extra[1:]
+	} else if err := touch(conf); err != nil {
+		return nil, "", err
 	}
+	args = append(append([]string{conf}, args...), extra...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = dir
 	// No orphans if the test or bench dies: SIGKILL, which also ends a
@@ -198,20 +204,6 @@ func (s *Servers) Kill(i int) {
 // server i is left down.
 func (s *Servers) Restart(ctx context.Context, i int) error {
 	return s.restart(ctx, i, false)
-}
-
-// RestartWithData restarts server i with its data, as a clean restart with
-// persistence would: the server writes a snapshot (SAVE) and the new one
-// loads it. Keys whose TTL ran out while the server was down are gone, and
-// the replication ID is new. On failure server i is left down.
-func (s *Servers) RestartWithData(ctx context.Context, i int) error {
-	if s.procs[i] == nil {
-		return fmt.Errorf("redisproc: server %d is down: it has no data to keep", i)
-	}
-	if err := command(s.Addrs[i], "SAVE"); err != nil {
-		return err
-	}
-	return s.restart(ctx, i, true)
 }
 
 // restart kills server i, when it is up, and starts it again on its

@@ -94,3 +94,40 @@ func TestRestartWithData(t *testing.T) {
 		t.Errorf("EXISTS k after Kill and Restart = %q, %v; want 0", v, err)
 	}
 }
+
+// TestRestartFrom: a server restarted from an older snapshot has the keys
+// of the snapshot and not the later ones, and a configured server can
+// rewrite its configuration file, also after the restart.
+func TestRestartFrom(t *testing.T) {
+	Require(t)
+	s, err := StartWith(t.Context(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	a := s.Addrs[0]
+	if err := command(a, "SET", "old", "v"); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := s.Snapshot(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := command(a, "SET", "new", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if err := command(a, "CONFIG", "REWRITE"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RestartFrom(t.Context(), 0, snap); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{"old": "1", "new": "0"} {
+		if v, err := reply(a, "EXISTS", k); err != nil || v != want {
+			t.Errorf("EXISTS %s after RestartFrom = %q, %v; want %s", k, v, err, want)
+		}
+	}
+	if err := command(a, "CONFIG", "REWRITE"); err != nil {
+		t.Fatal(err)
+	}
+}
