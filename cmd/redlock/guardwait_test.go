@@ -68,7 +68,7 @@ func TestGuardStatusWait(t *testing.T) {
 }
 
 // TestRollingRestartWithWait follows docs/OPERATING.md, "Restarting
-// nodes", on five redis-server processes that keep their data: while a
+// nodes", on five redis-server processes with an append-only file: while a
 // Client takes locks without pause, each node in turn is restarted with
 // its data (so its guard runs, its server being another), and the next one
 // only once waitInService, the function of guard status --wait, returns.
@@ -79,7 +79,7 @@ func TestRollingRestartWithWait(t *testing.T) {
 	redisproc.Require(t)
 	const guard = 2 * time.Second
 	run := func(t *testing.T, wait bool) (refused, guarded int64, first error) {
-		s, err := redisproc.Start(t.Context(), 5)
+		s, err := redisproc.StartWith(t.Context(), 5, "--appendonly", "yes")
 		require.NoError(t, err)
 		t.Cleanup(s.Stop)
 		nodes := redlock.NewNodes(s.Addrs...)
