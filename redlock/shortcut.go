@@ -69,9 +69,5 @@ func (r *round) marked() bool {
 // that a Client's new-deployment shortcut set: the state is a new
 // deployment's, whose guard the shortcut is ending, not a node's that lost
 // its data. A state made after a loss has no mark, and the connection
-// check marks the guard it starts with checkMark.
-func newDeploymentMark(m string) bool { return m != "" && m != checkMark }
-
-// checkMark is the mark of a guard that the connection check started,
-// which no shortcut matches (see check.lua).
-const checkMark = "x"
+// check marks the guard it starts with [protocol.CheckMark].
+func newDeploymentMark(m string) bool { return m != "" && m != protocol.CheckMark }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/redquorum/redquorum/internal/protocol"
 	"strconv"
 	"time"
 
@@ -83,7 +84,7 @@ func (c stateCmds) state() (nodeState, error) {
 	if !ok {
 		return nodeState{fence: h["f"]}, nil // acquire.lua treats a state without g as none
 	}
-	s := nodeState{known: true, fence: h["f"], changed: h["v"] == "x"}
+	s := nodeState{known: true, fence: h["f"], changed: h["v"] == protocol.CheckMark}
 	until, err := strconv.ParseInt(g, 10, 64)
 	if err != nil {
 		s.bad = g

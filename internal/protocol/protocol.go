@@ -30,6 +30,10 @@ const (
 	// "r", see check.lua). On a Redis Cluster node there is one per hash
 	// slot (see [SlotStateKey]). Lock keys must not start with it.
 	StateKey = "redquorum:node"
+	// CheckMark is the mark ("v" in the state) of a guard that the
+	// connection check started (check.lua): the server kept its data, so
+	// no new-deployment shortcut, whose marks are 32 hex digits, ends it.
+	CheckMark = "x"
 	// TombstonePrefix, followed by a token, is the tombstone a release
 	// leaves on a key that does not hold the token, so that the token's
 	// late SET is refused. A key keeps its tombstones after its holder's
