@@ -297,3 +297,44 @@ func TestDetachIn(t *testing.T) {
 	plain := context.Background()
 	assert.Equal(t, plain, detachIn(&d, plain))
 }
+
+// TestExtendShorterCancelled: an Extend to a shorter TTL whose ctx ends
+// before the nodes answer leaves Until no later than the new TTL allows:
+// its calls outlive ctx and shorten the keys on the nodes all the same,
+// after which another Client obtains the key.
+func TestExtendShorterCancelled(t *testing.T) {
+	leakcheck.Check(t)
+	s := redisproc.StartT(t, 5)
+	ctx := t.Context()
+	open := func() *Client {
+		cl, err := Open(s.Addrs, &Options{NodeTimeout: 600 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = cl.Close() })
+		return cl
+	}
+	a, b := open(), open()
+	l, err := a.Lock(ctx, "k", 30*time.Second)
+	require.NoError(t, err)
+	_, err = b.Holder(ctx, "k") // b's connections are open and checked before the pause
+	require.NoError(t, err)
+
+	for _, addr := range s.Addrs {
+		_, err := redisproc.Do(ctx, addr, "CLIENT", "PAUSE", "300", "WRITE")
+		require.NoError(t, err)
+	}
+	start := time.Now()
+	ectx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	err = l.Extend(ectx, time.Second)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.False(t, l.Until().After(start.Add(time.Second)), "Until is %v after the extend began, beyond its 1s TTL", l.Until().Sub(start))
+
+	var lb *Lock
+	require.Eventually(t, func() bool {
+		lb, err = b.TryLock(ctx, "k", 30*time.Second)
+		return err == nil
+	}, 5*time.Second, 10*time.Millisecond, "the keys keep their 30s TTL")
+	now := time.Now()
+	assert.False(t, now.Before(l.Until()), "b holds k while a's Until is %v away", l.Until().Sub(now))
+	require.NoError(t, lb.Unlock(ctx))
+}

@@ -227,11 +227,14 @@ func (c *Client) tokenGone(e *Error) bool {
 // the round plus the new validity. It first checks the lock's validity
 // locally and does not contact the nodes when it has run out.
 //
-// On failure Until is unchanged, nothing is deleted on any node, and the
-// error wraps [ErrNotHeld]: treat the lock as lost. The exception is a ctx
-// that ended before the nodes decided: then the error wraps ctx.Err() and
-// not ErrNotHeld, and the lock is as held as before, until Until. With a
-// ctx already done, Extend sends nothing.
+// On failure, Until becomes the earlier of its old value and the start of
+// the call plus ttl's validity (ttl minus the drift allowance): the calls
+// outlive ctx, and any node may still set the shorter ttl. Nothing is
+// deleted on any node, and the error wraps [ErrNotHeld]: treat the lock
+// as lost. The exception is a ctx that ended before the nodes decided:
+// then the error wraps ctx.Err() and not ErrNotHeld, and the lock is held
+// until Until. With a ctx already done, Extend sends nothing and leaves
+// Until unchanged.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return nilLockError("extend")
@@ -285,6 +288,8 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, rec *record) error
 	}
 	validity := clock.Validity(ttl, c.cfg.clock.Now().Sub(start), c.cfg.drift)
 	if qerr != nil || validity <= 0 {
+		// The calls outlive ctx: any node may still set the new ttl.
+		l.shorten(start.Add(clock.Validity(ttl, 0, c.cfg.drift)))
 		e := c.newError("extend", l.name(), ok, r, ErrNotHeld, qerr)
 		if cerr := ctx.Err(); qerr != nil && cerr != nil && !c.tokenGone(e) {
 			return ctxError("extend", l.name(), cerr) // undecided: the lock is as held as before
@@ -299,4 +304,15 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, rec *record) error
 		c.queue.Held(l.turn, l.until) // local waiters watch the new expiry
 	}
 	return nil
+}
+
+// shorten moves l.until back to until when that is earlier. l.mu is held.
+func (l *Lock) shorten(until time.Time) {
+	if !until.Before(l.until) {
+		return
+	}
+	l.until = until
+	if l.turn != nil {
+		l.c.queue.Held(l.turn, l.until)
+	}
 }
