@@ -39,12 +39,19 @@ type Lock struct {
 	released bool
 }
 
-// newLock returns the handle of the lock that r obtained.
-func newLock(r *round) *Lock {
-	l := &r.lock
-	l.c, l.keys, l.token, l.ttl, l.fence, l.held, l.until = r.c, r.keys, r.acq.Token, r.acq.TTL, r.fence, r, r.until
-	r.c.locks.add(l)
-	return l
+// newLock returns the handle of the lock that r obtained. Once Close has
+// begun to release the Client's locks, it releases r instead and returns
+// ErrClosed. Callers are within c.life.enter.
+func newLock(r *round) (*Lock, error) {
+	l, c := &r.lock, r.c
+	l.c, l.keys, l.token, l.ttl, l.fence, l.held, l.until = c, r.keys, r.acq.Token, r.acq.TTL, r.fence, r, r.until
+	if c.locks.add(l) {
+		return l, nil
+	}
+	l.released, l.until = true, time.Time{}
+	c.wait.unlocked(l)
+	c.release(context.Background(), r, true, nil)
+	return nil, ErrClosed
 }
 
 // nilLockError is the error of op on a nil *Lock: it wraps ErrNotHeld.
