@@ -62,10 +62,11 @@ type Client struct {
 // A node may be a replicated group that fails over: a Sentinel client
 // (redis.NewFailoverClient), or a client of an address that a failover
 // moves to the promoted replica. Every new connection of a plain node's
-// client records its server's replication ID in the node's state, once,
-// and a server whose ID is not the recorded one (a promoted replica, a
-// restarted master) starts the restart guard ([ErrGuarded]), since it may
-// lack locks it granted. A connection to a replica is refused. The check
+// client checks its server against the node's state: a server whose data
+// may have come from elsewhere since (a restarted master, a promoted
+// replica) starts the restart guard ([ErrGuarded]), since it may lack
+// locks it granted; a healthy master's own events (a replica attached,
+// a client killed) do not. A connection to a replica is refused. The check
 // costs one round trip per new connection and nothing per lock. On a
 // *redis.Client used as given, New adds it to the client's OnConnect, after
 // the one it has: make the Client before other goroutines use that client;

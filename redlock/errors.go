@@ -57,7 +57,7 @@ var (
 	// ErrSameServer means that two nodes of a Client reach one Redis
 	// server, for example under two names (localhost:6379 and
 	// 127.0.0.1:6379): that server would vote twice toward the quorum. The
-	// check of each new connection reads its server's replication ID, and
+	// check of each new connection reads its server's run_id, and
 	// refuses a connection to a server that another node reaches. From
 	// then on every lock fails at once with an error that wraps
 	// ErrSameServer (not [ErrNotObtained]) and names both nodes: give each

@@ -50,7 +50,7 @@ func (a *account) set(fence uint64, balance int) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if fence < a.fence {
-		return fmt.Errorf("fence %d is below %d: stale lock holder", fence, a.fence)
+		return fmt.Errorf("fence below the last accepted (by %d): stale lock holder", a.fence-fence)
 	}
 	a.fence, a.balance = fence, balance
 	return nil
@@ -64,13 +64,14 @@ func ExampleLock_Fence() {
 	ctx := context.Background()
 	var acct account
 
+	// A new deployment's fences start at the nodes' time in microseconds.
 	a, _ := client.Lock(ctx, "account:7", 300*time.Millisecond)
-	fmt.Println("A holds fence", a.Fence())
+	fmt.Println("A holds a fence:", a.Fence() > 0)
 	balance := 100 // A reads the balance, then stalls (GC, swap, a paused VM) past its validity.
 	time.Sleep(time.Until(a.Until()) + 50*time.Millisecond)
 
 	b, _ := client.Lock(ctx, "account:7", time.Second)
-	fmt.Println("B holds fence", b.Fence())
+	fmt.Println("B's fence is above A's:", b.Fence() > a.Fence())
 	fmt.Println("B writes:", acct.set(b.Fence(), 50))
 
 	// A wakes up and writes what it computed before the pause.
@@ -78,10 +79,10 @@ func ExampleLock_Fence() {
 	fmt.Println("balance", acct.balance)
 	_ = b.Unlock(ctx)
 	// Output:
-	// A holds fence 1
-	// B holds fence 2
+	// A holds a fence: true
+	// B's fence is above A's: true
 	// B writes: <nil>
-	// A writes: fence 1 is below 2: stale lock holder
+	// A writes: fence below the last accepted (by 1): stale lock holder
 	// balance 50
 }
 

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -124,23 +125,29 @@ func TestRestartGuard(t *testing.T) {
 }
 
 // TestNewDeployment: a round that finds every node guarded establishes them
-// all and locks at once, and the nodes start with known fence counters.
+// all and locks at once, and the nodes start with known fence counters,
+// from their time in microseconds.
 func TestNewDeployment(t *testing.T) {
 	leakcheck.Check(t)
 	c := newCluster(t, 5)
 	c.fresh = true
+	now := time.Unix(1_800_000_000, 0)
+	for i, m := range c.srv {
+		m.SetTime(now.Add(time.Duration(i) * time.Microsecond))
+	}
 	cl := c.client(t, &Options{Fencing: true})
 	l, err := cl.TryLock(t.Context(), "k", time.Second)
 	require.NoError(t, err)
-	assert.Equal(t, uint64(1), l.Fence())
+	assert.Greater(t, l.Fence(), uint64(now.UnixMicro()), "above the time the counters began")
 	require.NoError(t, cl.Close())
 	written := 0
 	for i, m := range c.srv {
 		assert.Equal(t, "0", m.HGet(reservedKey, "g"), "node %d established", i)
 		f := m.HGet(reservedKey, "f")
-		assert.Contains(t, []string{"0", "1"}, f, "node %d", i)
-		if f == "1" {
+		if f == fmt.Sprint(l.Fence()) {
 			written++
+		} else {
+			assert.Equal(t, fmt.Sprint(now.Add(time.Duration(i)*time.Microsecond).UnixMicro()), f, "node %d", i)
 		}
 	}
 	// The write-back goes to the nodes that had granted when the first
@@ -388,8 +395,24 @@ func TestGuardScript(t *testing.T) {
 	assert.False(t, held(m, "k"))
 	assert.Equal(t, []any{int64(-2), int64(60_000), "t3", ""}, run("t4", "e"+h+"t3", "0"), "not marked")
 	assert.Equal(t, []any{int64(-2), int64(60_000), "t3", h}, run("t4", "m"+h+"t3", "0"))
-	assert.Equal(t, []any{int64(0), int64(0)}, run("t4", "e"+h+"t3", "1"), "established: granted, counter known")
+	assert.Equal(t, []any{int64(0), now.Add(20 * time.Second).UnixMicro()}, run("t4", "e"+h+"t3", "1"),
+		"established: granted, counter known, from the node's time in microseconds")
 	m.Del("k")
+
+	// A guard that the connection check began (mark "x": the server kept
+	// data) is neither marked nor ended by the shortcut.
+	m.HSet(reservedKey, "g", fmt.Sprint(now.Add(60*time.Second).UnixMilli()), "id", "run", "v", "x")
+	m.HDel(reservedKey, "f")
+	assert.Equal(t, []any{int64(-2), int64(40_000), "run", "x"}, run("t8", "m"+h+"run", "0"), "not marked")
+	assert.Equal(t, []any{int64(-2), int64(40_000), "run", "x"}, run("t8", "e"+h+"run", "0"), "not established")
+	assert.Equal(t, []any{int64(-2), int64(40_000), "run", "x"}, run("t8", "e"+"x"+"run", "0"), "not established by its own mark either")
+	assert.False(t, held(m, "k"))
+	// An earlier version's check left no mark, and the server's
+	// replication ID as the state's id: the same.
+	m.HSet(reservedKey, "id", "replid", "r", "replid")
+	m.HDel(reservedKey, "v")
+	assert.Equal(t, []any{int64(-2), int64(40_000), "replid", "x"}, run("t8", "m"+h+"replid", "0"), "not marked")
+	assert.False(t, m.Exists(reservedKey) && m.HGet(reservedKey, "v") != "")
 
 	// A guard that runs out leaves the counter unknown.
 	m.FlushAll()

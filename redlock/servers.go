@@ -39,7 +39,7 @@ func (c *Client) sameServer(keys []string) error {
 }
 
 func (e *sameServerError) Error() string {
-	return fmt.Sprintf("redlock: lock %q: nodes[%d] %s and nodes[%d] %s are one server (replication ID %.8s): give each server once",
+	return fmt.Sprintf("redlock: lock %q: nodes[%d] %s and nodes[%d] %s are one server (run_id %.8s): give each server once",
 		shortKey(e.key), e.i, e.names[0], e.j, e.names[1], e.same.ID)
 }
 

@@ -68,7 +68,7 @@ func TestGuardFence(t *testing.T) {
 			for i, a := range addrs {
 				fence := "unknown"
 				if i >= 3 {
-					fence = `\d` // below the highest fence when the node missed its write-back
+					fence = `\d+` // below the highest fence when the node missed its write-back
 				}
 				assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(a)+`\s+`+fence+`\s+would raise to \d+$`, out)
 			}

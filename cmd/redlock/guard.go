@@ -47,9 +47,9 @@ node state nor a tombstone, so a lock may be held. Give every node of the
 deployment in --nodes.
 
 On each node it sets the field g of the state key (prefix + "` + protocol.StateKey + `")
-to 0, records the server's replication ID (INFO replication) in the field
-r, so that the clients take the server for the one the state belongs to,
-and keeps the field id. It does not set the fence counter f: a node
+to 0, records the server's run_id and replication ID (INFO) in the fields
+p and r, so that the clients take the server for the one the state belongs
+to, clears the mark v, and keeps the field id. It does not set the fence counter f: a node
 that lost its data keeps an unknown counter ("fence unknown"), does not
 count toward a fenced lock's quorum, and gets its counter back from the
 next fenced lock it grants, as long as a quorum of the nodes kept theirs.
@@ -247,28 +247,37 @@ func endGuards(ctx context.Context, out io.Writer, a guardArgs, nodes []redis.Un
 }
 
 // endGuard sets the node's state key serving, recorded under the server's
-// replication ID, so that the lock clients' connection check takes the
-// server for the one the state belongs to. Where INFO cannot tell the ID,
-// it removes the recorded one, which the next check then records.
+// run_id and replication ID, so that the lock clients' connection check
+// takes the server for the one the state belongs to. Where INFO cannot
+// tell them, it removes the recorded ones, which the next check records.
 func endGuard(ctx context.Context, n redis.UniversalClient, key string) error {
-	id := ""
-	if info, err := n.Info(ctx, "replication").Result(); err == nil {
-		for line := range strings.Lines(info) {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "master_replid:"); ok {
-				id = v
-			}
-		}
-	}
+	run, id := infoField(ctx, n, "server", "run_id"), infoField(ctx, n, "replication", "master_replid")
 	_, err := n.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		if id == "" {
-			p.HDel(ctx, key, "r")
+		p.HDel(ctx, key, "v")
+		if run == "" || id == "" {
+			p.HDel(ctx, key, "p", "r")
 			p.HSet(ctx, key, "g", "0")
 		} else {
-			p.HSet(ctx, key, "g", "0", "r", id)
+			p.HSet(ctx, key, "g", "0", "p", run, "r", id)
 		}
 		return nil
 	})
 	return err
+}
+
+// infoField returns the field name of the INFO section of n, or "" when it
+// cannot be read.
+func infoField(ctx context.Context, n redis.UniversalClient, section, name string) string {
+	info, err := n.Info(ctx, section).Result()
+	if err != nil {
+		return ""
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // fenceNote warns, in a line, when a quorum of the nodes have unknown fence

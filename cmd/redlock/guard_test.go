@@ -213,8 +213,8 @@ func TestGlobEscape(t *testing.T) {
 }
 
 // TestGuardStatusServerChanged: a guard that the connection check started
-// (its id is the server's replication ID) says why; guard end records the
-// server's replication ID, so that no connection check starts it again.
+// (its mark is "x") says why; guard end records the server's run_id and
+// replication ID, so that no connection check starts it again.
 func TestGuardStatusServerChanged(t *testing.T) {
 	leakcheck.Check(t)
 	addrs := startRedis(t, 1)
@@ -222,7 +222,7 @@ func TestGuardStatusServerChanged(t *testing.T) {
 	t.Cleanup(func() { _ = n.Close() })
 	key := "p:" + protocol.StateKey
 	now := time.Now().UnixMilli()
-	require.NoError(t, n.HSet(t.Context(), key, "g", now+60000, "id", "abc", "r", "abc").Err())
+	require.NoError(t, n.HSet(t.Context(), key, "g", now+60000, "id", "abc", "v", "x", "p", "abc").Err())
 
 	code, out, _ := runCLI(t, "guard", "status", "--nodes", addrs[0], "--prefix", "p:")
 	assert.Equal(t, 0, code)
@@ -233,5 +233,8 @@ func TestGuardStatusServerChanged(t *testing.T) {
 	r := n.HGet(t.Context(), key, "r").Val()
 	assert.Len(t, r, 40)
 	assert.Contains(t, n.Info(t.Context(), "replication").Val(), "master_replid:"+r+"\r\n")
+	p := n.HGet(t.Context(), key, "p").Val()
+	assert.Contains(t, n.Info(t.Context(), "server").Val(), "run_id:"+p+"\r\n")
 	assert.Equal(t, "0", n.HGet(t.Context(), key, "g").Val())
+	assert.False(t, n.HExists(t.Context(), key, "v").Val(), "no mark left")
 }

@@ -20,7 +20,7 @@ type nodeState struct {
 	fence     string        // the field f; "" when the counter is unknown
 	bad       string        // a g that is not a time in ms, shown as it is
 	// changed is set when the guard was started by the connection check
-	// (check.lua): its id is the server's replication ID, not a round's.
+	// (check.lua): its mark is "x", which no round sets.
 	changed bool
 }
 
@@ -83,7 +83,7 @@ func (c stateCmds) state() (nodeState, error) {
 	if !ok {
 		return nodeState{fence: h["f"]}, nil // acquire.lua treats a state without g as none
 	}
-	s := nodeState{known: true, fence: h["f"], changed: h["r"] != "" && h["id"] == h["r"]}
+	s := nodeState{known: true, fence: h["f"], changed: h["v"] == "x"}
 	until, err := strconv.ParseInt(g, 10, 64)
 	if err != nil {
 		s.bad = g

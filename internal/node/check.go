@@ -16,9 +16,10 @@ import (
 
 // connCheck is the check that every new connection of a plain node's client
 // runs on its server before any lock command (check.lua): it refuses a
-// replica, and starts the restart guard on a server whose replication ID is
-// not the one the node's state was recorded under (a promoted replica, a
-// restarted master), since such a server may lack lock keys it granted.
+// replica, and starts the restart guard on a server whose data may have
+// come from elsewhere since the node's state was recorded (another process:
+// a restarted master, a promoted replica; or a process that was a replica
+// since), since such a server may lack lock keys it granted.
 //
 // A connection stays with one server for its life, so every server a lock
 // command reaches through the client has been checked in its current role:
@@ -143,8 +144,8 @@ func (cc *connCheck) run(ctx context.Context, cn *redis.Conn) error {
 	log := cc.n.cfg.Log
 	switch r.Kind {
 	case protocol.Changed:
-		log.Warn("redlock: the node's server changed (a failover, or a restart from a persisted file): it may lack locks it granted, so its restart guard runs",
-			"node", cc.n.name, "replid", r.ID, "guard", r.Guard)
+		log.Warn("redlock: the node's server changed (a restart from a persisted file, a failover, or a server that was a replica since): it may lack locks it granted, so its restart guard runs",
+			"node", cc.n.name, "run_id", r.ID, "guard", r.Guard)
 	case protocol.NotMaster:
 		if !cc.refused.Swap(true) {
 			log.Error("redlock: the node's server is a replica, not a master: it grants no lock",
@@ -157,7 +158,7 @@ func (cc *connCheck) run(ctx context.Context, cn *redis.Conn) error {
 			// server: it has no failover to detect.
 			log.Debug("redlock: the node's server has no replication ID", "node", cc.n.name, "err", r.Detail)
 		} else if !cc.unchecked.Swap(true) {
-			log.Warn("redlock: cannot read the node's replication ID: a failover of this node that keeps its data but lacks recent locks goes undetected; allow INFO for the lock user",
+			log.Warn("redlock: cannot read the node's run_id and replication ID: a failover or a restart from a file that lacks recent locks goes undetected; allow INFO for the lock user",
 				"node", cc.n.name, "err", r.Detail)
 		}
 	}

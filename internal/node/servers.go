@@ -11,18 +11,18 @@ import (
 // 127.0.0.1:6379): that server would vote twice toward the quorum.
 type SameServerError struct {
 	First, Second *Node  // the nodes, in the order they reported the ID
-	ID            string // the server's replication ID
+	ID            string // the server's run_id
 }
 
 func (e *SameServerError) Error() string {
-	return fmt.Sprintf("nodes %s and %s are one server (replication ID %.8s)", e.First.name, e.Second.name, e.ID)
+	return fmt.Sprintf("nodes %s and %s are one server (run_id %.8s)", e.First.name, e.Second.name, e.ID)
 }
 
 // Servers tells the servers of one client's nodes apart. The check of
-// each new connection of a plain node reports its server's replication
-// ID to Servers, which keeps each node's latest. A master's replication
-// ID is random, made when it starts or is promoted: two nodes that report
-// the same one reach the same server. The zero value is ready to use, and
+// each new connection of a plain node reports its server's run_id to
+// Servers, which keeps each node's latest. A run_id is random, drawn when
+// the process starts: two nodes that report the same one reach the same
+// server. The zero value is ready to use, and
 // its methods are safe for concurrent use.
 type Servers struct {
 	mu  sync.Mutex
@@ -30,7 +30,7 @@ type Servers struct {
 	err atomic.Pointer[SameServerError] // the first conflict, kept for good
 }
 
-// Seen records that n's server has replication ID id. It returns a
+// Seen records that n's server has run_id id. It returns a
 // *SameServerError when another node's latest ID is id, and keeps it for
 // Err.
 func (s *Servers) Seen(n *Node, id string) error {

@@ -19,12 +19,17 @@ local function guarded()
   local op, h, eid = string.sub(establish, 1, 1), string.sub(establish, 2, 33), string.sub(establish, 34)
   if eid ~= id then op = '' end
   local v = redis.call('HGET', state, 'v') or ''
+  if v == '' and id == redis.call('HGET', state, 'r') then
+    v = 'x' -- begun by an earlier version's connection check: not empty
+  end
   if op == 'e' and v == h then
     -- Every node was guarded at once, and each was then marked with the
-    -- ids seen: a new deployment. Its counter is known: no fence was
-    -- issued before (one written meanwhile is kept).
+    -- ids seen: a new deployment, or one whose every node lost its data.
+    -- Its counter starts at the node's time in microseconds, above every
+    -- fence issued before (docs/SAFETY.md, "Fences increase"); one
+    -- written meanwhile is kept.
     redis.call('HSET', state, 'g', '0')
-    redis.call('HSETNX', state, 'f', '0')
+    redis.call('HSETNX', state, 'f', t[1] .. string.format('%06d', tonumber(t[2])))
   elseif tonumber(g) > now then
     if op == 'm' and v == '' then
       redis.call('HSET', state, 'v', h) -- set once: never changed while the state lives

@@ -25,8 +25,9 @@ import (
 const (
 	// StateKey is each node's state: a hash without expiry holding the
 	// restart guard ("g"), the id of the round that created it ("id"), the
-	// fence counter ("f") and the replication ID of the server that last
-	// checked it ("r", see check.lua). On a Redis Cluster node there is one per hash
+	// fence counter ("f"), the shortcut's mark ("v"), and the run_id and
+	// replication ID of the server process that last checked it ("p" and
+	// "r", see check.lua). On a Redis Cluster node there is one per hash
 	// slot (see [SlotStateKey]). Lock keys must not start with it.
 	StateKey = "redquorum:node"
 	// TombstonePrefix, followed by a token, is the tombstone a release

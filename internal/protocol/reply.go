@@ -87,24 +87,25 @@ func Held(v int64) bool { return v == 1 }
 type CheckKind uint8
 
 const (
-	// Same: the server is a master with the replication ID recorded in the
-	// node's state (or it had none, and now has the server's).
+	// Same: nothing suggests the server lost data since the node's state
+	// was recorded (the state now holds the server's run_id and
+	// replication ID).
 	Same CheckKind = iota
-	// Changed: the state was recorded under another replication ID (a
-	// failover, or a restart from a persisted file): the restart guard now
-	// runs on the server, and its fence counter is unknown.
+	// Changed: the server's data may have come from elsewhere (another
+	// process, or a process that was a replica since): the restart guard
+	// now runs on the server, and its fence counter is unknown.
 	Changed
 	// NotMaster: the server is a replica; nothing was written.
 	NotMaster
-	// Unchecked: the server's replication ID could not be read (INFO denied
-	// by an ACL, or absent); nothing was checked.
+	// Unchecked: the server's identity could not be read (INFO denied by
+	// an ACL, or absent); nothing was checked.
 	Unchecked
 )
 
 // CheckReply is a server's answer to the connection check.
 type CheckReply struct {
 	Kind CheckKind
-	// ID is the server's replication ID (Same, Changed).
+	// ID is the server's run_id (Same, Changed): one per process.
 	ID string
 	// Guard is, for Changed, how long the server's restart guard now runs.
 	Guard time.Duration

@@ -162,8 +162,9 @@ func guardPair(t *testing.T, base Options, kind FaultKind, what string, gapOff, 
 // holder, which protects the new one.) With the restart guard off, the
 // promoted replica grants such a held lock to the other process, which then
 // holds a majority too: both checkers must report it (the negative control).
-// With the guard on, the connection check sees the promoted replica's new
-// replication ID and starts its guard, and no checker finds anything.
+// With the guard on, the connection check sees that the promoted replica is
+// another process than the one that recorded the node's state, and starts
+// its guard, and no checker finds anything.
 func TestFailoverChaos(t *testing.T) {
 	base := Options{
 		Split: true, Keys: 2, TTL: 3 * time.Second, Hold: 6 * time.Second, Replicated: true,

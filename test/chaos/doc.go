@@ -57,8 +57,8 @@
 // lag, then the old master is killed and the node's address moves to the
 // promoted replica, which lacks every grant, extension and release of the
 // lag. Nothing but the connection check (check.lua) tells the client: a
-// new connection finds a replication ID other than the one recorded in the
-// node's state and starts the node's restart guard. TestChaosReplicated runs
+// new connection finds a server process (run_id) other than the one
+// recorded in the node's state and starts the node's restart guard. TestChaosReplicated runs
 // every kind of fault with failovers on a replicated deployment and must be
 // clean; its leftover check also lists the keys of each replica once it has
 // caught up with its master. TestFailoverChaos shows that the scenario does
