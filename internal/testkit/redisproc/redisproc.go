@@ -214,6 +214,15 @@ func (s *Servers) RestartWithData(ctx context.Context, i int) error {
 	return s.restart(ctx, i, true)
 }
 
+// RestartFromSnapshot kills server i and starts it again on the snapshot
+// it last wrote (a SAVE sent to it earlier), as a restart from an older
+// file would: what it was given since is lost, and what it held then, keys
+// released since included, is back. The replication ID and the run ID are
+// new. On failure server i is left down.
+func (s *Servers) RestartFromSnapshot(ctx context.Context, i int) error {
+	return s.restart(ctx, i, true)
+}
+
 // restart kills server i, when it is up, and starts it again on its
 // address; keep keeps its directory, and so its snapshot.
 func (s *Servers) restart(ctx context.Context, i int, keep bool) error {
