@@ -33,7 +33,7 @@ func (bw *backoffWait) first() error                              { return nil }
 func (bw *backoffWait) join() join                                { return join{} }
 func (bw *backoffWait) failed(join, time.Duration, *quorum.Round) {}
 func (bw *backoffWait) delay(d time.Duration) time.Duration       { return d }
-func (bw *backoffWait) handed(time.Duration) *Lock                { return nil }
+func (bw *backoffWait) handed(time.Duration) *round               { return nil }
 func (bw *backoffWait) done(*Lock)                                {}
 func (bw *backoffWait) base() *waiter                             { return &bw.w }
 

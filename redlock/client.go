@@ -151,7 +151,8 @@ func (c *Client) checkKinds() error {
 // Close releases the locks of this Client that are still held, as Unlock
 // would but without handing any over to a waiter: the callers waiting in
 // [Client.Lock] return ErrClosed, and a [Client.Do] still running sees its
-// lock lost. The releases are sent in parallel, each bounded by
+// lock lost. A lock round still running when Close began releases what it
+// obtains, and its caller gets ErrClosed. The releases are sent in parallel, each bounded by
 // Options.NodeTimeout, and their errors are dropped: a lock whose release
 // fails expires with its TTL. Unlock your locks yourself to see the errors.
 //
@@ -159,7 +160,7 @@ func (c *Client) checkKinds() error {
 // node answers and the releases that follow them), sends once more, at
 // once, the releases that nodes have not answered yet and that the Client
 // retries in the background (see [Client.TryLock]), and makes every later
-// operation return [ErrClosed]. It also stops the goroutines that the
+// operation return [ErrClosed]: no call to a node starts after Close. It also stops the goroutines that the
 // Client keeps between lock rounds to call the nodes (at most one per call
 // that ran at once): close every Client you no longer use. Last, it closes
 // the node clients that the Client made ([New]) or that came with it
@@ -284,6 +285,21 @@ func (c *Client) tryOnce(ctx context.Context, keys []string, ttl time.Duration, 
 	return l, err
 }
 
+// handed returns the lock that the nodes handed off to w, with ttl, or
+// nil; ErrClosed on a closed Client, or when Close began meanwhile (the
+// lock is then released).
+func (c *Client) handed(w *waiter, ttl time.Duration) (*Lock, error) {
+	if err := c.life.enter(); err != nil {
+		return nil, err
+	}
+	defer c.life.exit()
+	r := w.s.handed(ttl)
+	if r == nil {
+		return nil, nil
+	}
+	return newLock(r)
+}
+
 // lockRounds locks keys, which the Lock may keep: one round when wait is
 // false (TryLock), else rounds with the waits of a waiter (wait.go) between
 // them, until one obtains the lock or the waiter gives up (Lock). rec, when
@@ -311,7 +327,10 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 			}
 			return nil, err
 		}
-		if l := w.s.handed(ttl); l != nil {
+		if l, err := c.handed(w, ttl); l != nil || err != nil {
+			if err != nil {
+				return nil, err
+			}
 			w.held(l)
 			return l, nil
 		}

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -487,4 +488,68 @@ func TestElectionCampaignEnds(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // thrice b's MaxWait
 	require.NoError(t, la.Resign(t.Context()))
 	require.NoError(t, <-got, "b campaigned until it led")
+}
+
+// TestReadsSkipGuardedNodes: three of five nodes restart from a snapshot
+// taken while L1 led and held k, after L1 resigned and L2 took both over.
+// The restarted nodes are in their restart guard (another process), and
+// hold L1's keys. A read must not count them: it reports neither L1 as the
+// leader nor as k's holder, and since two nodes are too few to decide, it
+// says that it cannot tell.
+func TestReadsSkipGuardedNodes(t *testing.T) {
+	leakcheck.Check(t)
+	s, open := electionNodes(t, 5)
+	ctx := t.Context()
+	a, b := open("L1", nil), open("L2", nil)
+
+	lead1, err := a.Election("e").Campaign(ctx, "L1", 30*time.Second)
+	require.NoError(t, err)
+	la, err := a.Lock(ctx, "k", 30*time.Second)
+	require.NoError(t, err)
+	settle(a) // L1's keys are on every node
+	snapshots := make([]string, 3)
+	for i := range snapshots {
+		snapshots[i], err = s.Snapshot(i)
+		require.NoError(t, err)
+	}
+	require.NoError(t, lead1.Resign(ctx))
+	require.NoError(t, la.Unlock(ctx))
+	settle(a)
+	lead2, err := b.Election("e").Campaign(ctx, "L2", 30*time.Second)
+	require.NoError(t, err)
+	defer func() { _ = lead2.Resign(ctx) }()
+	lb, err := b.Lock(ctx, "k", 30*time.Second)
+	require.NoError(t, err)
+	defer func() { _ = lb.Unlock(ctx) }()
+	settle(b)
+	for i, snap := range snapshots {
+		require.NoError(t, s.RestartFrom(ctx, i, snap))
+	}
+
+	c := open("reader", nil)
+	info, err := c.Election("e").Leader(ctx)
+	assert.NotEqual(t, "L1", info.Value, "Leader reports L1, term %d, from the restarted nodes", info.Term)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, ErrNoLeader, "two nodes in service cannot tell that nobody leads")
+	assert.Equal(t, 3, guardedNodes(err), "%v", err)
+	h, err := c.Holder(ctx, "k")
+	assert.NotEqual(t, "L1", h.Owner, "Holder reports L1 from the restarted nodes")
+	require.ErrorIs(t, err, ErrNotHeld)
+	assert.Equal(t, 3, guardedNodes(err), "%v", err)
+}
+
+// guardedNodes returns how many nodes of err, an *Error, were in their
+// restart guard.
+func guardedNodes(err error) int {
+	var e *Error
+	if !errors.As(err, &e) {
+		return -1
+	}
+	n := 0
+	for _, r := range e.Nodes {
+		if errors.Is(r.Err, ErrGuarded) {
+			n++
+		}
+	}
+	return n
 }

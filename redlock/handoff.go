@@ -178,13 +178,13 @@ func (hw *handWait) heardHand(timer <-chan time.Time) <-chan time.Time {
 	return timer
 }
 
-// handed returns the lock that a quorum of nodes handed off to the
-// current round, or nil. Each of those nodes set the key for ttl after
+// handed returns the round of the lock that a quorum of nodes handed off
+// to the current round, or nil. Each of those nodes set the key for ttl after
 // the round's entry reached it, so after the round was sent: the validity
 // is measured from then, as for a round sent then. When less than half the
 // ttl is left, it returns nil: the next round, which counts the handed
 // keys as its own (protocol.Join.Prev), makes a lock of the full ttl.
-func (hw *handWait) handed(ttl time.Duration) *Lock {
+func (hw *handWait) handed(ttl time.Duration) *round {
 	if !hw.gotHand {
 		return nil
 	}
@@ -208,7 +208,7 @@ func (hw *handWait) handed(ttl time.Duration) *Lock {
 		h.mu.Unlock()
 	}
 	h.topUp(r, h.ledger.HandedNodes(tok), hw.curCalls)
-	return newLock(r)
+	return r
 }
 
 // done takes the waiter's rounds that joined for a handoff, but for the

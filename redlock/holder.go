@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -21,11 +22,14 @@ type Holder struct {
 }
 
 // Holder returns the holder of key that a quorum of nodes agree on. It
-// reads every node once, in parallel, and changes nothing. When a quorum
-// of nodes agree that the key is free, it returns the zero Holder and nil.
-// It returns an [*Error] wrapping [ErrNotHeld] when neither a holder nor
-// "free" has a quorum: its holders split the nodes, or too few nodes
-// answered.
+// reads every node once, in parallel, and changes nothing. A node in its
+// restart guard does not count, nor does one without a state unless no
+// node has one (a new deployment): what they hold is not to be trusted.
+// When a quorum of nodes agree that the key is free, it returns the zero
+// Holder and nil. It returns an [*Error] wrapping [ErrNotHeld] when
+// neither a holder nor "free" has a quorum: its holders split the nodes,
+// or fewer than a quorum answered out of their guard (their
+// [NodeResult] wraps [ErrGuarded]).
 //
 // What it reports may have changed by the time it returns: use it to see
 // who holds a lock, never to decide whether to take one.
@@ -33,13 +37,13 @@ func (c *Client) Holder(ctx context.Context, key string) (Holder, error) {
 	if err := c.checkKeys([]string{key}); err != nil {
 		return Holder{}, err
 	}
-	vals, r, err := c.read(ctx, []string{c.stored(key)})
+	rd, err := c.read(ctx, []string{c.stored(key)})
 	if err != nil {
 		return Holder{}, err
 	}
-	h, _, agreed := c.holderOf(vals, 0)
+	h, _, agreed := c.holderOf(rd.vals, 0)
 	if !agreed {
-		e := c.newError("holder", key, h.Nodes, r, ErrNotHeld, nil)
+		e := rd.error(c, "holder", key, h.Nodes, ErrNotHeld)
 		e.Reason = "no holder on a quorum of nodes"
 		return Holder{}, e
 	}
@@ -81,7 +85,8 @@ func (c *Client) holderOf(vals [][]node.Value, i int) (Holder, string, bool) {
 
 // TTL returns how long a quorum of nodes still hold this lock's token, at
 // most the time left until [Lock.Until]. It reads every node once, in
-// parallel, and changes nothing. It returns an [*Error] wrapping
+// parallel, and changes nothing; it counts the nodes as [Client.Holder]
+// does. It returns an [*Error] wrapping
 // [ErrNotHeld] when fewer than a quorum hold the token, or when the lock
 // was unlocked or its validity has run out; for a nil Lock, an error
 // wrapping ErrNotHeld.
@@ -100,18 +105,18 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		}
 		return 0, &Error{Op: "ttl", Key: l.name(), Quorum: c.cfg.quorum, Reason: reason, sentinel: ErrNotHeld}
 	}
-	vals, r, err := c.read(ctx, l.held.storedKeys())
+	rd, err := c.read(ctx, l.held.storedKeys())
 	if err != nil {
 		return 0, err
 	}
 	var ttls []time.Duration
-	for _, v := range vals {
+	for _, v := range rd.vals {
 		if t, ok := heldFor(v, l.token); ok {
 			ttls = append(ttls, t)
 		}
 	}
 	if len(ttls) < c.cfg.quorum {
-		return 0, c.newError("ttl", l.name(), len(ttls), r, ErrNotHeld, nil)
+		return 0, rd.error(c, "ttl", l.name(), len(ttls), ErrNotHeld)
 	}
 	return min(quorumTTL(ttls, c.cfg.quorum), until.Sub(c.cfg.clock.Now())), nil
 }
@@ -141,19 +146,61 @@ func quorumTTL(ttls []time.Duration, q int) time.Duration {
 	return ttls[len(ttls)-q]
 }
 
-// read reads keys (as stored) on every node at once and returns what each
-// node holds, nil for a node that failed (its error is in the round).
-func (c *Client) read(ctx context.Context, keys []string) ([][]node.Value, *quorum.Round, error) {
+// reading is what read found on every node.
+type reading struct {
+	// vals holds, per node, what it holds at the keys read; nil for a node
+	// that failed or that is not counted for its restart guard.
+	vals [][]node.Value
+	r    *quorum.Round // the reads; a node's outcome is its failure
+	// guarded holds, per node, the guardError of a node not counted for
+	// its restart guard, else nil.
+	guarded []error
+}
+
+// read reads keys (as stored) on every node at once. A node in its restart
+// guard is not counted: it may lack keys it granted, or hold keys of
+// holders that left since. Nor is a node without a state, unless every
+// node answered without one: a new deployment, whose nodes hold nothing
+// of anyone.
+func (c *Client) read(ctx context.Context, keys []string) (reading, error) {
 	if err := c.life.enter(); err != nil {
-		return nil, nil, err
+		return reading{}, err
 	}
 	defer c.life.exit()
-	vals := make([][]node.Value, len(c.nodes))
-	r := c.life.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
-		v, err := c.nodes[i].Read(ctx, keys)
-		vals[i] = v
+	state := ""
+	if c.cfg.guard > 0 {
+		state = c.stateKey
+	}
+	rd := reading{vals: make([][]node.Value, len(c.nodes)), guarded: make([]error, len(c.nodes))}
+	guards := make([]node.Guard, len(c.nodes))
+	rd.r = c.life.workers.Start(ctx, len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+		v, g, err := c.nodes[i].Read(ctx, keys, state)
+		rd.vals[i], guards[i] = v, g
 		return err
 	})
-	r.Wait()
-	return vals, r, nil
+	rd.r.Wait()
+	fresh := true // every node answered without a state
+	for i := range c.nodes {
+		if res, _ := rd.r.Result(i); res != nil || !guards[i].NoState {
+			fresh = false
+		}
+	}
+	for i, g := range guards {
+		if g.On && !(g.NoState && fresh) {
+			rd.vals[i] = nil
+			rd.guarded[i] = &guardError{left: cmp.Or(g.Left, c.cfg.guard)}
+		}
+	}
+	return rd, nil
+}
+
+// error returns the Error of op on key, decided by ok nodes, from rd.
+func (rd reading) error(c *Client, op, key string, ok int, sentinel error) *Error {
+	e := c.newError(op, key, ok, rd.r, sentinel, nil)
+	for i, g := range rd.guarded {
+		if g != nil {
+			e.Nodes[i].Err = g
+		}
+	}
+	return e
 }

@@ -83,7 +83,7 @@ func (iw *inLineWait) handedOff() bool                               { return fa
 func (iw *inLineWait) current() string                               { return "" }
 func (iw *inLineWait) heardHand(t <-chan time.Time) <-chan time.Time { return t }
 func (iw *inLineWait) delay(d time.Duration) time.Duration           { return d }
-func (iw *inLineWait) handed(time.Duration) *Lock                    { return nil }
+func (iw *inLineWait) handed(time.Duration) *round                   { return nil }
 func (iw *inLineWait) base() *waiter                                 { return &iw.w }
 
 // ticketStep is the resolution of the tickets, in ms. Waiters that began

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -296,4 +297,126 @@ func TestDetachIn(t *testing.T) {
 
 	plain := context.Background()
 	assert.Equal(t, plain, detachIn(&d, plain))
+}
+
+// TestExtendShorterCancelled: an Extend to a shorter TTL whose ctx ends
+// before the nodes answer leaves Until no later than the new TTL allows:
+// its calls outlive ctx and shorten the keys on the nodes all the same,
+// after which another Client obtains the key.
+func TestExtendShorterCancelled(t *testing.T) {
+	leakcheck.Check(t)
+	s := redisproc.StartT(t, 5)
+	ctx := t.Context()
+	open := func() *Client {
+		cl, err := Open(s.Addrs, &Options{NodeTimeout: 600 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = cl.Close() })
+		return cl
+	}
+	a, b := open(), open()
+	l, err := a.Lock(ctx, "k", 30*time.Second)
+	require.NoError(t, err)
+	_, err = b.Holder(ctx, "k") // b's connections are open and checked before the pause
+	require.NoError(t, err)
+
+	for _, addr := range s.Addrs {
+		_, err := redisproc.Do(ctx, addr, "CLIENT", "PAUSE", "300", "WRITE")
+		require.NoError(t, err)
+	}
+	start := time.Now()
+	ectx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	err = l.Extend(ectx, time.Second)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.False(t, l.Until().After(start.Add(time.Second)), "Until is %v after the extend began, beyond its 1s TTL", l.Until().Sub(start))
+
+	var lb *Lock
+	require.Eventually(t, func() bool {
+		lb, err = b.TryLock(ctx, "k", 30*time.Second)
+		return err == nil
+	}, 5*time.Second, 10*time.Millisecond, "the keys keep their 30s TTL")
+	now := time.Now()
+	assert.False(t, now.Before(l.Until()), "b holds k while a's Until is %v away", l.Until().Sub(now))
+	require.NoError(t, lb.Unlock(ctx))
+}
+
+// TestCloseLocksInFlight: Close while Lock calls are in flight leaves none
+// of their keys held: a round that obtains its lock after Close began
+// releases it, and its caller gets ErrClosed. The proxies delay the
+// answers, not the requests, so that every round has set its key on every
+// server before Close begins and is decided after.
+func TestCloseLocksInFlight(t *testing.T) {
+	leakcheck.Check(t)
+	s := redisproc.StartT(t, 5)
+	ctx := t.Context()
+	addrs := make([]string, len(s.Addrs))
+	var proxies []*faultproxy.Proxy
+	for i, addr := range s.Addrs {
+		p, err := faultproxy.NewProxy(addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = p.Close() })
+		proxies, addrs[i] = append(proxies, p), p.Addr()
+	}
+	a, err := Open(addrs, &Options{Owner: "closed", NodeTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	b, err := Open(s.Addrs, &Options{Owner: "reader"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	warm, err := a.Lock(ctx, "warm", 10*time.Second) // establishes the deployment
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(ctx))
+
+	for _, p := range proxies {
+		p.SetLatency(0, 200*time.Millisecond)
+	}
+	const n = 64
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := a.Lock(ctx, fmt.Sprintf("k%d", i), 30*time.Second)
+			errs <- err
+		}()
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+	}
+	var admins []*redis.Client
+	for _, addr := range s.Addrs {
+		admin := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+		t.Cleanup(func() { _ = admin.Close() })
+		admins = append(admins, admin)
+	}
+	require.Eventually(t, func() bool { // every round has its quorum's grants; their answers are on the way
+		on := make([]int, n)
+		for _, admin := range admins {
+			vals, err := admin.MGet(ctx, keys...).Result()
+			require.NoError(t, err)
+			for i, v := range vals {
+				if v != nil {
+					on[i]++
+				}
+			}
+		}
+		return slices.Min(on) >= a.cfg.quorum
+	}, 5*time.Second, time.Millisecond, "the acquires did not land")
+	require.NoError(t, a.Close())
+	obtained := 0
+	for range n {
+		if err := <-errs; err == nil {
+			obtained++
+		} else {
+			assert.ErrorIs(t, err, ErrClosed)
+		}
+	}
+	held := 0
+	for i := range n {
+		h, err := b.Holder(ctx, fmt.Sprintf("k%d", i))
+		require.NoError(t, err)
+		if h.Owner == "closed" {
+			held++
+		}
+	}
+	assert.Zero(t, held, "the closed Client holds %d of the %d keys (%d Lock calls returned a lock)", held, n, obtained)
+	assert.Less(t, obtained, n, "every round was decided before Close began: the test shows nothing")
 }

@@ -15,7 +15,10 @@ import (
 // Leader returns the election's leader as a quorum of nodes agree: a node
 // vouches for a leader when it holds the leader's lock and the record that
 // the leader wrote while holding it. It reads every node once, in
-// parallel, and changes nothing.
+// parallel, and changes nothing. A node in its restart guard does not
+// count, nor does one without a state unless no node has one (a new
+// deployment): a restarted or promoted node may hold a former leader's
+// keys.
 //
 // When fewer than a quorum vouch for one leader, it returns an [*Error]
 // wrapping [ErrNoLeader] only if nobody can hold the election's lock on a
@@ -23,7 +26,8 @@ import (
 // them that, with the nodes that did not answer, it could be on a quorum
 // (nobody leads, or a leader's lock has expired on too many nodes).
 // Otherwise who leads is unknown, and the error does not wrap
-// ErrNoLeader: too few nodes answered, or a candidate holds the lock while
+// ErrNoLeader: fewer than a quorum answered out of their guard (their
+// [NodeResult] wraps [ErrGuarded]), or a candidate holds the lock while
 // its record has not reached a quorum of them (between its lock and its
 // record, or a write of the record timed out on a node and waits for the
 // next extension). A bad name gives an error naming it.
@@ -35,10 +39,11 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 		return LeaderInfo{}, err
 	}
 	c := e.c
-	vals, r, err := c.read(ctx, e.keys())
+	rd, err := c.read(ctx, e.keys())
 	if err != nil {
 		return LeaderInfo{}, err
 	}
+	vals := rd.vals
 	answered := 0
 	type vouch struct {
 		rec protocol.Record
@@ -76,7 +81,7 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 		case held+len(vals)-answered >= c.cfg.quorum:
 			sentinel = errLeaderUnshown
 		}
-		return LeaderInfo{}, c.newError("leader", e.name, len(best), r, sentinel, nil)
+		return LeaderInfo{}, rd.error(c, "leader", e.name, len(best), sentinel)
 	}
 	// The leader's latest value that a node holds: a Proclaim reaches the
 	// nodes one by one.
@@ -91,8 +96,9 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 	return LeaderInfo{Value: rec.Value, Term: rec.Term, Owner: protocol.Owner(rec.Token), TTL: quorumTTL(ttls, c.cfg.quorum)}, nil
 }
 
-// errLeaderUnknown is Leader's error when too few nodes answered.
-var errLeaderUnknown = errors.New("redlock: leader unknown: too few nodes answered")
+// errLeaderUnknown is Leader's error when too few nodes answered out of
+// their restart guard.
+var errLeaderUnknown = errors.New("redlock: leader unknown: too few nodes answered out of their restart guard")
 
 // errLeaderUnshown is Leader's error when a candidate's lock may be on a
 // quorum of the nodes but its record is on too few of them.
@@ -133,8 +139,9 @@ const observeRecheck = 5 * time.Second
 // elected, a value proclaimed, a resignation), and the loss of a leader
 // that stopped extending its lock (its process died) comes once its TTL
 // runs out on a quorum of nodes, within one TTL. A read that cannot tell
-// who leads (too few nodes answer, or a candidate's lock is on a quorum
-// while its record is not, see Leader) is retried, and reports nothing. A
+// who leads (fewer than a quorum answer out of their restart guard, or a
+// candidate's lock is on a quorum while its record is not, see Leader) is
+// retried, and reports nothing. A
 // bad name closes the channel at once. Observe's goroutine ends when ctx
 // ends.
 //

@@ -67,12 +67,18 @@ type heldLocks struct {
 	// sweepAt is the size at which add first drops the locks whose
 	// validity has run out, which their callers never unlocked.
 	sweepAt int
+	// closed is set by releaseAll: from then on add refuses every lock.
+	closed bool
 }
 
-// add records l, obtained.
-func (h *heldLocks) add(l *Lock) {
+// add records l, obtained, and returns true, or false once releaseAll
+// has begun: the caller must then release l itself.
+func (h *heldLocks) add(l *Lock) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
 	if h.locks == nil {
 		h.locks = make(map[*Lock]struct{})
 	}
@@ -81,6 +87,7 @@ func (h *heldLocks) add(l *Lock) {
 		h.sweepAt = 2*len(h.locks) + 64 // the sweeps cost O(1) per add
 	}
 	h.locks[l] = struct{}{}
+	return true
 }
 
 // sweep drops the locks whose validity ended before now. It skips a lock
@@ -106,9 +113,11 @@ func (h *heldLocks) remove(l *Lock) {
 // releaseAll unlocks, in parallel and without handing any over, the locks
 // still recorded, and returns once each release has its answer or its
 // timeout (Options.NodeTimeout). Their errors are dropped: Close is best
-// effort, and a lock that is not released expires with its TTL.
+// effort, and a lock that is not released expires with its TTL. Later
+// calls of add refuse their locks.
 func (h *heldLocks) releaseAll() {
 	h.mu.Lock()
+	h.closed = true
 	locks := make([]*Lock, 0, len(h.locks))
 	for l := range h.locks {
 		locks = append(locks, l)

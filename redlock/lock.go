@@ -39,12 +39,19 @@ type Lock struct {
 	released bool
 }
 
-// newLock returns the handle of the lock that r obtained.
-func newLock(r *round) *Lock {
-	l := &r.lock
-	l.c, l.keys, l.token, l.ttl, l.fence, l.held, l.until = r.c, r.keys, r.acq.Token, r.acq.TTL, r.fence, r, r.until
-	r.c.locks.add(l)
-	return l
+// newLock returns the handle of the lock that r obtained. Once Close has
+// begun to release the Client's locks, it releases r instead and returns
+// ErrClosed. Callers are within c.life.enter.
+func newLock(r *round) (*Lock, error) {
+	l, c := &r.lock, r.c
+	l.c, l.keys, l.token, l.ttl, l.fence, l.held, l.until = c, r.keys, r.acq.Token, r.acq.TTL, r.fence, r, r.until
+	if c.locks.add(l) {
+		return l, nil
+	}
+	l.released, l.until = true, time.Time{}
+	c.wait.unlocked(l)
+	c.release(context.Background(), r, true, nil)
+	return nil, ErrClosed
 }
 
 // nilLockError is the error of op on a nil *Lock: it wraps ErrNotHeld.
@@ -227,11 +234,14 @@ func (c *Client) tokenGone(e *Error) bool {
 // the round plus the new validity. It first checks the lock's validity
 // locally and does not contact the nodes when it has run out.
 //
-// On failure Until is unchanged, nothing is deleted on any node, and the
-// error wraps [ErrNotHeld]: treat the lock as lost. The exception is a ctx
-// that ended before the nodes decided: then the error wraps ctx.Err() and
-// not ErrNotHeld, and the lock is as held as before, until Until. With a
-// ctx already done, Extend sends nothing.
+// On failure, Until becomes the earlier of its old value and the start of
+// the call plus ttl's validity (ttl minus the drift allowance): the calls
+// outlive ctx, and any node may still set the shorter ttl. Nothing is
+// deleted on any node, and the error wraps [ErrNotHeld]: treat the lock
+// as lost. The exception is a ctx that ended before the nodes decided:
+// then the error wraps ctx.Err() and not ErrNotHeld, and the lock is held
+// until Until. With a ctx already done, Extend sends nothing and leaves
+// Until unchanged.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return nilLockError("extend")
@@ -285,6 +295,8 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, rec *record) error
 	}
 	validity := clock.Validity(ttl, c.cfg.clock.Now().Sub(start), c.cfg.drift)
 	if qerr != nil || validity <= 0 {
+		// The calls outlive ctx: any node may still set the new ttl.
+		l.shorten(start.Add(clock.Validity(ttl, 0, c.cfg.drift)))
 		e := c.newError("extend", l.name(), ok, r, ErrNotHeld, qerr)
 		if cerr := ctx.Err(); qerr != nil && cerr != nil && !c.tokenGone(e) {
 			return ctxError("extend", l.name(), cerr) // undecided: the lock is as held as before
@@ -299,4 +311,15 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, rec *record) error
 		c.queue.Held(l.turn, l.until) // local waiters watch the new expiry
 	}
 	return nil
+}
+
+// shorten moves l.until back to until when that is earlier. l.mu is held.
+func (l *Lock) shorten(until time.Time) {
+	if !until.Before(l.until) {
+		return
+	}
+	l.until = until
+	if l.turn != nil {
+		l.c.queue.Held(l.turn, l.until)
+	}
 }

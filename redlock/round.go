@@ -298,7 +298,8 @@ func (r *round) freeIn() time.Duration {
 // by Unlock, when prev.Token is not "", and then releasing what is left of
 // prev. On a closed Client it sends nothing: prev's keys then expire. On
 // failure it also returns how long until the current holder's keys have
-// expired on enough nodes for a quorum, or 0 when unknown. j is the
+// expired on enough nodes for a quorum, or 0 when unknown. A lock obtained
+// once Close has begun is released, and the error is ErrClosed. j is the
 // round's place in the line of waiters; rec, when not nil, records the
 // rounds.
 func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, prev handover, j join, rec *record) (*Lock, time.Duration, *quorum.Round, error) {
@@ -346,7 +347,8 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 	if err != nil {
 		return nil, r.freeIn(), r.calls, err
 	}
-	return newLock(r), 0, r.calls, nil
+	l, err := newLock(r)
+	return l, 0, r.calls, err
 }
 
 // newError builds the Error of an operation from its round.

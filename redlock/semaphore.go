@@ -238,8 +238,10 @@ func (c *Client) DoSemaphore(ctx context.Context, name string, limit int, ttl ti
 
 // Holders returns the holders of the semaphore's slots that a quorum of
 // nodes agree on, each with its Slot, in slot order. It reads every node
-// once, in parallel, and changes nothing; a slot on which no quorum
-// agrees, as while a round is in progress, is left out. Use it to see who
+// once, in parallel, and changes nothing; it counts the nodes as
+// [Client.Holder] does. A slot on which no quorum agrees, as while a
+// round is in progress or while too few nodes are out of their restart
+// guard, is left out. Use it to see who
 // holds the semaphore, never to decide whether to take it.
 func (s *Semaphore) Holders(ctx context.Context) ([]Holder, error) {
 	if err := s.check(); err != nil {
@@ -259,10 +261,11 @@ func (s *Semaphore) holders(ctx context.Context, first string) ([]Holder, error)
 	for i := range s.limit {
 		keys = append(keys, c.stored(s.slotKey(i)))
 	}
-	vals, _, err := c.read(ctx, keys)
+	rd, err := c.read(ctx, keys)
 	if err != nil {
 		return nil, err
 	}
+	vals := rd.vals
 	var hs []Holder
 	for i := range keys {
 		h, token, agreed := c.holderOf(vals, i)

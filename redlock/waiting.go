@@ -99,9 +99,10 @@ type waiting interface {
 	// try sooner. It returns the error for Lock to return when the caller
 	// must give up.
 	sleep(timer <-chan time.Time, last *Error) error
-	// handed returns a lock that the nodes handed off to this waiter,
-	// with ttl, or nil.
-	handed(ttl time.Duration) *Lock
+	// handed returns the round of a lock that the nodes handed off to
+	// this waiter, with ttl, or nil. It may start calls: callers are
+	// within c.life.enter.
+	handed(ttl time.Duration) *round
 	// done is told that the Lock call returns l, or nil when it failed.
 	done(l *Lock)
 	// base returns the Lock call's waiter.

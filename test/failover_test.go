@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/faultproxy"
@@ -311,4 +313,84 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// TestLeaderAfterLaggingFailover: L1 leads, then resigns while the
+// replicas of nodes 0-2 lag; L2 leads; nodes 0-2 fail over to those
+// replicas, which still hold L1's lock and record. A new Client's Leader
+// must not report L1: the promoted replicas are in their restart guard,
+// and a read does not count them. Two nodes in service cannot tell who
+// leads.
+func TestLeaderAfterLaggingFailover(t *testing.T) {
+	leakcheck.Check(t)
+	redisproc.Require(t)
+	ctx := t.Context()
+	plain, err := redisproc.Start(ctx, 2)
+	require.NoError(t, err)
+	t.Cleanup(plain.Stop)
+	groups := make([]*redisproc.Group, 3)
+	moved := make([]*faultproxy.Proxy, 3)
+	var eg errgroup.Group // each group waits seconds for its replica's first sync
+	for i := range groups {
+		eg.Go(func() (err error) {
+			groups[i], err = redisproc.StartGroup(ctx, fmt.Sprintf("g%d", i), false)
+			return err
+		})
+	}
+	err = eg.Wait()
+	for _, g := range groups {
+		if g != nil {
+			t.Cleanup(g.Stop)
+		}
+	}
+	require.NoError(t, err)
+	for i, g := range groups {
+		moved[i] = proxyTo(t, g.Master)
+	}
+	addrs := []string{moved[0].Addr(), moved[1].Addr(), moved[2].Addr(), plain.Addrs[0], plain.Addrs[1]}
+	open := func(owner string) *redlock.Client {
+		c, err := redlock.Open(addrs, &redlock.Options{Fencing: true, Owner: owner, NodeTimeout: 2 * time.Second})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	a, b := open("L1"), open("L2")
+
+	lead1, err := a.Election("e").Campaign(ctx, "L1", 30*time.Second)
+	require.NoError(t, err)
+	for _, g := range groups {
+		waitReplicated(t, g, protocol.StateKey)
+		waitSameString(t, g, protocol.LeaderPrefix+"e") // and the lock before it
+		g.HoldReplication()
+	}
+	require.NoError(t, lead1.Resign(ctx))
+	lead2, err := b.Election("e").Campaign(ctx, "L2", 30*time.Second)
+	require.NoError(t, err)
+	defer func() { _ = lead2.Resign(ctx) }()
+	for i, g := range groups {
+		g.KillMaster()
+		require.NoError(t, g.Promote())
+		moved[i].SetTarget(g.Replica)
+		moved[i].Cut()
+	}
+
+	info, err := open("reader").Election("e").Leader(ctx)
+	assert.NotEqual(t, "L1", info.Value, "Leader reports L1, term %d, from the promoted replicas", info.Term)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redlock.ErrNoLeader, "two nodes in service cannot tell that nobody leads")
+}
+
+// waitSameString waits until the replica of g has key, a string, with the
+// value it has on the master.
+func waitSameString(t *testing.T, g *redisproc.Group, key string) {
+	t.Helper()
+	m := redis.NewClient(&redis.Options{Addr: g.Master, Protocol: 2})
+	defer m.Close()
+	r := redis.NewClient(&redis.Options{Addr: g.Replica, Protocol: 2})
+	defer r.Close()
+	require.Eventually(t, func() bool {
+		a, _ := m.Get(t.Context(), key).Result()
+		b, _ := r.Get(t.Context(), key).Result()
+		return a != "" && a == b
+	}, 10*time.Second, 10*time.Millisecond, "%s replicated", key)
 }
