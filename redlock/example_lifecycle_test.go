@@ -50,7 +50,7 @@ func (a *account) set(fence uint64, balance int) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if fence < a.fence {
-		return fmt.Errorf("fence below the last accepted (by %d): stale lock holder", a.fence-fence)
+		return errors.New("fence below the last accepted: stale lock holder")
 	}
 	a.fence, a.balance = fence, balance
 	return nil
@@ -82,7 +82,7 @@ func ExampleLock_Fence() {
 	// A holds a fence: true
 	// B's fence is above A's: true
 	// B writes: <nil>
-	// A writes: fence below the last accepted (by 1): stale lock holder
+	// A writes: fence below the last accepted: stale lock holder
 	// balance 50
 }
 
