@@ -166,20 +166,26 @@ func printKeyRows(out io.Writer, names []string, rows []keyRow) error {
 }
 
 // verdict says whether a quorum (N/2+1) of the nodes agrees on one holder
-// of key, as far as the nodes that could be read tell: the nodes that could
-// not be read may hold the key for anyone.
+// of key, as far as the nodes that could be read and are in service tell:
+// the nodes that could not be read may hold the key for anyone, and so may
+// those in their restart guard, whose data may lack the key or keep an old
+// holder's (the library's reads skip them too).
 func verdict(key string, rows []keyRow) string {
 	quorum := len(rows)/2 + 1
 	votes := map[string]int{}
-	down := 0
+	down, guarded := 0, 0
 	for _, r := range rows {
 		switch {
 		case r.err != nil:
 			down++
+		case r.state.guardLeft > 0:
+			guarded++
 		case r.holder != "":
 			votes[r.holder]++
 		}
 	}
+	notRead := notCounted(down, guarded)
+	down += guarded
 	best, bestN := "", 0
 	for h, n := range votes {
 		if n > bestN {
@@ -190,15 +196,15 @@ func verdict(key string, rows []keyRow) string {
 	case bestN >= quorum:
 		return fmt.Sprintf("held: %d of %d nodes agree on holder %s (quorum %d)", bestN, len(rows), short(best), quorum)
 	case bestN+down >= quorum && bestN > 0:
-		return fmt.Sprintf("unknown: %d of %d nodes agree on holder %s, %d needed, and %s could not be read", bestN, len(rows), short(best), quorum, nodeCount(down))
+		return fmt.Sprintf("unknown: %d of %d nodes agree on holder %s, %d needed, and %s could make it", bestN, len(rows), short(best), quorum, notRead)
 	case bestN+down >= quorum:
-		return fmt.Sprintf("unknown: no node read holds %q, and the %s not read could make the quorum of %d", key, nodeCount(down), quorum)
+		return fmt.Sprintf("unknown: no node read holds %q, and %s could make the quorum of %d", key, notRead, quorum)
 	case bestN == 0 && down == 0:
 		return fmt.Sprintf("free: no node holds %q", key)
 	case bestN == 0:
-		return fmt.Sprintf("not held: no node read holds %q, and the %s not read cannot make the quorum of %d", key, nodeCount(down), quorum)
+		return fmt.Sprintf("not held: no node read holds %q, and %s cannot make the quorum of %d", key, notRead, quorum)
 	case down > 0:
-		return fmt.Sprintf("no quorum: at most %d of %d nodes agree on one holder, %d needed, even counting the %s not read", bestN, len(rows), quorum, nodeCount(down))
+		return fmt.Sprintf("no quorum: at most %d of %d nodes agree on one holder, %d needed, even counting %s", bestN, len(rows), quorum, notRead)
 	default:
 		return fmt.Sprintf("no quorum: at most %d of %d nodes agree on one holder, %d needed (a lock round in progress, or leftovers that expire with their TTL)", bestN, len(rows), quorum)
 	}
@@ -210,6 +216,21 @@ func nodeCount(n int) string {
 		return "1 node"
 	}
 	return fmt.Sprintf("%d nodes", n)
+}
+
+// notCounted names the nodes a verdict cannot count: down could not be
+// read, guarded are in their restart guard.
+func notCounted(down, guarded int) string {
+	switch {
+	case guarded == 0:
+		return "the " + nodeCount(down) + " not read"
+	case down == 0 && guarded == 1:
+		return "the 1 node in its restart guard"
+	case down == 0:
+		return "the " + nodeCount(guarded) + " in their restart guard"
+	default:
+		return fmt.Sprintf("the %s not read and the %d in their restart guard", nodeCount(down), guarded)
+	}
 }
 
 // short shortens a token for display.

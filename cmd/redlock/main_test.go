@@ -259,6 +259,9 @@ func TestInspectNodeDown(t *testing.T) {
 // TestVerdict covers what inspect concludes from the nodes it could read.
 func TestVerdict(t *testing.T) {
 	a, b, down, free := keyRow{holder: "aaaaaaaaaa-a"}, keyRow{holder: "bbbbbbbbbb-b"}, keyRow{err: errors.New("down")}, keyRow{}
+	// A node in its restart guard that still holds a (its data may be
+	// older than its guard): not counted.
+	guardedA := keyRow{holder: a.holder, state: nodeState{known: true, guardLeft: time.Minute}}
 	for _, tc := range []struct {
 		rows []keyRow
 		want string
@@ -266,10 +269,12 @@ func TestVerdict(t *testing.T) {
 		{[]keyRow{a, a, down}, "held: 2 of 3 nodes agree on holder aaaaaaaa… (quorum 2)"},
 		{[]keyRow{free, free, free}, `free: no node holds "k"`},
 		{[]keyRow{a, b, free}, "no quorum: at most 1 of 3 nodes agree on one holder, 2 needed (a lock round"},
-		{[]keyRow{a, free, down}, "unknown: 1 of 3 nodes agree on holder aaaaaaaa…, 2 needed, and 1 node could not be read"},
+		{[]keyRow{a, free, down}, "unknown: 1 of 3 nodes agree on holder aaaaaaaa…, 2 needed, and the 1 node not read could make it"},
 		{[]keyRow{free, down, down}, `unknown: no node read holds "k", and the 2 nodes not read could make the quorum of 2`},
 		{[]keyRow{free, free, down}, `not held: no node read holds "k", and the 1 node not read cannot make the quorum of 2`},
 		{[]keyRow{a, b, free, free, down}, "no quorum: at most 1 of 5 nodes agree on one holder, 3 needed, even counting the 1 node not read"},
+		{[]keyRow{a, guardedA, free}, "unknown: 1 of 3 nodes agree on holder aaaaaaaa…, 2 needed, and the 1 node in its restart guard could make it"},
+		{[]keyRow{guardedA, guardedA, down, free, free}, `unknown: no node read holds "k", and the 1 node not read and the 2 in their restart guard could make the quorum of 3`},
 	} {
 		assert.True(t, strings.HasPrefix(verdict("k", tc.rows), tc.want), "%s\nwant %s", verdict("k", tc.rows), tc.want)
 	}
