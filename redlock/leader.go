@@ -70,18 +70,7 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 		}
 	}
 	if len(best) < c.cfg.quorum {
-		held := 0
-		for _, n := range holding {
-			held = max(held, n)
-		}
-		sentinel := ErrNoLeader
-		switch {
-		case answered < c.cfg.quorum:
-			sentinel = errLeaderUnknown
-		case held+len(vals)-answered >= c.cfg.quorum:
-			sentinel = errLeaderUnshown
-		}
-		return LeaderInfo{}, rd.error(c, "leader", e.name, len(best), sentinel)
+		return LeaderInfo{}, rd.error(c, "leader", e.name, len(best), c.noLeader(answered, len(vals), holding))
 	}
 	// The leader's latest value that a node holds: a Proclaim reaches the
 	// nodes one by one.
@@ -94,6 +83,23 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 		ttls[i] = v.ttl
 	}
 	return LeaderInfo{Value: rec.Value, Term: rec.Term, Owner: protocol.Owner(rec.Token), TTL: quorumTTL(ttls, c.cfg.quorum)}, nil
+}
+
+// noLeader is the sentinel of Leader's error when fewer than a quorum vouch
+// for one leader, of n nodes of which answered answered out of their guard,
+// holding counting the nodes that hold each token's lock.
+func (c *Client) noLeader(answered, n int, holding map[string]int) error {
+	held := 0
+	for _, h := range holding {
+		held = max(held, h)
+	}
+	switch {
+	case answered < c.cfg.quorum:
+		return errLeaderUnknown
+	case held+n-answered >= c.cfg.quorum:
+		return errLeaderUnshown
+	}
+	return ErrNoLeader
 }
 
 // errLeaderUnknown is Leader's error when too few nodes answered out of

@@ -46,7 +46,7 @@ local server = redis.pcall('INFO', 'server')
 local run = type(server) == 'string' and string.match(server, 'run_id:(%x+)')
 if not run then return {-2, 'INFO server has no run_id'} end
 local state = KEYS[1]
-local p, r = unpack(redis.call('HMGET', state, 'p', 'r'))
+local p, r = redis.call('HGET', state, 'p'), redis.call('HGET', state, 'r')
 local guard = tonumber(ARGV[1])
 local moved = p and p ~= run -- another process
 local promoted = r and r ~= '?' and r ~= id and string.find(id2, '[^0]') -- a replica since
