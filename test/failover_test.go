@@ -118,18 +118,30 @@ func get(t *testing.T, addr, key string) string {
 	return unmarked(v)
 }
 
-// waitReplicated waits until the replica of g has key with the value it
-// has on the master.
+// waitReplicated waits until the replica of g has key, a hash, with the
+// value it has on the master.
 func waitReplicated(t *testing.T, g *redisproc.Group, key string) {
+	t.Helper()
+	waitSame(t, g, key, func(c *redis.Client) any {
+		v, _ := c.HGetAll(t.Context(), key).Result()
+		if len(v) == 0 {
+			return nil
+		}
+		return v
+	})
+}
+
+// waitSame waits until read gives the same value, not nil, on the master
+// and the replica of g.
+func waitSame(t *testing.T, g *redisproc.Group, key string, read func(*redis.Client) any) {
 	t.Helper()
 	m := redis.NewClient(&redis.Options{Addr: g.Master, Protocol: 2})
 	defer m.Close()
 	r := redis.NewClient(&redis.Options{Addr: g.Replica, Protocol: 2})
 	defer r.Close()
 	require.Eventually(t, func() bool {
-		a, _ := m.HGetAll(t.Context(), key).Result()
-		b, _ := r.HGetAll(t.Context(), key).Result()
-		return len(a) > 0 && assert.ObjectsAreEqual(a, b)
+		a := read(m)
+		return a != nil && assert.ObjectsAreEqual(a, read(r))
 	}, 10*time.Second, 10*time.Millisecond, "%s replicated", key)
 }
 
@@ -384,13 +396,11 @@ func TestLeaderAfterLaggingFailover(t *testing.T) {
 // value it has on the master.
 func waitSameString(t *testing.T, g *redisproc.Group, key string) {
 	t.Helper()
-	m := redis.NewClient(&redis.Options{Addr: g.Master, Protocol: 2})
-	defer m.Close()
-	r := redis.NewClient(&redis.Options{Addr: g.Replica, Protocol: 2})
-	defer r.Close()
-	require.Eventually(t, func() bool {
-		a, _ := m.Get(t.Context(), key).Result()
-		b, _ := r.Get(t.Context(), key).Result()
-		return a != "" && a == b
-	}, 10*time.Second, 10*time.Millisecond, "%s replicated", key)
+	waitSame(t, g, key, func(c *redis.Client) any {
+		v, _ := c.Get(t.Context(), key).Result()
+		if v == "" {
+			return nil
+		}
+		return v
+	})
 }
