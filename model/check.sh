@@ -35,13 +35,15 @@ mutex|-DT=2|ok
 mutex-delayed|-DT=2 -DDELAYED|ok
 crash-delayed|-DT=2 -DCRASH -DDELAYED|ok
 fence|-DT=2 -DFENCING|ok
-crash|-DT=2 -DCRASH|ok
-failover|-DT=2 -DFAILOVER|ok
+crash|-DT=2 -DCRASH -DIDCHANGE -DKILL|ok
+failover|-DT=2 -DFAILOVER -DREPROMOTE -DIDCHANGE -DKILL|ok
 extend|-DT=2 -DEXTEND -DLOCKOUT|ok
 timeouts|-DT=2 -DTIMEOUTS -DLOCKOUT|ok
 loss|-DT=2 -DLOSS -DLOCKOUT|ok
-lockout|-DT=2 -DLOCKOUT|ok
-fresh|-DT=2 -DFRESH -DLOCKOUT -DR=3 -DATT=1|ok
+lockout|-DT=2 -DLOCKOUT -DIDCHANGE -DKILL|ok
+fresh|-DT=2 -DFRESH -DLOCKOUT -DIDCHANGE -DKILL -DR=3 -DATT=1|ok
+replid|-DT=2 -DNEWCLIENT -DCRASH -DFAULTY_FROM=1 -DFAULTS=2 -DIDCHANGE -DR=3 -DATT=1|ok
+fence-loss|-DT=2 -DFENCING -DNEWCLIENT -DTOTALLOSS -DNOEXCLUSIVE -DR=3 -DATT=1|ok
 fence-crash|-DT=2 -DFENCING -DCRASH|ok
 fence-failover|-DT=2 -DFENCING -DFAILOVER|ok
 extend-crash|-DT=2 -DEXTEND -DCRASH|ok
@@ -55,6 +57,9 @@ ctl-nowriteback|-DT=2 -DFENCING -DNOWRITEBACK -DCRASH|fence
 ctl-notomb|-DT=2 -DORPHAN -DNOTOMB|orphan
 ctl-onetomb|-DT=2 -DORPHAN -DONETOMB|orphan
 ctl-lockout|-DT=2 -DLOCKOUT -DCRASH|lockout
+ctl-idlockout|-DT=2 -DLOCKOUT -DIDCHANGE -DOLDCHECK|lockout
+ctl-replid|-DT=2 -DNEWCLIENT -DCRASH -DFAULTY_FROM=1 -DFAULTS=2 -DIDCHANGE -DOLDCHECK -DR=3 -DATT=1|exclusive|dfs
+ctl-seedzero|-DT=2 -DFENCING -DNEWCLIENT -DTOTALLOSS -DNOEXCLUSIVE -DSEEDZERO -DR=3 -DATT=1|order
 ctl-handnow|-DT=2 -DHANDOFF -DHANDNOW -DC=3 -DLATE3|exclusive|dfs
 ctl-handsym|-DT=2 -DHANDOFF -DHANDNOW -DC=3 -DLATE3 -DSYMMETRY|exclusive|dfs
 orphan|-DT=2 -DORPHAN|ok
@@ -69,8 +74,8 @@ timeouts5|-DT=2 -DN=5 -DTIMEOUTS -DSYMMETRY|ok
 ctl-minority5|-DT=2 -DN=5 -DMINORITY -DSYMMETRY|exclusive|dfs
 ctl-nodrift5|-DT=2 -DN=5 -DNODRIFT -DSYMMETRY|exclusive|dfs
 const-mutex|-DT=2 -DKEEPALL -DCONSTCHECK|ok
-const-crash|-DT=2 -DCRASH -DKEEPALL -DCONSTCHECK|ok
-const-failover|-DT=2 -DFAILOVER -DKEEPALL -DCONSTCHECK|ok
+const-crash|-DT=2 -DCRASH -DIDCHANGE -DKILL -DKEEPALL -DCONSTCHECK|ok
+const-failover|-DT=2 -DFAILOVER -DREPROMOTE -DIDCHANGE -DKILL -DKEEPALL -DCONSTCHECK|ok
 const-fence|-DT=2 -DFENCING -DKEEPALL -DCONSTCHECK|ok
 const-extend|-DT=2 -DEXTEND -DLOCKOUT -DKEEPALL -DCONSTCHECK|ok
 const-timeouts|-DT=2 -DTIMEOUTS -DLOCKOUT -DKEEPALL -DCONSTCHECK|ok
@@ -102,8 +107,8 @@ EXTRA=" failover-delayed handoff fence-failover fresh-crash timeouts5 "
 # build against under 1 s at -O0, for a search about twice as fast), the
 # longest first: they start first (below). The others' verifiers are
 # built with -O0.
-HEAVY=" ctl-nomark crash-delayed fresh mutex-delayed fence-crash ctl-minority5 extend-crash loss5 layer-sem-all layer-rw3-all failover extend layer-late ctl-nodrift5 mutex5 fence-failover fresh-crash handoff failover-delayed timeouts5 fence "
-declare -A TEXT=([exclusive]='ul[jj]>0' [fence]='fence[c]>maxFence' [orphan]='buriedAt[tt]' [lockout]='everState' [live]='acceptance cycle'
+HEAVY=" ctl-nomark replid fence-loss ctl-replid ctl-seedzero crash-delayed fresh mutex-delayed fence-crash ctl-minority5 extend-crash loss5 layer-sem-all layer-rw3-all failover extend layer-late ctl-nodrift5 mutex5 fence-failover fresh-crash handoff failover-delayed timeouts5 fence "
+declare -A TEXT=([exclusive]='ul[jj]>0' [fence]='fence[c]>maxFence' [order]='fence[c]>ofence[jj]' [orphan]='buriedAt[tt]' [lockout]='everState' [live]='acceptance cycle'
   [bound]='inside<=lowest' [rw]='inside==1')
 
 want=("$@")
