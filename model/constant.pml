@@ -36,7 +36,7 @@ constCheck(void)
 #if HIDE_SERVER
   CONST_SAME(st) CONST_SAME(g) CONST_SAME(sid) CONST_SAME(f) CONST_SAME(rr) CONST_SAME(rid)
   CONST_SAME(newId) CONST_SAME(faults) CONST_SAME(runid) CONST_SAME(rp) CONST_SAME(r2)
-  CONST_SAME(idChanges) CONST_SAME(kills)
+  CONST_SAME(idChanges) CONST_SAME(kills) CONST_SAME(idwait)
 #endif
 #if HIDE_FENCEV
   CONST_SAME(fence) CONST_SAME(seq) CONST_SAME(wrote) CONST_SAME(checked)

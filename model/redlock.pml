@@ -18,7 +18,7 @@
  * the ID (rp, rr). What a Redis server can do to them, each behind a
  * define:
  * - CRASH: a restart without persistence. The data is gone; a new
- *   process, a new ID, replid2 clear.
+ *   process, a new ID, replid2 clear. TOTALLOSS: every node at once.
  * - FAILOVER: the node's data is replaced by an older copy, taken at any
  *   moment by a replication step: a replica promoted (shiftReplicationId
  *   moves the old ID into replid2), or a restart from a persisted file
@@ -29,7 +29,9 @@
  * - IDCHANGE (at most IDCHANGES times): a new ID without a loss (a first
  *   replica attaches to a master without a backlog: syncCommand; the
  *   backlog is freed: replicationCron). replid2 is cleared; the process,
- *   the data and the connections stay.
+ *   the data and the connections stay. After REPROMOTE kept the process,
+ *   not before RestartGuard has passed (idwait: an assumption on
+ *   repl-backlog-ttl; IDNOW, a control, drops it).
  * - KILL (at most KILLS times): CLIENT KILL. The connections are dropped,
  *   nothing else.
  * Every step that changes the process (and REPROMOTE's) drops the
@@ -40,7 +42,7 @@
  * recorded ID differs and replid2 is set; its guard has the mark x, which
  * no shortcut matches (OLDCHECK, a control: the previous check, on the ID
  * alone, unmarked). CRASH and FAILOVER count towards FAULTS; they happen
- * on node 0 (FAULTY_FROM=k: on nodes k and above; ALLFAULTY: on any),
+ * on node 0 (FAULTY_FROM=k: once on each node from k; ALLFAULTY: on any),
  * IDCHANGE and KILL on node 0.
  *
  * Clients. Each client makes up to R rounds, each under a fresh token. A
@@ -366,6 +368,13 @@ REPLICA byte ptomb[N];
 REPLICA short pmk[N];
 SERVER byte faults;
 SERVER byte idChanges, kills;  /* ID changes and connection drops so far */
+/* Ticks left before node i may change its ID without a loss, after
+ * REPROMOTE kept its process: a promotion restarts the backlog's time to
+ * live (replicationUnsetMaster sets repl_no_slaves_since) and the replica
+ * had a backlog (readSyncBulkPayload creates one), so the ID changes no
+ * sooner than repl-backlog-ttl, which the design assumes 0 (never) or at
+ * least RestartGuard. IDNOW, a control: at any moment. */
+SERVER byte idwait[N];
 
 /* Client c: rl, the validity its round would have if decided now
  * (T - elapsed - ALLOW, in ticks, 0 when spent); ul, the ticks left of its
@@ -536,7 +545,12 @@ inline newState(i, id) {
 #define CHECK_MARK 0
 #else
 #define CHECK_GUARDS(i) ((rp[i] != 0 && rp[i] != runid[i]) || (rr[i] != rid[i] && r2[i]))
+#if defined(FRESH) || defined(NEWCLIENT)
 #define CHECK_MARK XMARK
+#else
+#define CHECK_MARK 0      /* no client takes the shortcut: the mark is never
+                           * read, and mk stays constant (HIDE_FRESHV) */
+#endif
 #endif
 inline check(c, i) {
 #ifndef NOCHECK
@@ -812,7 +826,7 @@ inline newServer(i) {
 #if defined(ALLFAULTY)
 #define FAULTY(i) 1
 #elif defined(FAULTY_FROM)
-#define FAULTY(i) (i >= FAULTY_FROM)  /* nodes FAULTY_FROM.. crash or fail over */
+#define FAULTY(i) (i >= FAULTY_FROM && runid[i] == 1)  /* nodes FAULTY_FROM.., once each */
 #else
 #define FAULTY(i) (i == 0)
 #endif
@@ -823,11 +837,16 @@ inline newServer(i) {
 #ifndef KILLS
 #define KILLS 1
 #endif
+#ifdef IDNOW
+#define IDNOW 1
+#else
+#define IDNOW 0
+#endif
 /* REPROMOTE: a failover may keep the process (a master demoted by hand,
  * its data replaced from another master, then promoted again, its
  * clients killed as Sentinel does). */
 #ifdef REPROMOTE
-#define NEWPID(i) if :: runid[i]++ :: skip fi
+#define NEWPID(i) if :: runid[i]++ :: idwait[i] = G fi
 #else
 #define NEWPID(i) runid[i]++
 #endif
@@ -889,7 +908,7 @@ end:
   /* a new replication ID without a loss (a first replica attaches to a
    * master without a backlog, or the backlog is freed): changeReplicationId
    * and clearReplicationId2; process, data and connections stay */
-  :: atomic { idChanges < IDCHANGES && IDNODE(i) ->
+  :: atomic { idChanges < IDCHANGES && IDNODE(i) && (IDNOW || idwait[i] <= D) ->
        printf("MSC: node %d: new replication ID\n", i);
        idChanges++; rid[i] = newId; newId++; r2[i] = 0; CLEAN }
 #endif
@@ -1221,7 +1240,7 @@ end:
        jj = 0;
        do
        :: jj < N ->
-          DOWN(kl[jj]); DOWN(pkl[jj]);
+          DOWN(kl[jj]); DOWN(pkl[jj]); DOWN(idwait[jj]);
           if
           :: g[jj] != NONE && g[jj] > 0 -> g[jj]--
           :: else -> skip
