@@ -80,9 +80,9 @@
  * bound of its own; clk moves up to each fence a grant offers (CLK_FENCE)
  * and is what an establish seeds with, so it takes finitely many values.
  * NOEXCLUSIVE drops the mutual exclusion assertion, for the runs in
- * which every node loses its data within a validity (ALLFAULTY,
- * FAULTS=N): the shortcut's assumption excludes that, and the fences are
- * what is checked.
+ * which every node may lose its data within a validity (TOTALLOSS): the
+ * shortcut's assumption excludes that, and the fences are what is
+ * checked (FENCE_PAIRS).
  *
  * New clients. In a deployment in service every client starts in
  * service (it saw a node answer), and takes no shortcut; NEWCLIENT makes
@@ -360,8 +360,8 @@ SERVER byte g[N], sid[N], f[N], rr[N], rid[N];
 SERVER byte runid[N], rp[N], r2[N];
 FRESHV short mk[N];          /* the guarded state's mark (v), 0 none */
 SERVER byte newId = 100;           /* replication IDs, apart from tokens */
-/* The replica's copy of node i, as of its last replication (with
- * RESTORE, also the persisted file: a copy taken at any moment). */
+/* The replica's copy of node i, as of its last replication, or the
+ * persisted file as of its last save: a copy taken at any moment. */
 REPLICA byte pkey[N], pkl[N], pg[N], psid[N], pf[N], prr[N], prp[N];
 REPLICA byte pmark[N], pst[N]; /* bits */
 REPLICA byte ptomb[N];
