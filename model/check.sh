@@ -35,13 +35,15 @@ mutex|-DT=2|ok
 mutex-delayed|-DT=2 -DDELAYED|ok
 crash-delayed|-DT=2 -DCRASH -DDELAYED|ok
 fence|-DT=2 -DFENCING|ok
-crash|-DT=2 -DCRASH|ok
-failover|-DT=2 -DFAILOVER|ok
+crash|-DT=2 -DCRASH -DIDCHANGE -DKILL|ok
+failover|-DT=2 -DFAILOVER -DREPROMOTE -DIDCHANGE|ok
 extend|-DT=2 -DEXTEND -DLOCKOUT|ok
 timeouts|-DT=2 -DTIMEOUTS -DLOCKOUT|ok
 loss|-DT=2 -DLOSS -DLOCKOUT|ok
-lockout|-DT=2 -DLOCKOUT|ok
+lockout|-DT=2 -DLOCKOUT -DIDCHANGE -DKILL|ok
 fresh|-DT=2 -DFRESH -DLOCKOUT -DR=3 -DATT=1|ok
+replid|-DT=2 -DNEWCLIENT -DCRASH -DFAULTY_FROM=1 -DFAULTS=2 -DIDCHANGE -DR=3 -DATT=1|ok
+fence-loss|-DT=2 -DFENCING -DNEWCLIENT -DTOTALLOSS -DNOEXCLUSIVE -DR=3 -DATT=1|ok
 fence-crash|-DT=2 -DFENCING -DCRASH|ok
 fence-failover|-DT=2 -DFENCING -DFAILOVER|ok
 extend-crash|-DT=2 -DEXTEND -DCRASH|ok
@@ -55,12 +57,19 @@ ctl-nowriteback|-DT=2 -DFENCING -DNOWRITEBACK -DCRASH|fence
 ctl-notomb|-DT=2 -DORPHAN -DNOTOMB|orphan
 ctl-onetomb|-DT=2 -DORPHAN -DONETOMB|orphan
 ctl-lockout|-DT=2 -DLOCKOUT -DCRASH|lockout
+ctl-idlockout|-DT=2 -DLOCKOUT -DIDCHANGE -DOLDCHECK|lockout
+ctl-backlog|-DT=2 -DFAILOVER -DREPROMOTE -DIDCHANGE -DIDNOW|exclusive
+ctl-replid|-DT=2 -DNEWCLIENT -DCRASH -DFAULTY_FROM=1 -DFAULTS=2 -DIDCHANGE -DOLDCHECK -DR=3 -DATT=1|exclusive|dfs
+ctl-seedzero|-DT=2 -DFENCING -DNEWCLIENT -DTOTALLOSS -DNOEXCLUSIVE -DSEEDZERO -DR=3 -DATT=1|order|dfs
 ctl-handnow|-DT=2 -DHANDOFF -DHANDNOW -DC=3 -DLATE3|exclusive|dfs
 ctl-handsym|-DT=2 -DHANDOFF -DHANDNOW -DC=3 -DLATE3 -DSYMMETRY|exclusive|dfs
 orphan|-DT=2 -DORPHAN|ok
 live|-DT=2 -DLIVE -DLOCKOUT|ok|live
 ctl-live|-DT=2 -DLIVE -DNOCLEANUP|live|live
 failover-delayed|-DT=2 -DFAILOVER -DDELAYED|ok
+fresh-id|-DT=2 -DFRESH -DLOCKOUT -DIDCHANGE -DR=3 -DATT=1|ok
+fresh-kill|-DT=2 -DFRESH -DLOCKOUT -DKILL -DR=3 -DATT=1|ok
+failover-kill|-DT=2 -DFAILOVER -DREPROMOTE -DIDCHANGE -DKILL|ok
 handoff|-DT=2 -DHANDOFF -DC=3 -DSYMMETRY|ok
 handoff2|-DT=2 -DHANDOFF -DC=2 -DSYMMETRY|ok
 mutex5|-DT=2 -DN=5 -DSYMMETRY|ok
@@ -69,8 +78,8 @@ timeouts5|-DT=2 -DN=5 -DTIMEOUTS -DSYMMETRY|ok
 ctl-minority5|-DT=2 -DN=5 -DMINORITY -DSYMMETRY|exclusive|dfs
 ctl-nodrift5|-DT=2 -DN=5 -DNODRIFT -DSYMMETRY|exclusive|dfs
 const-mutex|-DT=2 -DKEEPALL -DCONSTCHECK|ok
-const-crash|-DT=2 -DCRASH -DKEEPALL -DCONSTCHECK|ok
-const-failover|-DT=2 -DFAILOVER -DKEEPALL -DCONSTCHECK|ok
+const-crash|-DT=2 -DCRASH -DIDCHANGE -DKILL -DKEEPALL -DCONSTCHECK|ok
+const-failover|-DT=2 -DFAILOVER -DREPROMOTE -DIDCHANGE -DKEEPALL -DCONSTCHECK|ok
 const-fence|-DT=2 -DFENCING -DKEEPALL -DCONSTCHECK|ok
 const-extend|-DT=2 -DEXTEND -DLOCKOUT -DKEEPALL -DCONSTCHECK|ok
 const-timeouts|-DT=2 -DTIMEOUTS -DLOCKOUT -DKEEPALL -DCONSTCHECK|ok
@@ -96,14 +105,18 @@ layer-late|-DC=3 -DSPLIT=1 -DLATE|ok||layer.pml
 # with a larger MODEL_MEM_MB (docs/SAFETY.md): handoff (3 clients, 58
 # million states, 9.4 GB), fresh-crash (43 million, 7.8 GB),
 # failover-delayed (37 million, 6.5 GB), fence-failover (36 million,
-# 7.5 GB) and timeouts5 (5 nodes, 16 million states, 2.8 GB, 82 s).
-EXTRA=" failover-delayed handoff fence-failover fresh-crash timeouts5 "
+# 7.5 GB), timeouts5 (5 nodes, 16 million states, 2.8 GB, 82 s), and the
+# new deployment and the failover with the ID change or the connection
+# drop: fresh-id, fresh-kill and failover-kill (each beyond 6 GB), and
+# const-failover (failover's 9 million states, with every variable kept
+# and checked at each step).
+EXTRA=" failover-delayed handoff fence-failover fresh-crash timeouts5 fresh-id fresh-kill failover-kill const-failover "
 # Runs whose search takes long enough to pay for gcc -O2 (about 7 s to
 # build against under 1 s at -O0, for a search about twice as fast), the
 # longest first: they start first (below). The others' verifiers are
 # built with -O0.
-HEAVY=" ctl-nomark crash-delayed fresh mutex-delayed fence-crash ctl-minority5 extend-crash loss5 layer-sem-all layer-rw3-all failover extend layer-late ctl-nodrift5 mutex5 fence-failover fresh-crash handoff failover-delayed timeouts5 fence "
-declare -A TEXT=([exclusive]='ul[jj]>0' [fence]='fence[c]>maxFence' [orphan]='buriedAt[tt]' [lockout]='everState' [live]='acceptance cycle'
+HEAVY=" fence-loss const-failover failover ctl-nomark crash-delayed ctl-replid replid fresh const-crash crash mutex-delayed fence-crash ctl-seedzero ctl-backlog ctl-minority5 extend-crash loss5 layer-sem-all layer-rw3-all extend layer-late lockout ctl-nodrift5 mutex5 fence-failover fresh-crash handoff failover-delayed timeouts5 fresh-id fresh-kill failover-kill fence "
+declare -A TEXT=([exclusive]='ul[jj]>0' [fence]='fence[c]>maxFence' [order]='fence[c]>ofence[jj]' [orphan]='buriedAt[tt]' [lockout]='everState' [live]='acceptance cycle'
   [bound]='inside<=lowest' [rw]='inside==1')
 
 want=("$@")

@@ -26,7 +26,7 @@ constCheck(void)
   static State constFirst;
   if (!started) { constFirst = now; started = 1; return; }
 #if HIDE_REPLICA
-  CONST_SAME(pkey) CONST_SAME(pkl) CONST_SAME(pg) CONST_SAME(psid) CONST_SAME(pf) CONST_SAME(prr)
+  CONST_SAME(pkey) CONST_SAME(pkl) CONST_SAME(pg) CONST_SAME(psid) CONST_SAME(pf) CONST_SAME(prr) CONST_SAME(prp)
   CONST_SAME(pmark) CONST_SAME(pst) CONST_SAME(ptomb) CONST_SAME(pmk)
 #endif
 #if HIDE_FRESHV
@@ -35,11 +35,12 @@ constCheck(void)
 #endif
 #if HIDE_SERVER
   CONST_SAME(st) CONST_SAME(g) CONST_SAME(sid) CONST_SAME(f) CONST_SAME(rr) CONST_SAME(rid)
-  CONST_SAME(newId) CONST_SAME(faults)
+  CONST_SAME(newId) CONST_SAME(faults) CONST_SAME(runid) CONST_SAME(rp) CONST_SAME(r2)
+  CONST_SAME(idChanges) CONST_SAME(kills) CONST_SAME(idwait)
 #endif
 #if HIDE_FENCEV
   CONST_SAME(fence) CONST_SAME(seq) CONST_SAME(wrote) CONST_SAME(checked)
-  CONST_SAME(resMax) CONST_SAME(resSeq) CONST_SAME(seqs) CONST_SAME(maxFence)
+  CONST_SAME(resMax) CONST_SAME(resSeq) CONST_SAME(seqs) CONST_SAME(maxFence) CONST_SAME(clk)
 #endif
 #if HIDE_XV
   CONST_SAME(xl) CONST_SAME(extended) CONST_SAME(xreq) CONST_SAME(xrep)

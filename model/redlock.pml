@@ -7,12 +7,43 @@
  * Nodes. Each node runs the kernel scripts as atomic steps on one lock
  * key and its state hash: acquire.lua (restart guard, new-deployment
  * establish, tombstones, fence counter), release.lua, extend.lua,
- * fence.lua, and check.lua on every new connection. A node may crash and
- * lose all its data, or fail over to a replica that holds an older copy
- * of it (replication is a step that copies the master at any moment).
- * Either gives the server a new replication ID and drops its connections
- * with the requests in flight on them. With HANDOFF, releases hand the
- * key off on the node to the first waiter in line (handoff.lua).
+ * fence.lua, and check.lua on every new connection. With HANDOFF,
+ * releases hand the key off on the node to the first waiter in line
+ * (handoff.lua).
+ *
+ * The server behind a node. Its identity is (runid, rid, r2): the
+ * process (run_id, drawn when the process starts), the replication ID
+ * (master_replid) and whether replid2 is set; each is a small number
+ * compared only with the same node's. The state records the process and
+ * the ID (rp, rr). What a Redis server can do to them, each behind a
+ * define:
+ * - CRASH: a restart without persistence. The data is gone; a new
+ *   process, a new ID, replid2 clear. TOTALLOSS: every node at once.
+ * - FAILOVER: the node's data is replaced by an older copy, taken at any
+ *   moment by a replication step: a replica promoted (shiftReplicationId
+ *   moves the old ID into replid2), or a restart from a persisted file
+ *   older than memory (loadDataFromDisk keeps the file's ID as replid2).
+ *   Both give a new process, a new ID and replid2 set, so one step stands
+ *   for both. REPROMOTE lets it keep the process: a master demoted by
+ *   hand, its data replaced from another master, promoted again.
+ * - IDCHANGE (at most IDCHANGES times): a new ID without a loss (a first
+ *   replica attaches to a master without a backlog: syncCommand; the
+ *   backlog is freed: replicationCron). replid2 is cleared; the process,
+ *   the data and the connections stay. After REPROMOTE kept the process,
+ *   not before RestartGuard has passed (idwait: an assumption on
+ *   repl-backlog-ttl; IDNOW, a control, drops it).
+ * - KILL (at most KILLS times): CLIENT KILL. The connections are dropped,
+ *   nothing else.
+ * Every step that changes the process (and REPROMOTE's) drops the
+ * connections (a role change does: Sentinel kills the clients, and the
+ * design assumes whoever demotes by hand does too), with the requests in
+ * flight on them; a client's next request opens a connection and runs
+ * check first. check guards iff the recorded process differs, or the
+ * recorded ID differs and replid2 is set; its guard has the mark x, which
+ * no shortcut matches (OLDCHECK, a control: the previous check, on the ID
+ * alone, unmarked). CRASH and FAILOVER count towards FAULTS; they happen
+ * on node 0 (FAULTY_FROM=k: once on each node from k; ALLFAULTY: on any),
+ * IDCHANGE and KILL on node 0.
  *
  * Clients. Each client makes up to R rounds, each under a fresh token. A
  * round sends the acquire to every node at once; requests are delivered
@@ -38,6 +69,25 @@
  * interleaving. An acquire AGE ticks old is dropped with ORPHAN (a network
  * that delivers a SET after its tombstone expired leaves a key nobody
  * holds for one TTL: DESIGN.md).
+ *
+ * Fences after a total loss. The shortcut's establish seeds a node's
+ * fence counter with the node's time in microseconds (SEEDZERO, the
+ * control: with 0). That exceeds every fence issued before under an
+ * assumption the model states as clk: one clock for every node (node
+ * clocks agree and never go back), which advances by at least one per
+ * fence issued (fewer fences than microseconds pass). A tick count times
+ * a bound on the fences issued per tick would say the same, but has no
+ * bound of its own; clk moves up to each fence a grant offers (CLK_FENCE)
+ * and is what an establish seeds with, so it takes finitely many values.
+ * NOEXCLUSIVE drops the mutual exclusion assertion, for the runs in
+ * which every node may lose its data within a validity (TOTALLOSS): the
+ * shortcut's assumption excludes that, and the fences are what is
+ * checked (FENCE_PAIRS).
+ *
+ * New clients. In a deployment in service every client starts in
+ * service (it saw a node answer), and takes no shortcut; NEWCLIENT makes
+ * the last client a new one, which takes the shortcut if every node
+ * answers guarded, unmarked or with the mark of the ids it saw.
  *
  * Bounds: one key (multi-key locks take all or none in one script, so a
  * node's answer for them is the one modelled here), N nodes, C clients, R
@@ -74,8 +124,9 @@
  * model) and failover-delayed (by name) find no error either, and
  * every control fires with the eager releases.
  *
- * Only node 0 crashes or fails over (FAULTY; ALLFAULTY lets any). The
- * nodes are symmetric: the initial state is the same on each but for
+ * Only node 0 crashes, fails over, changes its ID or drops its
+ * connections, unless a run says otherwise (above). The nodes are
+ * symmetric: the initial state is the same on each but for
  * replication IDs, which are only compared for equality, and every client
  * step treats the nodes alike (it loops over them and counts them), so a
  * run in which node k fails maps to one in which node 0 does by swapping
@@ -168,6 +219,17 @@
 #define FAULTS 1
 #endif
 #define AGE (T-D)         /* an acquire this old is never delivered */
+/* The seed of the fence counter that the shortcut's establish sets: the
+ * node's time (TIMESEED, clk: the header's "Fences after a total loss"),
+ * or, SEEDZERO, the control, 0 (the previous scripts). */
+#if defined(FENCING) && !defined(SEEDZERO) && (defined(FRESH) || defined(NEWCLIENT))
+#define TIMESEED 1
+#define CLK_FENCE(v) if :: v > clk -> clk = v :: else -> skip fi
+#define SEED clk
+#else
+#define CLK_FENCE(v) skip
+#define SEED 0
+#endif
 /* Tombstones (tombstone.lua): a key keeps a set of them, tomb[i] (bit t:
  * token t's), beside its holder, and each has its own expiry. A tombstone
  * refuses only its own token's late SET: its lifetime matters only to the
@@ -243,12 +305,13 @@ bit mark[N];
 #else
 #define HIDE_REPLICA 1
 #endif
-#if defined(FRESH)
+#if defined(FRESH) || defined(NEWCLIENT)
 #define HIDE_FRESHV 0
 #else
 #define HIDE_FRESHV 1
 #endif
-#if defined(CRASH) || defined(FAILOVER) || defined(FRESH) || defined(FENCING)
+#if defined(CRASH) || defined(FAILOVER) || defined(FRESH) || defined(FENCING) || defined(TOTALLOSS) || \
+    defined(IDCHANGE) || defined(KILL) || defined(NEWCLIENT)
 #define HIDE_SERVER 0
 #else
 #define HIDE_SERVER 1
@@ -290,14 +353,28 @@ bit mark[N];
 #endif
 SERVER byte st[N];            /* a bit */
 SERVER byte g[N], sid[N], f[N], rr[N], rid[N];
+/* The server's identity: runid, its process (run_id, drawn at process
+ * start); rid, its replication ID (master_replid); r2, whether its
+ * replid2 is set (not all zeros). The state records rp (p) beside rr (r),
+ * 0 for none. Each is compared only with the same node's. */
+SERVER byte runid[N], rp[N], r2[N];
 FRESHV short mk[N];          /* the guarded state's mark (v), 0 none */
 SERVER byte newId = 100;           /* replication IDs, apart from tokens */
-/* The replica's copy of node i, as of its last replication. */
-REPLICA byte pkey[N], pkl[N], pg[N], psid[N], pf[N], prr[N];
+/* The replica's copy of node i, as of its last replication, or the
+ * persisted file as of its last save: a copy taken at any moment. */
+REPLICA byte pkey[N], pkl[N], pg[N], psid[N], pf[N], prr[N], prp[N];
 REPLICA byte pmark[N], pst[N]; /* bits */
 REPLICA byte ptomb[N];
 REPLICA short pmk[N];
 SERVER byte faults;
+SERVER byte idChanges, kills;  /* ID changes and connection drops so far */
+/* Ticks left before node i may change its ID without a loss, after
+ * REPROMOTE kept its process: a promotion restarts the backlog's time to
+ * live (replicationUnsetMaster sets repl_no_slaves_since) and the replica
+ * had a backlog (readSyncBulkPayload creates one), so the ID changes no
+ * sooner than repl-backlog-ttl, which the design assumes 0 (never) or at
+ * least RestartGuard. IDNOW, a control: at any moment. */
+SERVER byte idwait[N];
 
 /* Client c: rl, the validity its round would have if decided now
  * (T - elapsed - ALLOW, in ticks, 0 when spent); ul, the ticks left of its
@@ -327,7 +404,9 @@ XV byte xreq[C*N];
 RBITS rel[C*N];
 byte rep[C*N], repv[C*N];
 XV byte xrep[C*N];
-byte conn[C*N];                    /* replication ID that the connection checked */
+byte conn[C*N];           /* 1: client c has a connection to node i,
+                           * checked when it opened; 0: none (the next
+                           * request opens one and runs check first) */
 FRESHV byte estId[C*N];    /* the guarded state's id that rounds markRound
                             * and estRound ask for */
 FRESHV short repm[C*N];    /* a guarded reply's mark */
@@ -382,14 +461,44 @@ RBITS bb;
 
 /* The resource that refuses lower fences, and the record of holders. */
 FENCEV byte resMax, resSeq, seqs, maxFence;
+/* The node time that the shortcut's establish seeds the fence counter
+ * with (TIMESEED: redlock.pml's header, "Fences after a total loss"). */
+FENCEV byte clk;
 
 #include "handoff.pml"
 #include "live.pml"
 #include "symmetry.pml"
 #include "constant.pml"
 
+/* FENCE_ORDER: client c's fence is above every earlier holder's; seq
+ * numbers the holders in the order in which they obtain the lock, which
+ * mutual exclusion orders. With NOEXCLUSIVE two may hold at once, and
+ * obtain in either order: seq numbers them when their rounds decide their
+ * fences, and FENCE_PAIRS asserts, as each obtains, that its fence is
+ * above the fence of every holder whose round decided before its own, and
+ * below the others' (ofence, oseq: each client's last lock obtained). */
+#define FENCE_ORDER(c) seqs++; seq[c] = seqs; assert(fence[c] > maxFence); maxFence = fence[c]
+#ifdef NOEXCLUSIVE
+byte ofence[C], oseq[C];
+#define FENCE_PAIRS(c) \
+  jj = 0; \
+  do \
+  :: jj < C -> \
+     if \
+     :: jj != c && ofence[jj] > 0 -> assert((seq[c] > oseq[jj]) == (fence[c] > ofence[jj])) \
+     :: else -> skip \
+     fi; \
+     jj++ \
+  :: else -> break \
+  od; \
+  ofence[c] = fence[c]; oseq[c] = seq[c]
+#endif
+
 /* exclusive is asserted whenever client c's validity begins or moves:
  * no other client is inside its validity. */
+#ifdef NOEXCLUSIVE
+inline exclusive(c) { skip }  /* a total loss within a validity: fences only */
+#else
 inline exclusive(c) {
   jj = 0;
   do
@@ -399,6 +508,7 @@ inline exclusive(c) {
   :: else -> break
   od
 }
+#endif
 
 /* LOCKOUT (no false lockout): a node enters its restart guard only while
  * it has never had a state (everState[i]: it had one; a deployment in
@@ -417,24 +527,44 @@ bit everState[N];
 /* newState: newstate.lua. */
 inline newState(i, id) {
   ENTERS_GUARD(i);
-  st[i] = 1; g[i] = G; sid[i] = id; rr[i] = rid[i]; mk[i] = 0
+  st[i] = 1; g[i] = G; sid[i] = id; rr[i] = rid[i]; rp[i] = runid[i]; mk[i] = 0
 }
 
-/* check: check.lua, run when client c opens a connection to node i. */
+/* check: check.lua, run when client c opens a connection to node i. It
+ * starts the guard iff the recorded process differs from the server's
+ * (another process: a restart, a promoted replica), or the recorded
+ * replication ID differs and replid2 is set (the process was a replica
+ * since); otherwise it records both and guards nothing. A guard it starts
+ * has the mark x (XMARK), which no shortcut matches, and the id CHECKID.
+ * OLDCHECK, a control: the previous check, which guards iff the recorded
+ * replication ID differs, with no mark. */
+#define XMARK (-1)
+#define CHECKID TK        /* a replication ID: no token's, below 8 */
+#ifdef OLDCHECK
+#define CHECK_GUARDS(i) (rr[i] != rid[i])
+#define CHECK_MARK 0
+#else
+#define CHECK_GUARDS(i) ((rp[i] != 0 && rp[i] != runid[i]) || (rr[i] != rid[i] && r2[i]))
+#if defined(FRESH) || defined(NEWCLIENT)
+#define CHECK_MARK XMARK
+#else
+#define CHECK_MARK 0      /* no client takes the shortcut: the mark is never
+                           * read, and mk stays constant (HIDE_FRESHV) */
+#endif
+#endif
 inline check(c, i) {
 #ifndef NOCHECK
   if
-  :: rr[i] == rid[i] -> skip
-  :: rr[i] != rid[i] && (rr[i] == 0 || G == 0) -> rr[i] = rid[i]; st[i] = 1
-  :: rr[i] != rid[i] && rr[i] != 0 && G > 0 ->
+  :: rr[i] == 0 || G == 0 || !CHECK_GUARDS(i) -> rr[i] = rid[i]; rp[i] = runid[i]; st[i] = 1
+  :: rr[i] != 0 && G > 0 && CHECK_GUARDS(i) ->
      if
      :: g[i] == NONE || g[i] < G -> ENTERS_GUARD(i); g[i] = G
      :: else -> skip
      fi;
-     sid[i] = rid[i]; rr[i] = rid[i]; f[i] = NONE; st[i] = 1; mk[i] = 0
+     sid[i] = CHECKID; rr[i] = rid[i]; rp[i] = runid[i]; f[i] = NONE; st[i] = 1; mk[i] = CHECK_MARK
   fi;
 #endif
-  conn[c*N+i] = rid[i]
+  conn[c*N+i] = 1
 }
 
 /* acquire: acquire.lua for round r of client c on node i. Sets gd when
@@ -464,7 +594,7 @@ inline acquire(c, r, i) {
            :: estRound[c] == r && estId[c*N+i] == sid[i] && MARK_OK(c, i) ->
               g[i] = 0;
               if
-              :: f[i] == NONE -> f[i] = 0
+              :: f[i] == NONE -> f[i] = SEED
               :: else -> skip
               fi
            :: !(estRound[c] == r && estId[c*N+i] == sid[i] && MARK_OK(c, i)) ->
@@ -503,7 +633,8 @@ inline acquire(c, r, i) {
            :: f[i] != NONE -> vv = f[i] + 1
            :: f[i] == NONE && G == 0 -> vv = 1
            :: else -> vv = 0          /* unknown */
-           fi
+           fi;
+           CLK_FENCE(vv)
         fi
      :: else ->
         REFUSED_HOOK(c, r, i);
@@ -612,18 +743,27 @@ inline post(c, i) {
   bb = 0; rb = 0
 }
 
-/* lose drops node i's data (crash) or replaces it with its replica's
- * copy (failover); either way the server is new, and its connections
- * and the requests on them are gone. */
+/* dropConns drops every connection to node i, and the requests in
+ * flight on them: the next request of each client opens one and runs
+ * check. */
+inline dropConns(i) {
+  jj = 0;
+  do
+  :: jj < C -> acq[jj*N+i] = 0; rel[jj*N+i] = 0; xreq[jj*N+i] = 0; conn[jj*N+i] = 0; jj++
+  :: else -> break
+  od
+}
+
+/* newServer: node i's data was dropped (crash) or replaced with an older
+ * copy (failover, restart from a file); the server is a new process (or,
+ * with REPROMOTE, the same one back from being a replica), with a new
+ * replication ID, and its connections and the requests on them are gone.
+ * The caller sets runid and r2. */
 inline newServer(i) {
   printf("MSC: node %d: new server (crash or failover), key %d g %d\n", i, key[i], g[i]);
   faults++;
   rid[i] = newId; newId++;
-  jj = 0;
-  do
-  :: jj < C -> acq[jj*N+i] = 0; rel[jj*N+i] = 0; xreq[jj*N+i] = 0; jj++
-  :: else -> break
-  od;
+  dropConns(i);
   LINE_CLEAR(i)
 }
 
@@ -683,11 +823,40 @@ inline newServer(i) {
 #define TOMB_TICK() skip
 #endif
 
-#ifdef ALLFAULTY
+#if defined(ALLFAULTY)
 #define FAULTY(i) 1
+#elif defined(FAULTY_FROM)
+#define FAULTY(i) (i >= FAULTY_FROM && runid[i] == 1)  /* nodes FAULTY_FROM.., once each */
 #else
 #define FAULTY(i) (i == 0)
 #endif
+#define IDNODE(i) (i == 0)            /* the node of IDCHANGE and KILL */
+#ifndef IDCHANGES
+#define IDCHANGES 1
+#endif
+#ifndef KILLS
+#define KILLS 1
+#endif
+#ifdef IDNOW
+#define IDNOW 1
+#else
+#define IDNOW 0
+#endif
+/* REPROMOTE: a failover may keep the process (a master demoted by hand,
+ * its data replaced from another master, then promoted again, its
+ * clients killed as Sentinel does). */
+#ifdef REPROMOTE
+#define NEWPID(i) if :: runid[i]++ :: idwait[i] = G fi
+#else
+#define NEWPID(i) runid[i]++
+#endif
+
+/* crash: node i restarts without persistence (CRASH, TOTALLOSS). */
+inline crash(i) {
+  key[i] = 0; mark[i] = 0; kl[i] = 0; tomb[i] = 0; TOMBS_CLEAR(i);
+  st[i] = 0; g[i] = NONE; sid[i] = 0; f[i] = NONE; rr[i] = 0; rp[i] = 0; mk[i] = 0;
+  newServer(i); runid[i]++; r2[i] = 0
+}
 
 proctype Node(byte i) {
 end:
@@ -703,25 +872,51 @@ end:
        TOMBS_CLEAR(i); CLEAN }
   TOMB_ENDS(1) TOMB_ENDS(2) TOMB_ENDS(3) TOMB_ENDS(4) TOMB_ENDS(5) TOMB_ENDS(6)
 #ifdef CRASH
-  :: atomic { faults < FAULTS && FAULTY(i) ->
-       key[i] = 0; mark[i] = 0; kl[i] = 0; tomb[i] = 0; TOMBS_CLEAR(i);
-       st[i] = 0; g[i] = NONE; sid[i] = 0; f[i] = NONE; rr[i] = 0; mk[i] = 0;
-       newServer(i); CLEAN }
+  /* a restart without persistence: a new process, replid2 clear */
+  :: atomic { faults < FAULTS && FAULTY(i) -> crash(i); CLEAN }
+#endif
+#ifdef TOTALLOSS
+  /* every node at once (node 0's step) */
+  :: atomic { faults < FAULTS && i == 0 ->
+       kp = 0;
+       do
+       :: kp < N -> crash(kp); kp++
+       :: else -> break
+       od;
+       faults = faults - N + 1; CLEAN }
 #endif
 #ifdef FAILOVER
+  /* replication, or a save to the persisted file: a copy at any moment */
   :: atomic { faults == 0 && FAULTY(i) ->
        pkey[i] = key[i]; pkl[i] = kl[i]; pmark[i] = mark[i]; pst[i] = st[i]; ptomb[i] = tomb[i];
-       pg[i] = g[i]; psid[i] = sid[i]; pf[i] = f[i]; prr[i] = rr[i]; pmk[i] = mk[i]; CLEAN }
+       pg[i] = g[i]; psid[i] = sid[i]; pf[i] = f[i]; prr[i] = rr[i]; prp[i] = rp[i]; pmk[i] = mk[i]; CLEAN }
+  /* a failover (the replica promoted: shiftReplicationId sets replid2),
+   * or a restart from the file (loadDataFromDisk keeps the file's ID as
+   * replid2): the older copy, a new process, a new ID, replid2 set */
   :: atomic { faults < FAULTS && FAULTY(i) ->
        key[i] = pkey[i]; kl[i] = pkl[i]; mark[i] = pmark[i]; st[i] = pst[i]; tomb[i] = ptomb[i];
-       g[i] = pg[i]; sid[i] = psid[i]; f[i] = pf[i]; rr[i] = prr[i]; mk[i] = pmk[i];
-       newServer(i);
+       g[i] = pg[i]; sid[i] = psid[i]; f[i] = pf[i]; rr[i] = prr[i]; rp[i] = prp[i]; mk[i] = pmk[i];
+       newServer(i); NEWPID(i); r2[i] = 1;
        if
        :: faults == FAULTS ->         /* the copy is no longer used */
           pkey[i] = 0; pkl[i] = 0; pmark[i] = 0; pst[i] = 0; ptomb[i] = 0;
-          pg[i] = 0; psid[i] = 0; pf[i] = 0; prr[i] = 0; pmk[i] = 0
+          pg[i] = 0; psid[i] = 0; pf[i] = 0; prr[i] = 0; prp[i] = 0; pmk[i] = 0
        :: else -> skip
        fi; CLEAN }
+#endif
+#ifdef IDCHANGE
+  /* a new replication ID without a loss (a first replica attaches to a
+   * master without a backlog, or the backlog is freed): changeReplicationId
+   * and clearReplicationId2; process, data and connections stay */
+  :: atomic { idChanges < IDCHANGES && IDNODE(i) && (IDNOW || idwait[i] <= D) ->
+       printf("MSC: node %d: new replication ID\n", i);
+       idChanges++; rid[i] = newId; newId++; r2[i] = 0; CLEAN }
+#endif
+#ifdef KILL
+  /* CLIENT KILL: the connections dropped, nothing else */
+  :: atomic { kills < KILLS && IDNODE(i) ->
+       printf("MSC: node %d: connections killed\n", i);
+       kills++; dropConns(i); CLEAN }
 #endif
   od
 }
@@ -738,7 +933,7 @@ inline send(c) {
   do
   :: jj < N ->
      if
-     :: conn[c*N+jj] != rid[jj] -> check(c, jj)
+     :: !conn[c*N+jj] -> check(c, jj)
      :: else -> skip
      fi;
      rep[c*N+jj] = 0;
@@ -824,10 +1019,10 @@ inline obtained(c, left) {
   ul[c] = left;
   printf("MSC: client %d: holds %d for %d, fence %d\n", c, tok[c], ul[c], fence[c]);
   exclusive(c);
-#ifdef FENCING
-  seqs++; seq[c] = seqs;
-  assert(fence[c] > maxFence);
-  maxFence = fence[c];
+#if defined(FENCING) && !defined(NOEXCLUSIVE)
+  FENCE_ORDER(c);
+#elif defined(FENCING)
+  FENCE_PAIRS(c);
 #endif
   extended[c] = 0; wrote[c] = 0; checked[c] = 0; rl[c] = 0;
   phase[c] = HELD
@@ -869,6 +1064,9 @@ end:
        :: nn >= Q && rl[c] > 0 ->
 #if defined(FENCING) && !defined(NOWRITEBACK)
           fence[c] = hh;              /* repv is the counter + 1 */
+#ifdef NOEXCLUSIVE
+          seqs++; seq[c] = seqs;
+#endif
           jj = 0;
           do
           :: jj < N ->
@@ -976,7 +1174,7 @@ end:
        do
        :: jj < N ->
           if
-          :: conn[c*N+jj] != rid[jj] -> check(c, jj)
+          :: !conn[c*N+jj] -> check(c, jj)
           :: else -> skip
           fi;
           xreq[c*N+jj] = XEXT; xrep[c*N+jj] = 0; jj++
@@ -1042,7 +1240,7 @@ end:
        jj = 0;
        do
        :: jj < N ->
-          DOWN(kl[jj]); DOWN(pkl[jj]);
+          DOWN(kl[jj]); DOWN(pkl[jj]); DOWN(idwait[jj]);
           if
           :: g[jj] != NONE && g[jj] > 0 -> g[jj]--
           :: else -> skip
@@ -1073,7 +1271,7 @@ init {
     i = 0;
     do
     :: i < N ->
-       g[i] = NONE; f[i] = NONE; pg[i] = NONE; pf[i] = NONE;
+       g[i] = NONE; f[i] = NONE; pg[i] = NONE; pf[i] = NONE; runid[i] = 1;
 #ifdef SYMMETRY
        rid[i] = newId;    /* compared only within a node: one for all */
 #else
@@ -1090,11 +1288,11 @@ init {
     i = 0;
     do
     :: i < N ->
-       st[i] = 1; g[i] = 0; f[i] = 0; rr[i] = rid[i]; sid[i] = 1;
+       st[i] = 1; g[i] = 0; f[i] = 0; rr[i] = rid[i]; rp[i] = runid[i]; sid[i] = 1;
 #ifdef LOCKOUT
        everState[i] = 1;
 #endif
-       pst[i] = 1; pg[i] = 0; pf[i] = 0; prr[i] = rid[i]; psid[i] = 1; /* replicated */
+       pst[i] = 1; pg[i] = 0; pf[i] = 0; prr[i] = rid[i]; prp[i] = runid[i]; psid[i] = 1; /* replicated */
        i++
     :: else -> break
     od;
@@ -1105,6 +1303,13 @@ init {
        estRound[i] = NONE; markRound[i] = NONE;
 #ifndef FRESH
        inService[i] = 1;
+#endif
+#ifdef NEWCLIENT
+       /* the last client is made now: it has seen no node in service */
+       if
+       :: i == C - 1 -> inService[i] = 0
+       :: else -> skip
+       fi;
 #endif
        i++
     :: else -> break

@@ -13,8 +13,9 @@
 
 #ifdef SYMMETRY
 #if defined(CRASH) || defined(FAILOVER) || defined(FRESH) || defined(ORPHAN) || \
-    defined(FENCING) || defined(EXTEND) || defined(LOCKOUT) || defined(LIVE)
-#error "SYMMETRY: only for runs without faults, FRESH, ORPHAN, FENCING, EXTEND, LOCKOUT or LIVE"
+    defined(FENCING) || defined(EXTEND) || defined(LOCKOUT) || defined(LIVE) || \
+    defined(IDCHANGE) || defined(KILL) || defined(NEWCLIENT)
+#error "SYMMETRY: only for runs without faults, new events, FRESH, NEWCLIENT, ORPHAN, FENCING, EXTEND, LOCKOUT or LIVE"
 #endif
 #if C > 3 || R > 2 || N > 5
 #error "SYMMETRY: at most 5 nodes, 3 clients and 2 rounds"
