@@ -39,7 +39,7 @@ test: image oldest-go vet model
 	cd $(TESTMOD) && $(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/test/chaos$$')
 	for m in $(CONTRIB) $(KIT); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 	cd $(BENCHMOD) && $(GO) test -count=1 ./...
-	cd $(TESTMOD)/chaos && $(GO) test -count=1 -timeout 8m
+	cd $(TESTMOD)/chaos && $(GO) test -count=1 -timeout 12m
 
 ## model: the Promela models of the lock kernel (model/redlock.pml) and of
 ## the limit layer (model/layer.pml), every property and every negative

@@ -110,7 +110,14 @@ layer-late|-DC=3 -DSPLIT=1 -DLATE|ok||layer.pml
 # drop: fresh-id, fresh-kill and failover-kill (each beyond 6 GB), and
 # const-failover (failover's 9 million states, with every variable kept
 # and checked at each step).
-EXTRA=" failover-delayed handoff fence-failover fresh-crash timeouts5 fresh-id fresh-kill failover-kill const-failover "
+# Also by name, to keep make model's time: runs that another run of make
+# model covers (a fault may not happen: crash-delayed covers
+# mutex-delayed, which stays; fence-crash covers fence; loss5 covers
+# mutex5), three const-* runs (const-fence, const-extend, const-timeouts:
+# make model keeps those of mutex, crash, loss, orphan and handoff2), and
+# the longest controls whose property another control of make model also
+# breaks (ctl-nomark beside ctl-replid; ctl-minority5 beside ctl-minority).
+EXTRA=" failover-delayed handoff fence-failover fresh-crash timeouts5 fresh-id fresh-kill failover-kill const-failover crash-delayed fence mutex5 const-fence const-extend const-timeouts ctl-minority5 ctl-nomark "
 # Runs whose search takes long enough to pay for gcc -O2 (about 7 s to
 # build against under 1 s at -O0, for a search about twice as fast), the
 # longest first: they start first (below). The others' verifiers are
