@@ -309,12 +309,13 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 	defer c.life.exit()
 	r, err := c.round(ctx, keys, ttl, nil, prev, j)
 	est := c.newDeployment(r, err)
-	if est != nil && ctx.Err() == nil {
-		rec.addAcquire(r, shortcutRound)
-	} else {
-		rec.addAcquire(r, acquireRound)
+	shortcut := est != nil && ctx.Err() == nil
+	kind := acquireRound
+	if shortcut {
+		kind = shortcutRound
 	}
-	if est != nil && ctx.Err() == nil {
+	rec.addAcquire(r, kind)
+	if shortcut {
 		// Every node is guarded at once: a new deployment. Mark each
 		// node's state with the ids seen, each only if it still has the
 		// state we saw and no other mark; then, once all are marked, end
