@@ -335,10 +335,10 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 			for i := range est {
 				est[i].Establish = true
 			}
+			// The establishing round is an ordinary one: it decides at the
+			// quorum, and a slow node's request ends that node's guard when
+			// it arrives, if the state still carries the mark.
 			r, err = c.round(ctx, keys, ttl, est, prev, j)
-			for i := range c.nodes {
-				r.calls.Outcome(i) // every guard the round ends has ended before the lock is used
-			}
 			rec.addAcquire(r, establishRound)
 		}
 	}

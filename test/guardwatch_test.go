@@ -138,16 +138,18 @@ func (w *guardWatch) ping(nodes []redis.UniversalClient) {
 }
 
 // establish makes the deployment's first locks, one per Client at once,
-// and records each node's state, which must be out of its guard. From then
-// on no node may be guarded.
+// and records each node's state, which must come out of its guard: at once
+// on the quorum that granted a first lock, and on the other nodes when the
+// establishing requests still on their way arrive. From then on no node may
+// be guarded.
 func (w *guardWatch) establish(cs ...*redlock.Client) {
 	w.t.Helper()
 	w.lockAll(cs, len(cs), len(cs))
 	w.states = make([]map[string]string, len(w.addrs))
 	for i := range w.addrs {
-		st := w.state(i)
-		require.Equal(w.t, "0", st["g"], "node %d established: %v", i, st)
-		w.states[i] = st
+		require.Eventually(w.t, func() bool { return w.state(i)["g"] == "0" }, 5*time.Second, 5*time.Millisecond,
+			"node %d established: %v", i, w.state(i))
+		w.states[i] = w.state(i)
 	}
 	w.established.Store(true)
 }
