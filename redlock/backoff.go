@@ -21,6 +21,7 @@ type backoff struct {
 func (b *backoff) wait() waiting                             { return &backoffWait{wake: b.wake} }
 func (b *backoff) refused(handover) (protocol.Release, bool) { return protocol.Release{}, false }
 func (b *backoff) unlocked(*Lock)                            {}
+func (b *backoff) direct(string) bool                        { return true }
 func (b *backoff) close()                                    { b.wake.Close() }
 
 // backoffWait is one Lock call's backoff.

@@ -315,10 +315,32 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 	if !wait {
 		return c.tryOnce(ctx, keys, ttl, rec)
 	}
-	w := c.newWaiter(ctx, keys)
-	defer w.leave()
+	began := c.cfg.clock.Now()
 	var last *Error
 	var hint time.Duration
+	var turn *queue.Turn[handover]
+	if c.wait.direct(c.stored(keys[0])) {
+		turn = c.queue.TryJoin(queueKey(keys))
+	}
+	if turn != nil {
+		// Nobody else of this Client wants the keys: the round TryLock
+		// makes, with no waiter, no place in line and no strategy state.
+		// A refusal makes the waiter (see strategy.direct).
+		l, freeIn, _, err := c.attempt(ctx, keys, ttl, handover{}, join{}, rec)
+		if err == nil {
+			l.turn = turn
+			c.queue.Held(turn, l.Until())
+			return l, nil
+		}
+		if last, err = c.refused(keys, err, nil); err != nil {
+			c.queue.Leave(turn)
+			return nil, err
+		}
+		hint = freeIn
+	}
+	w := c.newWaiter(ctx, keys, began)
+	w.turn, w.start = turn, began
+	defer w.leave()
 	for {
 		prev, err := w.next(last, hint)
 		if err != nil {
@@ -341,19 +363,30 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 			return l, nil
 		}
 		w.s.failed(j, ttl, calls)
-		if err := c.sameServer(keys); err != nil {
-			return nil, err // found by the round's connections
+		if last, err = c.refused(keys, err, last); err != nil {
+			return nil, err
 		}
-		var e *Error // declared here: its address escapes, which costs an allocation
-		if !errors.As(err, &e) {
-			return nil, err // closed
-		}
-		if e.earlier = last; last != nil {
-			last.earlier = nil // one round back is enough
-		}
-		if e.final() {
-			return nil, e
-		}
-		last, hint = e, freeIn
+		hint = freeIn
 	}
+}
+
+// refused returns the [*Error] of a lock round for keys that failed with
+// err, to retry after, linked to last, the round before; or the error for
+// Lock to return: the same server found twice by the round's connections,
+// a closed Client, or a cause that no retry fixes.
+func (c *Client) refused(keys []string, err error, last *Error) (*Error, error) {
+	if err := c.sameServer(keys); err != nil {
+		return nil, err
+	}
+	var e *Error
+	if !errors.As(err, &e) {
+		return nil, err // closed
+	}
+	if e.earlier = last; last != nil {
+		last.earlier = nil // one round back is enough
+	}
+	if e.final() {
+		return nil, e
+	}
+	return e, nil
 }

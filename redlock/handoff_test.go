@@ -59,6 +59,13 @@ func primeHandChannel(t *testing.T, cl *Client) {
 	ch.Close()
 }
 
+// listenedLately makes cl listen for key's release, as a wait for it does:
+// until the Waker's idle time has passed, cl's Lock of key goes to its
+// waiter at once, whose first round joins the line (see strategy.direct).
+func listenedLately(cl *Client, key string) {
+	cl.waker().Listen(cl.stored(key), time.Time{}).Close()
+}
+
 // entries returns the entries of key's line on node i.
 func entries(t *testing.T, c *cluster, i int, key string) []string {
 	t.Helper()
@@ -384,6 +391,7 @@ func TestHandoffTopUp(t *testing.T) {
 			a, b := handoffPair(t, c)
 			for try := range 3 {
 				key := fmt.Sprintf("k%d", try)
+				listenedLately(b, key) // b's first round is its waiter's, which joins the line
 				la, err := a.Lock(t.Context(), key, time.Minute)
 				require.NoError(t, err)
 				settle(a)
@@ -481,6 +489,7 @@ func TestHandoffLocalAfterJoin(t *testing.T) {
 	leakcheck.Check(t)
 	c := newCluster(t, 3)
 	a, b := handoffPair(t, c)
+	listenedLately(b, "k")
 	la, err := a.Lock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
 	settle(a)

@@ -113,21 +113,32 @@ func (iw *inLineWait) join() join {
 // unlocks and locks again at once would usually beat the named waiter,
 // which needs the announcement and a round.
 func (iw *inLineWait) first() error {
-	w, wk := &iw.w, iw.s.wake
-	if !wk.Heard() {
-		return nil // the common case, without a lock or the key's name
-	}
-	next, at := wk.Named(w.c.stored(w.keys[0]))
-	if next == "" {
-		return nil
-	}
-	left := w.c.cfg.yieldWindow - w.c.cfg.clock.Now().Sub(at)
+	w := &iw.w
+	left := iw.s.yieldFor(w.c.stored(w.keys[0]))
 	if left <= 0 {
 		return nil
 	}
 	e := &Error{Op: "lock", Key: strings.Join(w.keys, ", "), Quorum: w.c.cfg.quorum, sentinel: ErrNotObtained,
 		Reason: "let the waiter of another client named by the last release go first"}
 	return iw.sleep(w.c.cfg.clock.After(left), e)
+}
+
+func (s *inLine) direct(key string) bool { return s.yieldFor(key) <= 0 && !s.wake.Listening(key) }
+
+// yieldFor returns how long a Lock call that begins now lets the waiter
+// of another client that the last release of key (as stored) named go
+// first: the rest of the yield window since this Client heard that
+// announcement, or 0.
+func (s *inLine) yieldFor(key string) time.Duration {
+	wk := s.wake
+	if !wk.Heard() {
+		return 0 // the common case, without a lock or the key's name
+	}
+	next, at := wk.Named(key)
+	if next == "" {
+		return 0
+	}
+	return max(0, s.c.cfg.yieldWindow-s.c.cfg.clock.Now().Sub(at))
 }
 
 // sleep waits until timer fires or a node announces the release of the

@@ -201,7 +201,7 @@ func (l *Lock) unlock(ctx context.Context, rec *record, handOver bool) error {
 	r := c.release(ctx, l.held, true, lat)
 	ok, err := r.Await(ctx, c.cfg.quorum)
 	if rec != nil {
-		rec.add(start, r, lat, plainRound, nil)
+		rec.add(start, r, lat, plainRound, nil, false)
 	}
 	c.queue.Leave(l.turn) // the next local caller may start its rounds
 	if err != nil {
@@ -291,7 +291,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, rec *record) error
 	}))
 	ok, qerr := r.Await(ctx, c.cfg.quorum)
 	if rec != nil {
-		rec.add(start, r, lat, plainRound, nil)
+		rec.add(start, r, lat, plainRound, nil, false)
 	}
 	validity := clock.Validity(ttl, c.cfg.clock.Now().Sub(start), c.cfg.drift)
 	if qerr != nil || validity <= 0 {

@@ -285,16 +285,26 @@ func TestInLineLeaves(t *testing.T) {
 	}
 	require.Eventually(t, lineEmpty, 5*time.Second, time.Millisecond, "the waiter that gave up is still in line: %v", dumpLines(c, "k"))
 
-	// c's round is refused on node 0, held by a, and joins its line there;
-	// a's unlock names nobody there, c's lock's unlock takes it off.
+	// cl's direct round, which joins no line, is refused on nodes 0 and 1,
+	// held by another client, and its waiter's first round joins their
+	// lines at once; node 1 lets the key go, and the waiter's next round
+	// obtains the lock, refused on node 0 alone, where cl's entry stays
+	// until its lock's unlock takes it off.
 	require.NoError(t, la.Unlock(t.Context()))
-	require.NoError(t, c.srv[0].Set("k", "other"))
-	c.srv[0].SetTTL("k", time.Minute)
+	for _, m := range c.srv[:2] {
+		require.NoError(t, m.Set("k", "other"))
+		m.SetTTL("k", time.Minute)
+	}
 	cl := c.client(t, nil)
-	lc, err := cl.Lock(t.Context(), "k", time.Minute)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { members, _ := c.srv[0].ZMembers(lineKey("k")); return len(members) == 1 },
-		5*time.Second, time.Millisecond, "the round joined the line where it was refused (its answer may follow the quorum's)")
-	require.NoError(t, lc.Unlock(t.Context()))
+	lc, ec := lockLater(cl, "k", time.Minute)
+	inLine := func(i int) bool { members, _ := c.srv[i].ZMembers(lineKey("k")); return len(members) == 1 }
+	require.Eventually(t, func() bool { return inLine(0) && inLine(1) }, 5*time.Second, time.Millisecond,
+		"the waiter's first round joined the lines where it was refused: %v", dumpLines(c, "k"))
+	c.srv[1].Del("k")
+	l := <-lc
+	require.NoError(t, <-ec)
+	require.Eventually(t, func() bool { return inLine(0) }, 5*time.Second, time.Millisecond,
+		"the holder's entry stays where its rounds were refused (its answer may follow the quorum's)")
+	require.NoError(t, l.Unlock(t.Context()))
 	require.Eventually(t, lineEmpty, 5*time.Second, time.Millisecond, "the holder is still in line: %v", dumpLines(c, "k"))
 }

@@ -41,7 +41,7 @@ func BenchmarkObserverEvents(b *testing.B) {
 			if op == OpLock {
 				kind = acquireRound
 			}
-			rec.add(rec.now(), answered, lat, kind, nil)
+			rec.add(rec.now(), answered, lat, kind, nil, false)
 			rec.end(nil, Obtained)
 		}
 	}

@@ -43,7 +43,10 @@ const (
 	// acquireRound: a guarded answer means the node is in its restart
 	// guard, any other answer that it is out of it. A guarded answer from
 	// a state that carries a new deployment's mark is a new deployment's
-	// (see newDeploymentMark), not a guard entered.
+	// (see newDeploymentMark), not a guard entered; so is an unmarked one
+	// in a round sent before the Client saw a node in service (its early
+	// answers may come from a new deployment that other Clients establish
+	// meanwhile).
 	acquireRound
 	// shortcutRound: the observing or marking round of this Client's
 	// new-deployment shortcut. Its guarded answers are a new deployment's.
@@ -157,14 +160,15 @@ func timed(lat []time.Duration, fn func(context.Context, int) error) func(contex
 // states it shows.
 func (rec *record) addAcquire(r *round, kind roundKind) {
 	if rec != nil {
-		rec.add(r.start, r.calls, r.lat, kind, r.replies)
+		rec.add(r.start, r.calls, r.lat, kind, r.replies, r.early)
 	}
 }
 
 // add records a round of the given kind started at start, with its
-// per-node latencies and, for an acquire round, its replies, and reports
-// the node state changes that its answers show.
-func (rec *record) add(start time.Time, calls *quorum.Round, lat []time.Duration, kind roundKind, replies []protocol.AcquireReply) {
+// per-node latencies and, for an acquire round, its replies and whether it
+// is early (see acquireRound), and reports the node state changes that its
+// answers show.
+func (rec *record) add(start time.Time, calls *quorum.Round, lat []time.Duration, kind roundKind, replies []protocol.AcquireReply, early bool) {
 	c := rec.c
 	now := c.cfg.clock.Now()
 	r := Round{Start: start, Duration: now.Sub(start), Nodes: make([]Vote, len(c.nodes))}
@@ -181,13 +185,21 @@ func (rec *record) add(start time.Time, calls *quorum.Round, lat []time.Duration
 		}
 		if done {
 			k := kind
-			if k == acquireRound && v.Outcome == VoteGuarded && newDeploymentMark(replies[i].Mark) {
+			if k == acquireRound && v.Outcome == VoteGuarded && (newDeploymentMark(replies[i].Mark) || early && replies[i].Mark == "") {
 				k = shortcutRound
 			}
 			rec.nodeState(i, v, k, now)
 		}
 	}
 	rec.rounds = append(rec.rounds, r)
+}
+
+// answer reports the node state that node i's answer err, in a round of
+// the given kind, shows.
+func (rec *record) answer(i int, err error, kind roundKind) {
+	v := Vote{Node: rec.c.nodes[i].Name()}
+	v.Outcome, v.Err = vote(err, true)
+	rec.nodeState(i, &v, kind, rec.c.cfg.clock.Now())
 }
 
 // vote returns a node's vote for the outcome err of its call, done or not.

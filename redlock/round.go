@@ -60,6 +60,14 @@ type round struct {
 
 	// background is set for a round that nobody waits for (see topUp).
 	background bool
+	// early is set for a round made before the Client saw a node in
+	// service (see acquireRound).
+	early bool
+	// report is, for the establishing round of the new-deployment
+	// shortcut of a Client with an Observer, the record to which each
+	// node's call reports its answer: the round decides at the quorum,
+	// and the Observer hears of every node it establishes, late ones too.
+	report *record
 
 	// lock is the handle of the lock, built by newLock only once the round
 	// has obtained it. It is allocated with the round, which it keeps
@@ -77,7 +85,7 @@ type round struct {
 // token over when not "", and telling the waiting strategy j.
 func (c *Client) newRound(keys []string, ttl time.Duration, est []protocol.Shortcut, over string, j join) *round {
 	r, replies := alloc.WithSlice[round, protocol.AcquireReply](len(c.nodes)) // one allocation for up to alloc.Small nodes
-	r.c, r.keys, r.replies, r.est = c, keys, replies, est
+	r.c, r.keys, r.replies, r.est, r.early = c, keys, replies, est, !c.inService.Load()
 	token := j.token
 	if token == "" {
 		token = protocol.NewToken(c.cfg.owner)
@@ -107,11 +115,15 @@ func (r *round) storedKeys() []string { return r.acq.Keys[:len(r.keys)] }
 func (r *round) name() string { return strings.Join(r.keys, ", ") }
 
 // round makes one lock round (see newRound for est and j), taking over the
-// keys of prev, a lock handed over by Unlock, when prev.Token is not "". On
+// keys of prev, a lock handed over by Unlock, when prev.Token is not ""; rec,
+// when not nil, is the operation's record (see round.report). On
 // failure it releases what the round took and returns it with the error,
 // for its replies. Callers are within c.life.enter.
-func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []protocol.Shortcut, prev handover, j join) (*round, error) {
+func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []protocol.Shortcut, prev handover, j join, rec *record) (*round, error) {
 	r := c.newRound(keys, ttl, est, prev.Token, j)
+	if rec != nil && est != nil && est[0].Establish {
+		r.report = rec
+	}
 	r.inherited = prev.Acquire
 	r.start = c.cfg.clock.Now()
 	r.callTimeout = c.callTimeout()
@@ -160,8 +172,17 @@ func (c *Client) callTimeout() time.Duration {
 }
 
 // acquireOn is node i's call of the round: its acquire, and the per-node
-// outcome that the reply means.
+// outcome that the reply means, reported to r.report if set.
 func (r *round) acquireOn(ctx context.Context, i int) error {
+	err := r.acquire(ctx, i)
+	if r.report != nil {
+		r.report.answer(i, err, establishRound)
+	}
+	return err
+}
+
+// acquire is acquireOn's call.
+func (r *round) acquire(ctx context.Context, i int) error {
 	a, cmd := &r.acq, r.cmd
 	if r.send != nil {
 		cmd = r.send
@@ -307,7 +328,7 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 		return nil, 0, nil, err
 	}
 	defer c.life.exit()
-	r, err := c.round(ctx, keys, ttl, nil, prev, j)
+	r, err := c.round(ctx, keys, ttl, nil, prev, j, rec)
 	est := c.newDeployment(r, err)
 	shortcut := est != nil && ctx.Err() == nil
 	kind := acquireRound
@@ -323,7 +344,7 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 		// "The new-deployment shortcut"). A node out of its guard grants
 		// either round as usual.
 		j.token = "" // each round's token is spent: a slow node may have its tombstone
-		r, err = c.round(ctx, keys, ttl, est, prev, j)
+		r, err = c.round(ctx, keys, ttl, est, prev, j, rec)
 		marked := err != nil && ctx.Err() == nil && r.marked()
 		if marked {
 			rec.addAcquire(r, shortcutRound)
@@ -338,7 +359,7 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 			// The establishing round is an ordinary one: it decides at the
 			// quorum, and a slow node's request ends that node's guard when
 			// it arrives, if the state still carries the mark.
-			r, err = c.round(ctx, keys, ttl, est, prev, j)
+			r, err = c.round(ctx, keys, ttl, est, prev, j, rec)
 			rec.addAcquire(r, establishRound)
 		}
 	}

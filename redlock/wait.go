@@ -33,12 +33,13 @@ type waiter struct {
 	began       time.Time // when Lock was called
 }
 
-func (c *Client) newWaiter(ctx context.Context, keys []string) *waiter {
+// newWaiter returns the waiter of a Lock call for keys that began at
+// began.
+func (c *Client) newWaiter(ctx context.Context, keys []string, began time.Time) *waiter {
 	_, hasDeadline := ctx.Deadline()
-	now := c.cfg.clock.Now()
 	s := c.wait.wait()
 	w := s.base()
-	*w = waiter{c: c, ctx: ctx, keys: keys, s: s, hasDeadline: hasDeadline, began: now, giveUpAt: now.Add(c.cfg.maxWait)}
+	*w = waiter{c: c, ctx: ctx, keys: keys, s: s, hasDeadline: hasDeadline, began: began, giveUpAt: began.Add(c.cfg.maxWait)}
 	return w
 }
 
@@ -117,7 +118,7 @@ func (w *waiter) listen(wk *wake.Waker, timer <-chan time.Time, since time.Time,
 
 // queued waits for the caller's turn in the local queue.
 func (w *waiter) queued() (handover, error) {
-	t, prev, err := w.c.queue.Wait(w.ctx, strings.Join(w.keys, "\x00"), w.giveUpChan)
+	t, prev, err := w.c.queue.Wait(w.ctx, queueKey(w.keys), w.giveUpChan)
 	w.start = w.c.cfg.clock.Now()
 	if err == nil {
 		w.turn = t
@@ -159,6 +160,9 @@ func (w *waiter) held(l *Lock) {
 	l.turn = w.turn
 	w.c.queue.Held(w.turn, l.Until())
 }
+
+// queueKey is the key of keys' turns in the Client's local queue.
+func queueKey(keys []string) string { return strings.Join(keys, "\x00") }
 
 // leave gives the turn up unless a lock holds it, and ends the strategy's
 // wait.

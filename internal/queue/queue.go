@@ -111,11 +111,29 @@ func (q *Queue[H]) Wait(ctx context.Context, key string, giveUp func() <-chan ti
 // when no waiter is left to take it.
 func (q *Queue[H]) giveUp(t *Turn[H]) H { return q.leave(t, true) }
 
+// TryJoin returns the caller's turn for key when nobody else of this
+// client is contending for or holding key, as Wait would at once, and nil
+// otherwise, without joining the queue.
+func (q *Queue[H]) TryJoin(key string) *Turn[H] {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if k := q.keys[key]; k != nil && k.owner != nil {
+		return nil
+	}
+	t, _ := q.joinLocked(key)
+	return t
+}
+
 // join puts a new turn for key in its queue: as the owner (ready nil) when
 // the key has none, else as the last waiter.
 func (q *Queue[H]) join(key string) (*Turn[H], *keyQueue[H]) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	return q.joinLocked(key)
+}
+
+// joinLocked is join; callers hold q.mu.
+func (q *Queue[H]) joinLocked(key string) (*Turn[H], *keyQueue[H]) {
 	k := q.keys[key]
 	var t *Turn[H]
 	if k == nil {

@@ -107,6 +107,32 @@ func TestFirstCallerAtOnce(t *testing.T) {
 	assert.False(t, q.HandOver(nil, handover{Token: "t"}))
 }
 
+// TestTryJoin: TryJoin gives the turn of a key that nobody of the client
+// contends for, as Wait does, and nil, without joining, while another
+// caller owns the key's turn; a later Wait queues behind the turn it gave.
+func TestTryJoin(t *testing.T) {
+	leakcheck.Check(t)
+	q, _ := newQueue(t)
+	a := q.TryJoin("k")
+	require.NotNil(t, a)
+	assert.Nil(t, q.TryJoin("k"), "the key's turn is owned")
+	assert.Zero(t, q.Waiting("k"), "a TryJoin that got nothing did not join")
+	b := q.TryJoin("other")
+	require.NotNil(t, b, "another key is free")
+	w := enqueue(t, q, t.Context(), "k", never)
+	pending(t, w, "waits behind the turn TryJoin gave")
+	q.Leave(a)
+	r := recv(t, w)
+	require.NoError(t, r.err)
+	assert.Nil(t, q.TryJoin("k"), "the waiter owns the turn now")
+	q.Leave(r.turn)
+	q.Leave(b)
+	assert.Zero(t, q.Keys())
+	c := q.TryJoin("k")
+	require.NotNil(t, c, "free again")
+	q.Leave(c)
+}
+
 // TestLeavePassesInArrivalOrder: while the owner keeps its turn the callers
 // behind it wait; each Leave by the owner hands the turn to the waiter that
 // arrived first, without a lock, and the last Leave removes the key.

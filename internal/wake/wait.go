@@ -189,6 +189,15 @@ func (w *Waker) NamedSince(key, next string, since time.Time) bool {
 // announcement to report through Named.
 func (w *Waker) Heard() bool { return w.heard.Load() }
 
+// Listening reports whether key (as stored) is subscribed: a wait for it
+// began less than the Waker's idle time ago.
+func (w *Waker) Listening(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.keys[key]
+	return ok
+}
+
 // Waiting reports whether a wait for key (as stored) is under way.
 func (w *Waker) Waiting(key string) bool {
 	w.mu.Lock()
