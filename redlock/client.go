@@ -340,6 +340,13 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 	}
 	w := c.newWaiter(ctx, keys, began)
 	w.turn, w.start = turn, began
+	return c.waitRounds(w, ttl, last, hint, rec)
+}
+
+// waitRounds is Lock's rounds with the waits of w between them, after last,
+// the error of the direct round (nil without one), which gave the hint.
+func (c *Client) waitRounds(w *waiter, ttl time.Duration, last *Error, hint time.Duration, rec *record) (*Lock, error) {
+	ctx, keys := w.ctx, w.keys
 	defer w.leave()
 	for {
 		prev, err := w.next(last, hint)

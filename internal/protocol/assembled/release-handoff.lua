@@ -1,0 +1,191 @@
+-- release: delete every key of KEYS that holds token ARGV[1], or leave
+-- only its tombstones where it keeps some (tombstone.lua). Returns 1 if
+-- all of them held it, 0 otherwise (keys that hold another token are left
+-- alone). Tokens are compared without a key's mark (value.lua).
+-- ARGV[2] is a TTL in ms (0: none): a key that is missing or holds only
+-- tombstones gets this token's tombstone for that long, so that this
+-- token's SET, if the network still delivers it (a partition that delayed
+-- it beyond the round's timeout), is refused by acquire.lua instead of
+-- leaving a key that nobody holds. A tombstone is free for other tokens.
+-- ARGV[3..] belong to the waiting strategy, whose hooks ("--@name", see
+-- acquire.lua) may hand a key off instead of its deletion (kept), and
+-- tell waiters. value.lua and tombstone.lua are inserted after the usual
+-- case.
+local token, ttl = ARGV[1], tonumber(ARGV[2])
+-- The usual case: a single key that holds the token, unmarked (no waiter
+-- found it held: nobody to tell), is deleted, and that is all.
+local first
+if #KEYS == 1 then
+  first = redis.call('GET', KEYS[1])
+  if first == token then return redis.call('DEL', KEYS[1]) end
+end
+-- The kernel's view of a lock key's value (inserted in the kernel scripts
+-- when they are loaded): its holder, a token, perhaps after a mark that a
+-- waiting strategy put before it (see announce.lua), then the tombstones
+-- that the key keeps, each after a '\n' (see tombstone.lua). A key that
+-- keeps tombstones and has no holder begins with the first of them.
+-- holder returns the token that v holds (nil for none: v is false for a
+-- missing key, or holds only tombstones), the mark ('' for none) and the
+-- tombstones ('' for none, each after a '\n'). Tokens are compared without
+-- the mark and the tombstones, and a key that the kernel sets again for the
+-- same holder keeps both, so that a strategy's mark never changes who holds
+-- a key, whichever strategy (or none) the client that reads it has.
+local function holder(v)
+  if not v then return nil, '', '' end
+  local mark, rest = '', ''
+  if string.sub(v, 1, #'w:') == 'w:' then
+    mark = 'w:'
+    v = string.sub(v, #'w:' + 1)
+  end
+  local cut = string.find(v, '\n', 1, true)
+  if cut then
+    rest = string.sub(v, cut)
+    v = string.sub(v, 1, cut - 1)
+  end
+  if string.sub(v, 1, #'redquorum:gone:') == 'redquorum:gone:' then return nil, mark, '\n' .. v .. rest end
+  return v, mark, rest
+end
+
+-- Tombstones (inserted in acquire.lua and release.lua after their usual
+-- cases, when the scripts are loaded). A tombstone, "redquorum:gone:" .. token, is
+-- what a release of token leaves on a key that does not hold it, so that
+-- token's acquire, if the network still delivers it, is refused. A key
+-- keeps each tombstone until the tombstone expires, whoever holds the key
+-- meanwhile, or until the key itself expires; it keeps at most 8,
+-- and beyond that drops the one that expires first. Forms (see value.lua):
+-- a key with no holder and one tombstone is "redquorum:gone:" .. token, which
+-- expires with the key (the form of the previous release, whose clients
+-- refuse their own acquire on it); otherwise each tombstone is
+-- "\nredquorum:gone:" .. token .. "\t" .. its expiry in node ms, after the holder,
+-- and on a key with no holder the first is without its '\n' and the key
+-- expires with the last tombstone. A holder's key keeps its own TTL.
+
+-- buried reports whether rest, the tombstones of a key (see holder),
+-- hold token's.
+local function buried(rest, token)
+  local e = '\nredquorum:gone:' .. token
+  rest = rest .. '\n'
+  return string.find(rest, e .. '\n', 1, true) ~= nil or string.find(rest, e .. '\t', 1, true) ~= nil
+end
+
+-- bury sets key to head (a mark and a holder) and the tombstones of rest
+-- that have not expired, for ttl ms, and returns what follows head. With
+-- head nil, the key has no holder: it keeps the live tombstones of rest,
+-- with add's (a token) for ttl ms when add is given, and is deleted when
+-- none is left.
+local function bury(key, head, rest, ttl, add)
+  if rest == '' and head then
+    redis.call('SET', key, head, 'PX', ttl)
+    return ''
+  end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local kept = {}
+  for e in string.gmatch(rest, '\n([^\n]+)') do
+    local tomb, exp = string.match(e, '^(.*)\t(%d+)$')
+    if tomb then
+      exp = tonumber(exp)
+    else
+      tomb, exp = e, now + redis.call('PTTL', key) -- the single form: the key's expiry
+    end
+    if exp > now then kept[#kept + 1] = {tomb, exp} end
+  end
+  if add then kept[#kept + 1] = {'redquorum:gone:' .. add, now + ttl} end
+  while #kept > 8 do
+    local first = 1
+    for i = 2, #kept do
+      if kept[i][2] < kept[first][2] then first = i end
+    end
+    table.remove(kept, first)
+  end
+  local tail, last = {}, 0
+  for i, k in ipairs(kept) do
+    tail[i] = '\n' .. k[1] .. '\t' .. string.format('%.0f', k[2])
+    last = math.max(last, k[2])
+  end
+  tail = table.concat(tail)
+  if head then
+    redis.call('SET', key, head .. tail, 'PX', ttl)
+  elseif #kept == 0 then
+    redis.call('DEL', key)
+  elseif #kept == 1 then
+    redis.call('SET', key, kept[1][1], 'PX', last - now)
+  else
+    redis.call('SET', key, string.sub(tail, 2), 'PX', last - now)
+  end
+  return tail
+end
+
+local announce = ARGV[3] -- the node's state key: an unlock (see announce.lua)
+local drop = ARGV[4] -- the releasing client's channel, for a waiter that leaves
+if drop == '' then drop = nil end
+if drop and announce then
+  local h = holder(redis.call('GET', KEYS[1]))
+  if h ~= token and h ~= 'h:' .. token then
+    local prefix = string.match(announce, '^(.*)redquorum:node') or ''
+    local line = prefix .. 'redquorum:queue:' .. string.sub(KEYS[1], #prefix + 1)
+    if drop and drop ~= '' then
+      local all = redis.pcall('ZRANGE', line, 0, -1)
+      if type(all) == 'table' then
+        local suffix = '|' .. drop
+        for _, m in ipairs(all) do
+          if string.sub(m, -#suffix) == suffix then redis.pcall('ZREM', line, m) end
+        end
+      end
+    end
+  end
+end
+local n = 0
+for i = 1, #KEYS do
+  local key, v = KEYS[i], first
+  first = nil
+  if v == nil then v = redis.call('GET', key) end
+  local h, mark, rest = holder(v)
+  local mine = h == token
+  if not mine and drop then mine = h == 'h:' .. token end
+  if mine then
+    local kept = false
+    if mark ~= '' and announce then
+      local next = ''
+      if i == 1 then
+        local prefix = string.match(announce, '^(.*)redquorum:node') or ''
+        local line = prefix .. 'redquorum:queue:' .. string.sub(key, #prefix + 1)
+        for _ = 1, 8 do
+          local head = redis.pcall('ZPOPMIN', line) -- a hint: an ACL may refuse it
+          if type(head) ~= 'table' or not head[1] then break end
+          next = head[1]
+          local ids, hold, ch = string.match(next, '^(.+)|(%d+)|([^|]+)$')
+          if not ids or #ids % 2 == 0 then break end -- a waiter that is only named
+          next = string.sub(ids, (#ids + 1) / 2 + 1) -- its round's token
+          if #KEYS > 1 or (ARGV[5] ~= '1' and redis.pcall('HGET', announce, 'g') ~= '0') then break end
+          local value = 'h:' .. next
+          -- Set before it is told, keeping the key's tombstones: a SET that
+          -- fails ends the script before anyone heard of the handoff. To the
+          -- client: the hand value's length, ':', the value and the key.
+          bury(key, 'w:' .. value, rest, hold)
+          local heard = redis.pcall('PUBLISH', ch, #value .. ':' .. value .. key)
+          if type(heard) ~= 'number' then break end -- an ACL without the channel: only named
+          if heard > 0 then
+            kept = true
+            break
+          end
+          next = '' -- the waiter's client is gone: try the next one
+        end
+      end
+      if not kept then redis.pcall('PUBLISH', 'redquorum:released:' .. key, next) end
+    end
+    if not kept and rest == '' then
+      redis.call('DEL', key)
+    elseif not kept then
+      bury(key, nil, rest) -- its tombstones stay
+    end
+    n = n + 1
+  elseif not v and ttl > 0 then
+    redis.call('SET', key, 'redquorum:gone:' .. token, 'PX', ttl)
+  elseif not h and ttl > 0 and not buried(rest, token) then
+    bury(key, nil, rest, ttl, token)
+  end
+end
+if n == #KEYS then return 1 end
+return 0
+
