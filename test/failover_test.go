@@ -118,6 +118,20 @@ func get(t *testing.T, addr, key string) string {
 	return unmarked(v)
 }
 
+// waitEstablished waits until the node state on each server at addrs is
+// out of its restart guard: a new deployment's first lock returns at the
+// quorum, before its slower nodes have answered their establishing
+// requests.
+func waitEstablished(t *testing.T, addrs ...string) {
+	t.Helper()
+	for _, addr := range addrs {
+		d := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+		require.Eventually(t, func() bool { return d.HGet(t.Context(), protocol.StateKey, "g").Val() == "0" },
+			5*time.Second, time.Millisecond, "%s established", addr)
+		_ = d.Close()
+	}
+}
+
 // waitReplicated waits until the replica of g has key, a hash, with the
 // value it has on the master.
 func waitReplicated(t *testing.T, g *redisproc.Group, key string) {
@@ -176,6 +190,9 @@ func TestFailoverLosesNoLock(t *testing.T) {
 			l, err := holder.Lock(t.Context(), "warm-up", ttl)
 			require.NoError(t, err)
 			require.NoError(t, l.Unlock(t.Context()))
+			if !tc.unsafely {
+				waitEstablished(t, r.plain.Addrs[0], r.plain.Addrs[1], r.g.Master) // the last establishing requests come after the lock
+			}
 			waitReplicated(t, r.g, protocol.StateKey)
 
 			r.g.HoldReplication()
