@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"runtime"
 	"slices"
@@ -204,15 +205,22 @@ func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string
 	return res, nil
 }
 
-// progress prints a line per second until the returned function is called.
+// progress reports a run on r.Progress: on a terminal a line rewritten
+// each second until the returned function is called, elsewhere (a log, a
+// CI job's output) one line when it is.
 func (r *Runner) progress(name string, sc Scenario) (stop func()) {
 	if r.Progress == nil {
 		return func() {}
 	}
+	start := time.Now()
+	if !terminal(r.Progress) {
+		return func() {
+			fmt.Fprintf(r.Progress, "  %-22s %-55s done in %.1fs\n", name, sc.Title, time.Since(start).Seconds())
+		}
+	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		start := time.Now()
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
@@ -226,4 +234,15 @@ func (r *Runner) progress(name string, sc Scenario) (stop func()) {
 		}
 	})
 	return func() { close(done); wg.Wait() }
+}
+
+// terminal reports whether w is a terminal, where a carriage return
+// rewrites the line.
+func terminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

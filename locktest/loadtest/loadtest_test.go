@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"bytes"
 	"os"
 	"slices"
 	"strings"
@@ -161,4 +162,22 @@ func TestParseCommandStats(t *testing.T) {
 	assert.Nil(t, mergeCommands([]*Commands{nil}))
 	two := newCommands(map[string]int64{"set": 2, "get": 2, "del": 1}, map[string]int64{"set": 2, "get": 2, "del": 1}, 1)
 	assert.Equal(t, "get 2.00 (1.0 µs), set 2.00 (1.0 µs), del 1.00 (1.0 µs)", two.String(), "most calls first, ties by name")
+}
+
+// TestProgressNotTerminal: progress written to something that is not a
+// terminal (a log, a CI job's output) is one line per run, without the
+// carriage returns that rewrite a terminal's line.
+func TestProgressNotTerminal(t *testing.T) {
+	var b bytes.Buffer
+	r := &Runner{Progress: &b}
+	stop := r.progress("redquorum", Scenario{Title: "one caller", Duration: time.Second})
+	stop()
+	assert.NotContains(t, b.String(), "\r")
+	assert.Equal(t, 1, strings.Count(b.String(), "\n"), "one line: %q", b.String())
+	assert.Contains(t, b.String(), "one caller")
+	assert.False(t, terminal(&b))
+	f, err := os.CreateTemp(t.TempDir(), "log")
+	require.NoError(t, err)
+	defer f.Close()
+	assert.False(t, terminal(f), "a file is no terminal")
 }
