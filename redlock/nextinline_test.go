@@ -118,7 +118,7 @@ func TestNextInLine(t *testing.T) {
 	_, err = ps.Receive(t.Context()) // the subscription is in place
 	require.NoError(t, err)
 	waitWaiting(t, b, "k")
-	time.Sleep(50 * time.Millisecond) // let b's listeners subscribe
+	waitListeners(t, c, "k", 1, sub)
 	require.NoError(t, la.Unlock(t.Context()))
 	select {
 	case m := <-ps.Channel():
@@ -177,7 +177,7 @@ func TestNextInLineDeadOrLost(t *testing.T) {
 			waitInLine(t, c, "k")
 			tc.fix(c)
 			waitWaiting(t, b, "k")
-			time.Sleep(50 * time.Millisecond) // let b's listeners subscribe
+			waitListeners(t, c, "k", 1)
 			start := time.Now()
 			require.NoError(t, la.Unlock(t.Context()))
 			select {
@@ -244,7 +244,7 @@ func TestYieldToNamed(t *testing.T) {
 	}, 10*time.Second, time.Millisecond, "b is second in line")
 	waitWaiting(t, a, "k")
 	waitWaiting(t, b, "k")
-	time.Sleep(50 * time.Millisecond) // let the listeners subscribe
+	waitListeners(t, c, "k", 2)
 	require.NoError(t, lh.Unlock(t.Context()))
 	l := <-la
 	require.NoError(t, l.Unlock(t.Context())) // names b

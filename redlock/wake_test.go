@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -37,7 +38,7 @@ func TestWakeOnUnlock(t *testing.T) {
 		got <- err
 	}()
 	waitWaiting(t, b, "k")
-	time.Sleep(50 * time.Millisecond) // let the listeners subscribe
+	waitListeners(t, c, "k", 1)
 	start := time.Now()
 	require.NoError(t, la.Unlock(t.Context()))
 	require.NoError(t, <-got)
@@ -235,6 +236,26 @@ func waitWaiting(t *testing.T, cl *Client, key string) {
 		k := cl.stored(key)
 		return cl.waker().Waiting(k) && !cl.waker().Confirming(k)
 	}, 5*time.Second, time.Millisecond)
+}
+
+// waitListeners waits until every node of c has at least n subscribers to
+// the announcements of key (as given, with the default prefix), one more on
+// each node of also (a test's own subscription).
+func waitListeners(t *testing.T, c *cluster, key string, n int, also ...*miniredis.Miniredis) {
+	t.Helper()
+	ch := protocol.ReleasedChannel + key
+	require.Eventually(t, func() bool {
+		for _, m := range c.srv {
+			want := n
+			if slices.Contains(also, m) {
+				want++
+			}
+			if m.PubSubNumSub(ch)[ch] < want {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "%d listeners of %q on every node", n, key)
 }
 
 // roundCounter counts the acquires sent to a node by SHA (the script is
