@@ -22,6 +22,7 @@ func (b *backoff) wait() waiting                             { return &backoffWa
 func (b *backoff) refused(handover) (protocol.Release, bool) { return protocol.Release{}, false }
 func (b *backoff) unlocked(*Lock)                            {}
 func (b *backoff) direct(string) bool                        { return true }
+func (b *backoff) waker() *wake.Waker                        { return b.wake }
 func (b *backoff) close()                                    { b.wake.Close() }
 
 // backoffWait is one Lock call's backoff.

@@ -207,7 +207,7 @@ func (c *Client) Close() error {
 // allowance; ttl is used in whole milliseconds. TryLock does not take part
 // in the local queue of [Client.Lock]: it makes its round at once.
 func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	return c.lock(ctx, OpTryLock, []string{key}, ttl, false)
+	return c.lock(ctx, OpTryLock, []string{key}, ttl, waitNot)
 }
 
 // TryLockMany is [Client.TryLock] for a lock over several keys, taken
@@ -221,7 +221,7 @@ func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*L
 // hash slot (on a Ring, of one shard): give every key of one lock the same
 // hash tag, for example "{order:42}:stock" and "{order:42}:payment".
 func (c *Client) TryLockMany(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
-	return c.lock(ctx, OpTryLockMany, slices.Clone(keys), ttl, false)
+	return c.lock(ctx, OpTryLockMany, slices.Clone(keys), ttl, waitNot)
 }
 
 // Lock is like [Client.TryLock] but retries until it holds the lock, ctx is
@@ -241,17 +241,17 @@ func (c *Client) TryLockMany(ctx context.Context, keys []string, ttl time.Durati
 // concurrent use; concurrent callers of one Client compete like separate
 // clients.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	return c.lock(ctx, OpLock, []string{key}, ttl, true)
+	return c.lock(ctx, OpLock, []string{key}, ttl, waitMax)
 }
 
 // LockMany is [Client.Lock] for several keys taken together, as in
 // [Client.TryLockMany].
 func (c *Client) LockMany(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
-	return c.lock(ctx, OpLockMany, slices.Clone(keys), ttl, true)
+	return c.lock(ctx, OpLockMany, slices.Clone(keys), ttl, waitMax)
 }
 
 // lock is op on keys, reported to the Observer if there is one.
-func (c *Client) lock(ctx context.Context, op Op, keys []string, ttl time.Duration, wait bool) (*Lock, error) {
+func (c *Client) lock(ctx context.Context, op Op, keys []string, ttl time.Duration, wait waitFor) (*Lock, error) {
 	if c.obs == nil {
 		return c.lockRounds(ctx, keys, ttl, wait, nil)
 	}
@@ -301,10 +301,10 @@ func (c *Client) handed(w *waiter, ttl time.Duration) (*Lock, error) {
 }
 
 // lockRounds locks keys, which the Lock may keep: one round when wait is
-// false (TryLock), else rounds with the waits of a waiter (wait.go) between
-// them, until one obtains the lock or the waiter gives up (Lock). rec, when
-// not nil, records the rounds.
-func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duration, wait bool, rec *record) (*Lock, error) {
+// waitNot (TryLock), else rounds with the waits of a waiter (wait.go)
+// between them, until one obtains the lock or the waiter gives up (Lock).
+// rec, when not nil, records the rounds.
+func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duration, wait waitFor, rec *record) (*Lock, error) {
 	ttl, err := c.checkArgs(keys, ttl)
 	if err != nil {
 		return nil, err
@@ -312,7 +312,7 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 	if err := c.ready(ctx, keys); err != nil {
 		return nil, err
 	}
-	if !wait {
+	if wait == waitNot {
 		return c.tryOnce(ctx, keys, ttl, rec)
 	}
 	began := c.cfg.clock.Now()
@@ -338,7 +338,7 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 		}
 		hint = freeIn
 	}
-	w := c.newWaiter(ctx, keys, began)
+	w := c.newWaiter(ctx, keys, began, wait)
 	w.turn, w.start = turn, began
 	return c.waitRounds(w, ttl, last, hint, rec)
 }

@@ -102,15 +102,8 @@ func (e *Election) Campaign(ctx context.Context, value string, ttl time.Duration
 	if err != nil {
 		return nil, err
 	}
-	wctx := ctx
-	if _, ok := ctx.Deadline(); !ok {
-		// A deadline, however far, makes Lock wait without Options.MaxWait.
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithDeadline(ctx, time.Now().Add(100*365*24*time.Hour))
-		defer cancel()
-	}
 	for failed := 0; ; failed++ {
-		l, err := c.Lock(wctx, e.name, ttl)
+		l, err := c.lock(ctx, OpLock, []string{e.name}, ttl, waitCtx)
 		if err != nil {
 			return nil, err
 		}

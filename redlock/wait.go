@@ -26,27 +26,38 @@ type waiter struct {
 	obtained *Lock
 	start    time.Time // of the last round
 	giveUp   <-chan time.Time
-	// giveUpAt is when to give up if ctx has no deadline: the timer is
-	// made only when Lock has to wait (an allocation saved per call).
-	giveUpAt    time.Time
-	hasDeadline bool
-	began       time.Time // when Lock was called
+	// giveUpAt is when to give up unless ctxOnly: the timer is made only
+	// when Lock has to wait (an allocation saved per call).
+	giveUpAt time.Time
+	// ctxOnly is set when only ctx bounds the wait: ctx has a deadline,
+	// or the call waits for it alone (waitCtx).
+	ctxOnly bool
+	began   time.Time // when Lock was called
 }
 
+// waitFor is how long a lock call waits for the lock.
+type waitFor uint8
+
+const (
+	waitNot waitFor = iota // one round (TryLock)
+	waitMax                // until ctx ends or, when ctx has no deadline, Options.MaxWait has passed (Lock)
+	waitCtx                // until ctx ends (an election's Campaign)
+)
+
 // newWaiter returns the waiter of a Lock call for keys that began at
-// began.
-func (c *Client) newWaiter(ctx context.Context, keys []string, began time.Time) *waiter {
+// began and waits as wait says.
+func (c *Client) newWaiter(ctx context.Context, keys []string, began time.Time, wait waitFor) *waiter {
 	_, hasDeadline := ctx.Deadline()
 	s := c.wait.wait()
 	w := s.base()
-	*w = waiter{c: c, ctx: ctx, keys: keys, s: s, hasDeadline: hasDeadline, began: began, giveUpAt: began.Add(c.cfg.maxWait)}
+	*w = waiter{c: c, ctx: ctx, keys: keys, s: s, ctxOnly: hasDeadline || wait == waitCtx, began: began, giveUpAt: began.Add(c.cfg.maxWait)}
 	return w
 }
 
 // giveUpChan returns a channel that fires once Options.MaxWait has passed
-// since the waiter began, or nil when ctx has a deadline.
+// since the waiter began, or nil when only ctx bounds the wait.
 func (w *waiter) giveUpChan() <-chan time.Time {
-	if w.giveUp == nil && !w.hasDeadline {
+	if w.giveUp == nil && !w.ctxOnly {
 		clk := w.c.cfg.clock
 		w.giveUp = clk.After(w.giveUpAt.Sub(clk.Now()))
 	}

@@ -80,6 +80,10 @@ type strategy interface {
 	refused(h handover) (protocol.Release, bool)
 	// unlocked is told that l is being released.
 	unlocked(l *Lock)
+	// waker returns the strategy's pub/sub connections to the nodes, on
+	// which every wait for a key's release listens (semaphores' and
+	// elections' too).
+	waker() *wake.Waker
 	// direct reports whether a Lock call for key (as stored) that begins
 	// now, with no other caller of this Client for the key, makes its
 	// first round as TryLock does, before it has a waiter: the strategy has
@@ -157,14 +161,4 @@ func (c *Client) newStrategy(clients []redis.UniversalClient) strategy {
 
 // waker returns c's pub/sub connections, which its waiting strategy
 // opened.
-func (c *Client) waker() *wake.Waker {
-	switch s := c.wait.(type) {
-	case *handoff:
-		return s.wake
-	case *inLine:
-		return s.wake
-	case *backoff:
-		return s.wake
-	}
-	return nil
-}
+func (c *Client) waker() *wake.Waker { return c.wait.waker() }
