@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,7 +37,14 @@ type Client struct {
 
 	servers node.Servers // tells the nodes' servers apart (servers.go)
 
-	owned []redis.UniversalClient // node clients made by New or Open, closed by Close
+	owned   []redis.UniversalClient // node clients made by New or Open, closed by Close
+	clients []redis.UniversalClient // the node clients the Client sends through
+
+	// elections is the Client of this Client's elections when it has no
+	// Options.Fencing, made once by forElections, with its error.
+	electionsOnce sync.Once
+	elections     *Client
+	electionsErr  error
 
 	life  lifetime               // closed state and the calls in flight (lifetime.go)
 	locks heldLocks              // locks obtained and not unlocked, which Close releases
@@ -115,6 +123,7 @@ func newClient(given []redis.UniversalClient, cfg config) (*Client, error) {
 		_ = closeClients(c.owned)
 		return nil, err
 	}
+	c.clients = clients
 	c.queue = queue.New[handover](cfg.clock)
 	c.wait = c.newStrategy(clients)
 	return c, nil
@@ -168,7 +177,11 @@ func (c *Client) checkKinds() error {
 // when the Client used them as given (Sentinel clients,
 // Options.NodeClientsAsGiven). It is safe to call more than once.
 func (c *Client) Close() error {
-	c.life.begin()  // waits for a lock end with ErrClosed: no new lock to release
+	c.life.begin() // waits for a lock end with ErrClosed: no new lock to release
+	c.electionsOnce.Do(func() {})
+	if c.elections != nil {
+		_ = c.elections.Close() // its node clients are c's
+	}
 	c.queue.Close() // and so do the waits for a turn in the local queue
 	c.locks.releaseAll()
 	c.life.close(func() {

@@ -24,8 +24,7 @@ var ErrResigned = errors.New("redlock: leadership resigned")
 // Election elects one leader among the callers of Campaign with one name,
 // in any number of processes. It is a layer over [Client.Do]'s lock: the
 // leader holds the lock keyed by the election's name, extended while it
-// leads, and its term is the lock's fence, so the Client needs
-// Options.Fencing. The leader also publishes a record (its term, its value
+// leads, and its term is the lock's fence, on any Client. The leader also publishes a record (its term, its value
 // and its lock's token) on the nodes, written only while the nodes hold
 // its lock and expiring with it, which [Election.Leader] and
 // [Election.Observe] read. Why terms are fences is argued in
@@ -43,7 +42,35 @@ type Election struct {
 // "redquorum:leader:" + name. The name is checked by the methods, which
 // return an error naming it when it is not a valid lock key. On a Redis
 // Cluster or Ring node, the name needs a hash tag, as in "{scheduler}".
+//
+// The election's lock always carries a fence, its term, whatever
+// Options.Fencing says for c's own locks.
 func (c *Client) Election(name string) *Election { return &Election{c: c, name: name} }
+
+// forElections returns the Client whose locks c's elections take: c under
+// Options.Fencing, else a Client made once on the node clients c sends
+// through, with Options.Fencing and WaitInLine. That Client shares c's
+// connections and their checks, and Close closes it with c.
+func (c *Client) forElections() (*Client, error) {
+	if c.cfg.fencing {
+		return c, nil
+	}
+	c.electionsOnce.Do(func() {
+		select {
+		case <-c.life.closing:
+			c.electionsErr = ErrClosed
+			return
+		default:
+		}
+		cfg := c.cfg
+		cfg.fencing, cfg.waiting, cfg.asGiven, cfg.checked = true, WaitInLine, true, true
+		c.elections, c.electionsErr = newClient(c.clients, cfg)
+		if c.electionsErr != nil {
+			c.electionsErr = fmt.Errorf("redlock: elections need fenced locks: %w", c.electionsErr)
+		}
+	})
+	return c.elections, c.electionsErr
+}
 
 // Name returns the election's name.
 func (e *Election) Name() string { return e.name }
@@ -82,26 +109,27 @@ type LeaderInfo struct {
 // [Leadership], which extends the lock to ttl about every ttl/3 until it is
 // lost or resigned.
 //
-// Campaign needs a Client made with Options.Fencing, a non-empty value and
-// a ttl that Lock accepts; otherwise it returns an error naming the
-// missing option or the bad value, and sends nothing. When ctx ends, it
+// Campaign needs a non-empty value and a ttl that Lock accepts, and nodes
+// on which locks can carry fences (see Options.Fencing); otherwise it
+// returns an error naming the bad value or the cause, and sends nothing. When ctx ends, it
 // returns an error wrapping ctx.Err(), and [ErrNotObtained] when it ended
 // the wait for the lock, and leaves no lock behind.
 func (e *Election) Campaign(ctx context.Context, value string, ttl time.Duration) (*Leadership, error) {
-	c := e.c
-	if !c.cfg.fencing {
-		return nil, fmt.Errorf("redlock: election %q needs a Client with Options.Fencing: a leader's term is its lock's fence", e.name)
-	}
 	if err := e.check(); err != nil {
 		return nil, err
 	}
 	if value == "" {
 		return nil, fmt.Errorf("redlock: election %q: Campaign with an empty value", e.name)
 	}
-	ttl, err := c.checkTTL(ttl)
+	ttl, err := e.c.checkTTL(ttl)
 	if err != nil {
 		return nil, err
 	}
+	c, err := e.c.forElections()
+	if err != nil {
+		return nil, fmt.Errorf("redlock: election %q: %w", e.name, err)
+	}
+	e = &Election{c: c, name: e.name} // its Leadership's: on the Client of its lock
 	for failed := 0; ; failed++ {
 		l, err := c.lock(ctx, OpLock, []string{e.name}, ttl, waitCtx)
 		if err != nil {

@@ -276,7 +276,6 @@ func TestElectionPaused(t *testing.T) {
 func TestElectionBadInput(t *testing.T) {
 	s, open := electionNodes(t, 3)
 	c := open("a", nil)
-	unfenced := open("b", &Options{})
 	ctx := t.Context()
 	for _, tc := range []struct {
 		c     *Client
@@ -291,7 +290,6 @@ func TestElectionBadInput(t *testing.T) {
 		{c, "e", "v", -time.Second, "ttl -1s"},
 		{c, "e", "v", 2 * time.Minute, "ttl 2m0s exceeds Options.RestartGuard"},
 		{c, protocol.LeaderPrefix + "x", "v", time.Second, "reserved for the records of elections"},
-		{unfenced, "e", "v", time.Second, "Options.Fencing"},
 	} {
 		_, err := tc.c.Election(tc.name).Campaign(ctx, tc.value, tc.ttl)
 		require.Error(t, err, tc.want)
@@ -552,4 +550,55 @@ func guardedNodes(err error) int {
 		}
 	}
 	return n
+}
+
+// TestElectionDefaultClient: Clients made without Options.Fencing, with
+// the default waiting, campaign, lead, resign and observe; the terms of
+// successive leaders increase, while the Clients' own locks carry no
+// fence. Close closes what the elections use, and leaves no lock.
+func TestElectionDefaultClient(t *testing.T) {
+	leakcheck.Check(t)
+	s, open := electionNodes(t, 3)
+	a, b := open("a", &Options{}), open("b", &Options{})
+	ctx := t.Context()
+	l, err := a.Lock(ctx, "plain", time.Second)
+	require.NoError(t, err)
+	assert.Zero(t, l.Fence(), "a default Client's own locks carry no fence")
+	require.NoError(t, l.Unlock(ctx))
+
+	obs := b.Election("sched").Observe(ctx)
+	first := <-obs
+	assert.Zero(t, first.Term, "nobody leads yet")
+	la, err := a.Election("sched").Campaign(ctx, "a", 2*time.Second)
+	require.NoError(t, err)
+	require.Positive(t, la.Term())
+	seen := <-obs
+	assert.Equal(t, "a", seen.Value)
+	assert.Equal(t, la.Term(), seen.Term)
+
+	got := make(chan *Leadership, 1)
+	go func() {
+		lb, err := b.Election("sched").Campaign(ctx, "b", 2*time.Second)
+		assert.NoError(t, err)
+		got <- lb
+	}()
+	require.NoError(t, la.Resign(ctx))
+	lb := <-got
+	require.NotNil(t, lb)
+	assert.Greater(t, lb.Term(), la.Term(), "the next leader's term is higher")
+	info, err := a.Election("sched").Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "b", info.Value)
+	assert.Equal(t, lb.Term(), info.Term)
+	require.NoError(t, lb.Resign(ctx))
+
+	require.NoError(t, a.Close())
+	require.NoError(t, b.Close())
+	_, err = a.Election("sched").Campaign(ctx, "a", time.Second)
+	assert.ErrorIs(t, err, ErrClosed)
+	for _, addr := range s.Addrs {
+		n, err := redisproc.Do(ctx, addr, "EXISTS", a.stored("sched"))
+		require.NoError(t, err)
+		assert.Equal(t, "0", n, "%s: the election's lock is released", addr)
+	}
 }

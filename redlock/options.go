@@ -158,6 +158,10 @@ type config struct {
 	observer           *Observer
 	asGiven            bool // Options.NodeClientsAsGiven
 	waiting            Waiting
+	// checked is set for the fenced Client of elections (see
+	// Client.forElections): its node clients' connections are checked
+	// for the Client it serves.
+	checked bool
 	tunables
 }
 
@@ -323,7 +327,7 @@ func (c *config) setOwner(owner string) error {
 func (c *config) nodeConfig(closing <-chan struct{}) *node.Config {
 	return &node.Config{
 		Prefix: c.prefix, Protocol: c.protocol(), Clock: c.clock, Log: c.log,
-		Tags: new(hashslot.Tags), Closing: closing,
+		Tags: new(hashslot.Tags), Closing: closing, Checked: c.checked,
 		BatchWindow: c.batchWindow, RedeliveryLimit: c.redeliveryLimit,
 		RedeliverFirst: c.redeliverFirst, RedeliverMax: c.redeliverMax,
 		// Nothing waits for a redelivery but Close, and a node slower than

@@ -58,6 +58,10 @@ type Config struct {
 	// Servers tells the nodes' servers apart (see Servers.Seen); nil
 	// checks nothing.
 	Servers *Servers
+	// Checked is set when the nodes' clients already check their
+	// connections for another set of nodes (see connCheck): New adds no
+	// check of its own.
+	Checked bool
 	// Closing is closed when the client begins to close: redelivery makes
 	// its last attempt and takes no new releases.
 	Closing <-chan struct{}
@@ -108,7 +112,9 @@ func New(client redis.UniversalClient, name string, cfg *Config) *Node {
 			n.slots = make(chan struct{}, size)
 		}
 		n.sentinel = c.Options().Addr == "FailoverClient"
-		n.installCheck(c)
+		if !cfg.Checked {
+			n.installCheck(c)
+		}
 	}
 	n.proc = batchedClient{b: &batcher{window: cfg.BatchWindow}, client: client}
 	return n

@@ -131,8 +131,7 @@ func RunElection(t *testing.T, o ElectionOptions) *ElectionResult {
 	// "redlock guard fence" (docs/SAFETY.md), which is availability, not
 	// what this phase checks.
 	fo := Options{Faults: o.Faults, Procs: o.Procs, TTL: o.TTL, FaultNodes: []int{0, 1}, Seed: o.Seed}
-	fo.defaults()
-	fo.Client.Fencing = true
+	fo.defaults() // the candidates' Clients are default ones: an election's lock is fenced on any Client
 	leakcheck.Check(t)
 	c := rig.Start(t, fo.Nodes+1)
 	lockNodes, store := c.Nodes[:fo.Nodes], c.Nodes[fo.Nodes]
