@@ -16,7 +16,6 @@ func ExampleElection() {
 	defer stop()
 	open := func(owner string) *redlock.Client {
 		c, err := redlock.Open(addrs, &redlock.Options{
-			Fencing:     true, // an election's terms are its lock's fences
 			Owner:       owner,
 			NodeTimeout: time.Second, // in-process example nodes run Lua slowly
 		})
