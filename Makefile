@@ -3,7 +3,7 @@ GO      ?= go
 IMAGE   := redquorum/redis:7-local
 COMPOSE := $(shell command -v docker-compose 2>/dev/null || echo "docker compose")
 
-.PHONY: demo test unit oldest-go image up down bench vet fmt cover model
+.PHONY: demo test check lint unit oldest-go image up down bench vet fmt cover model
 
 ## demo: the oversell scenario on five embedded nodes (or NODES=host:port,...)
 demo:
@@ -34,7 +34,7 @@ TESTMOD := test
 ## acquisitions in its time budget) and from its own directory, so that
 ## `go test` prints its summary line (acquisitions, faults by kind, violations)
 ## even when it passes.
-test: image oldest-go vet model
+test: image oldest-go lint model
 	$(GO) test -race -count=1 -timeout 9m ./...
 	cd $(TESTMOD) && $(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/test/chaos$$')
 	for m in $(CONTRIB) $(KIT); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
@@ -48,6 +48,23 @@ test: image oldest-go vet model
 model:
 	./scripts/ensure-deb.sh spin spin
 	./model/check.sh
+
+## check: the developer loop, a few minutes on two cores: lint, the unit
+## tests, and the library's own tests on real redis-server processes
+## (redlock, cmd/redlock), without the race detector, the model, Docker or
+## the chaos suite, which make test adds.
+check: lint
+	./scripts/ensure-redis-server.sh
+	$(GO) test -count=1 ./...
+
+## lint: gofmt, go vet and staticcheck (STATICCHECK, installed by go
+## install) on every module.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+MODULES := . $(TESTMOD) $(BENCHMOD) $(CONTRIB) $(KIT)
+lint:
+	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: the files above are not formatted (make fmt)"; exit 1; }
+	$(GO) install $(STATICCHECK)
+	for m in $(MODULES); do (cd $$m && $(GO) vet ./... && "$$($(GO) env GOPATH)/bin/staticcheck" ./...) || exit 1; done
 
 ## unit: the tests that need neither Docker nor a Redis server.
 unit:

@@ -52,41 +52,19 @@ type Client struct {
 	wait  strategy               // how Lock waits between its rounds (waiting.go)
 }
 
-// New returns a Client that locks on the given nodes: independent Redis
-// masters (not replicas of one another), each given as a go-redis client.
-// opts may be nil.
+// New returns a Client that locks on nodes: independent Redis masters,
+// each a go-redis client. opts may be nil.
 //
-// For each node that is a plain *redis.Client (not a Sentinel client, nor
-// one that [NewNodes] made, which has these settings already), New
-// makes a client of its own from a copy of that client's options (address,
-// dialer, credentials, TLS, DB, pool, timeouts, OnConnect) with the
-// settings of [NodeOptions] applied, and sends the lock commands through
-// it: build your clients as you like. Hooks that you added to them with
-// AddHook do not see the lock commands (see Options.NodeClientsAsGiven).
-// New neither changes nor uses your clients, and [Client.Close] closes the
-// ones it made. Sentinel, Cluster and Ring clients, NewNodes' clients, and
-// every client under Options.NodeClientsAsGiven, are used as given.
+// A plain *redis.Client is not used itself: New sends the lock commands
+// through a client made from a copy of its options with the settings of
+// [NodeOptions], and Close closes it. Sentinel, Cluster and Ring clients,
+// [NewNodes]' clients, and every client under Options.NodeClientsAsGiven
+// are used as given. Every new connection is checked against the node's
+// state, which may start its restart guard ([ErrGuarded]).
 //
-// A node may be a replicated group that fails over: a Sentinel client
-// (redis.NewFailoverClient), or a client of an address that a failover
-// moves to the promoted replica. Every new connection of a plain node's
-// client checks its server against the node's state: a server whose data
-// may have come from elsewhere since (a restarted master, a promoted
-// replica) starts the restart guard ([ErrGuarded]), since it may lack
-// locks it granted; a healthy master's own events (a replica attached,
-// a client killed) do not. A connection to a replica is refused. The check
-// costs one round trip per new connection and nothing per lock. On a
-// *redis.Client used as given, New adds it to the client's OnConnect, after
-// the one it has: make the Client before other goroutines use that client;
-// connections it opened before are not checked.
-//
-// New checks nodes and opts and returns an error naming the offending value:
-// no nodes, a nil node, the same client or address twice, or an option out
-// of range. One server given under two names is found once both nodes
-// have connected to it, during the first lock at the latest, and fails
-// every lock from then on (see [ErrSameServer]). It logs a warning for
-// each node client used as given whose settings break the per-node
-// timeout or retry requests (see [NodeOptions]). The caller keeps ownership of the node clients it gave.
+// New returns an error naming the bad value: no nodes, a nil node, a node
+// given twice, or an option out of range. See docs/OPERATING.md, "Node
+// clients", for clients used as given and one server under two names.
 func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 	if len(nodes) == 0 {
 		return nil, errors.New("redlock: no nodes")
@@ -168,7 +146,7 @@ func (c *Client) checkKinds() error {
 // Close then waits for the Client's outstanding background requests (late
 // node answers and the releases that follow them), sends once more, at
 // once, the releases that nodes have not answered yet and that the Client
-// retries in the background (see [Client.TryLock]), and makes every later
+// retries in the background (docs/OPERATING.md, "Failed rounds"), and makes every later
 // operation return [ErrClosed]: no call to a node starts after Close. It also stops the goroutines that the
 // Client keeps between lock rounds to call the nodes (at most one per call
 // that ran at once): close every Client you no longer use. Last, it closes
@@ -194,31 +172,17 @@ func (c *Client) Close() error {
 	return closeClients(c.owned)
 }
 
-// TryLock makes exactly one attempt to lock key for ttl on a quorum of nodes
-// and returns the held [Lock], or an error. ctx bounds the wait for the
-// quorum, not the node calls: those still outstanding when TryLock
-// returns run to Options.NodeTimeout, so cancelling ctx once it has
-// returned leaves the lock on every node that answers.
+// TryLock makes one attempt to lock key for ttl on a quorum of nodes and
+// returns the held [Lock], or an [*Error] that wraps [ErrNotObtained] and,
+// when ctx ended the attempt, ctx.Err(). Bad arguments give an error
+// naming the value, and send nothing.
 //
-// On failure every node that granted the lock, or whose answer did not come,
-// is sent a token-guarded release, after its answer (or its timeout) for
-// nodes still outstanding. A release that gets no answer (the node is
-// down or cut off) is sent again in the background until the node answers
-// or the TTL has passed; the answer deletes the key, or, where the key is
-// missing, leaves a tombstone for the TTL that refuses this round's SET if
-// the network still delivers it (a partition that holds packets and heals).
-// A SET delivered later than that, or a node that stays unreachable for the
-// TTL, leaves a key that nobody holds until its TTL passes: that costs
-// availability, never safety. The error is an [*Error] that wraps
-// [ErrNotObtained] (and ctx.Err() when ctx ended the attempt; with a ctx
-// already done, TryLock sends nothing); bad arguments
-// (empty key, ttl that is not positive, too small to survive the drift
-// allowance, or above Options.RestartGuard) give a plain error naming the
-// value.
-//
-// The lock's validity is ttl minus the round's duration minus the drift
-// allowance; ttl is used in whole milliseconds. TryLock does not take part
-// in the local queue of [Client.Lock]: it makes its round at once.
+// The lock is valid for ttl, in whole milliseconds, minus the round's
+// duration and the drift allowance. ctx bounds the wait for the quorum,
+// not the node calls: those still out run to Options.NodeTimeout. A failed
+// attempt releases every node that granted or did not answer (see
+// docs/OPERATING.md, "Failed rounds"). TryLock does not wait in the local
+// queue of [Client.Lock].
 func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	return c.lock(ctx, OpTryLock, []string{key}, ttl, waitNot)
 }
