@@ -12,28 +12,15 @@ import (
 	"github.com/redquorum/redquorum/internal/wake"
 )
 
-// Leader returns the election's leader as a quorum of nodes agree: a node
-// vouches for a leader when it holds the leader's lock and the record that
-// the leader wrote while holding it. It reads every node once, in
-// parallel, and changes nothing. A node in its restart guard does not
-// count, nor does one without a state unless no node has one (a new
-// deployment): a restarted or promoted node may hold a former leader's
-// keys.
+// Leader returns the election's leader as a quorum of nodes agree: each
+// holds the leader's lock and the record it wrote. It reads every node
+// once and changes nothing; guarded nodes do not count.
 //
-// When fewer than a quorum vouch for one leader, it returns an [*Error]
-// wrapping [ErrNoLeader] only if nobody can hold the election's lock on a
-// quorum: a quorum of nodes answered, and no token's lock is on so many of
-// them that, with the nodes that did not answer, it could be on a quorum
-// (nobody leads, or a leader's lock has expired on too many nodes).
-// Otherwise who leads is unknown, and the error does not wrap
-// ErrNoLeader: fewer than a quorum answered out of their guard (their
-// [NodeResult] wraps [ErrGuarded]), or a candidate holds the lock while
-// its record has not reached a quorum of them (between its lock and its
-// record, or a write of the record timed out on a node and waits for the
-// next extension). A bad name gives an error naming it.
-//
-// What it reports may have changed by the time it returns: a leader
-// learns that it leads from its [Leadership], never from Leader.
+// When no quorum agrees, its [*Error] wraps [ErrNoLeader] only if nobody
+// can hold the lock on a quorum; otherwise who leads is unknown (see
+// docs/DESIGN.md, "Elections"). A bad name gives an error naming it. The
+// answer may be stale: a leader learns that it leads from its
+// [Leadership], never from Leader.
 func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 	if err := e.check(); err != nil {
 		return LeaderInfo{}, err

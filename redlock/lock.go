@@ -84,27 +84,15 @@ func (l *Lock) Keys() []string {
 // by ", ".
 func (l *Lock) name() string { return strings.Join(l.keys, ", ") }
 
-// Fence returns the lock's fencing token when Options.Fencing is set, else 0.
-// The fences of successive holders of one key strictly increase (they come
-// from one counter per node shared by all keys, so they also increase across
-// keys). Pass the fence with every write to the protected resource, and make
-// the resource reject a write whose fence is lower than the highest it has
-// seen: a holder that was paused beyond [Lock.Until] is then turned away
-// instead of writing over its successor's work.
+// Fence returns the lock's fencing token when Options.Fencing is set, else
+// 0 (also for a nil Lock). The fences of successive holders of one key
+// strictly increase, across keys too. Pass the fence with every write to
+// the resource, and make it reject a fence lower than the highest it has
+// seen: a holder paused beyond [Lock.Until] is then turned away.
 //
-// A fenced lock is obtained in two phases: the acquire also returns each
-// node's fence counter, and once a quorum of nodes whose counter is known
-// has granted the lock, the client writes their largest counter + 1 back,
-// guarded by the lock's token, to every node that granted it; the lock is
-// held only if a quorum acknowledged the write-back within the validity.
-// Why this makes fences increase although the nodes are independent, also
-// after a node lost its data, is argued in docs/SAFETY.md, "Fences increase
-// and stale writes are refused". With
-// Options.UnsafeNoRestartGuard a lost counter reads as 0, and fences can go
-// backwards.
-//
-// Fences count in the nodes' Lua numbers: exact up to 2^53. A nil Lock's
-// fence is 0.
+// A fenced lock costs a second round trip. Fences are exact up to 2^53.
+// Why they increase, also after a node lost its data: docs/SAFETY.md,
+// "Fences increase and stale writes are refused".
 func (l *Lock) Fence() uint64 {
 	if l == nil {
 		return 0

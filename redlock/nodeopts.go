@@ -18,32 +18,15 @@ import (
 	"github.com/redquorum/redquorum/internal/node"
 )
 
-// NodeOptions returns go-redis options for one lock node at addr with the
-// settings the algorithm relies on:
+// NodeOptions returns go-redis options for one lock node at addr, with
+// the settings the algorithm relies on: context deadlines that bound
+// socket I/O, no client-level retry, no CLIENT SETINFO, no maintenance
+// notifications, RESP2 and one dial per request.
 //
-//   - ContextTimeoutEnabled, so that the per-node timeout (a context
-//     deadline) bounds socket reads and writes;
-//   - MaxRetries -1: no client-level retry, so that a timed-out request is not
-//     sent again behind the round's back;
-//   - DisableIdentity, so that connecting does not send CLIENT SETINFO
-//     (which Redis before 7.2 rejects);
-//   - maintenance notifications off, since they relax timeouts to 10 s;
-//   - Protocol 2 (RESP2): with RESP3, go-redis checks each connection for
-//     pending push notifications around every command, a read system call
-//     per command that nothing here needs;
-//   - DialerRetries 1: a node that refuses connections (it is down) fails a
-//     request at once, instead of after go-redis's default of five dials
-//     100 ms apart. A round often needs that failure to decide (when the
-//     nodes still up split their votes), and the retries only keep the
-//     node's request slots busy; the next request dials again.
-//
-// Adjust the result (password, TLS, pool size) before passing it to
-// redis.NewClient, but keep the first four; the protocol and the dial
-// retries are a matter of speed. [New] applies these settings itself to the
-// client it makes from each plain node client you give it, so you need
-// NodeOptions only for clients it uses as given: Sentinel clients (as
-// redis.FailoverOptions), and every node client when
-// Options.NodeClientsAsGiven is set.
+// Adjust the result (password, TLS, pool size), but keep the first four.
+// [New] applies these settings itself to the plain clients you give it:
+// you need NodeOptions only for clients used as given, such as Sentinel
+// clients. Why each one: docs/OPERATING.md, "Node clients".
 func NodeOptions(addr string) *redis.Options {
 	o := &redis.Options{
 		Addr:         addr,

@@ -227,10 +227,7 @@ func (r *opsRig) fencedLocks(c *redlock.Client, last uint64, who string) uint64 
 	return last
 }
 
-var (
-	replidOpsRe = regexp.MustCompile(`(?m)^master_replid:(\w+)`)
-	runIDRe     = regexp.MustCompile(`(?m)^run_id:(\w+)`)
-)
+var replidOpsRe = regexp.MustCompile(`(?m)^master_replid:(\w+)`)
 
 // info returns the field of INFO that re captures on the server at addr.
 func (r *opsRig) info(addr, section string, re *regexp.Regexp) string {
