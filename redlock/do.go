@@ -65,26 +65,17 @@ func LockFrom(ctx context.Context) *Lock {
 	return l
 }
 
-// Do acquires key with [Client.Lock]'s retry rules, runs fn, and releases the
-// lock afterwards, also when fn panics. opts, at most one, may make it try
-// once or bound only its wait (see [DoOptions]). fn finds the lock with
+// Do acquires key with [Client.Lock]'s retry rules, runs fn, and releases
+// the lock afterwards, also when fn panics. opts, at most one, may make it
+// try once or bound only its wait (see [DoOptions]). fn finds the lock with
 // [LockFrom].
 //
-// While fn runs, the lock is extended to ttl about every ttl/3. An
-// extension that fails is retried, with a growing delay between
-// Options.MinRetryDelay and Options.MaxRetryDelay, while the lock is still
-// valid by more than its drift allowance. The context given to fn is
-// cancelled, with cause [ErrLockLost] (see context.Cause), as soon as the
-// lock can no longer be shown to be held: so many nodes no longer hold its
-// token that a quorum cannot (at once), the Client was closed, or the
-// lock's validity runs out before an extension succeeds. fn must stop
-// touching the protected resource when its context is done.
+// While fn runs, the lock is extended to ttl about every ttl/3. fn's
+// context is cancelled, with cause [ErrLockLost], as soon as the lock can
+// no longer be shown to be held: fn must then stop touching the resource.
 //
-// Do returns Lock's error if the lock was not obtained (fn did not run),
-// or an error naming the bad value for bad options. Otherwise it returns
-// fn's error, joined with ErrLockLost and the cause when the lock was
-// lost, including when the final Unlock finds that fewer than a quorum of
-// nodes still held it. No goroutine outlives Do.
+// Do returns Lock's error if fn did not run; else fn's error, joined with
+// ErrLockLost when the lock was lost. No goroutine outlives Do.
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...DoOptions) error {
 	o, err := checkDoOptions(opts)
 	if err != nil {

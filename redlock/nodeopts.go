@@ -85,24 +85,12 @@ func undoDefault(t time.Duration) time.Duration {
 
 // NewNodes returns one client per address, each built from [NodeOptions].
 // An address is host:port or a redis:// or rediss:// URL, as [Open] takes
-// it; with rediss:// the client speaks TLS and checks the server's
-// certificate against the system's roots. The caller owns the clients and
-// closes them. [Open] locks through such clients; given to [New], they
-// serve as the model of the clients it makes (unless
-// Options.NodeClientsAsGiven is set), as any plain client does.
+// it. The caller owns the clients and closes them.
 //
-// NewNodes returns no error, so that its callers keep compiling: the client
-// of a malformed address fails every command with the error that Open
-// returns for it. Open refuses such an address at once.
-//
-// Unlike a client you build yourself, these check a connection for a close
-// by the server (go-redis's check before each command: a deadline reset, a
-// peeking system call and three allocations) only when it has been idle for
-// at least connCheckIdle (100 ms): a connection in steady use cannot have
-// been closed unnoticed, and the check costs a deadline reset, a system
-// call and allocations on every command. A connection that was closed while idle for less than that
-// fails its next command, once, which a round tolerates like any other
-// failure of a minority of nodes.
+// NewNodes returns no error: the client of a malformed address fails every
+// command with the error that Open returns for it. These clients check an
+// idle connection for a close by the server only after 100 ms idle (see
+// docs/OPERATING.md, "Node clients").
 func NewNodes(addrs ...string) []redis.UniversalClient {
 	nodes := make([]redis.UniversalClient, len(addrs))
 	for i, a := range addrs {
