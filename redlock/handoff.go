@@ -19,7 +19,7 @@ import (
 // joins the line for a handoff on the node (handoff.lua), with its
 // Client's hand channel, on which each node tells the Client that it
 // handed the key off to one of the waiter's rounds; the waiter holds the
-// lock once a quorum of nodes did (see docs/DESIGN.md, "Handoff on the
+// lock once a quorum of nodes did (see docs/WAITING.md, "Handoff on the
 // node").
 type handoff struct {
 	*inLine

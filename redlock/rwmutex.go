@@ -18,8 +18,8 @@ const RWMutexReaders = protocol.Readers
 // writer only while no token holds a reader slot, so readers and writers
 // exclude each other under the same assumptions as a [Lock]. A waiting
 // writer leaves an intent on the nodes that makes new readers wait, so a
-// stream of readers cannot starve it (see docs/DESIGN.md, "Semaphores and
-// read-write locks"). An RWMutex is a name and a Client: it holds no
+// stream of readers cannot starve it (see
+// docs/SEMAPHORES.md). An RWMutex is a name and a Client: it holds no
 // state, and is safe for concurrent use.
 type RWMutex struct {
 	sem Semaphore

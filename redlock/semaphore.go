@@ -39,8 +39,7 @@ func (e *limitError) Unwrap() error { return ErrLimitMismatch }
 // among every Client that uses the same name and limit. It is made of
 // Limit slots, each a lock on the nodes: a [Permit] holds one slot, so
 // the bound follows from each slot's mutual exclusion, under the same
-// assumptions as a [Lock] (see docs/DESIGN.md, "Semaphores and read-write
-// locks"). Each node that grants a slot also records the limit, and
+// assumptions as a [Lock] (see docs/SEMAPHORES.md). Each node that grants a slot also records the limit, and
 // refuses a slot to a Client that gives another one, so that Clients that
 // disagree on the limit fail with [ErrLimitMismatch] instead of mixing.
 // A Semaphore is a name, a limit and a Client: it holds no state, and is
@@ -193,7 +192,7 @@ func (p *Permit) TTL(ctx context.Context) (time.Duration, error) { return p.Lock
 // Fence returns the fence of the permit's slot when Options.Fencing is
 // set, else 0. Fences of successive holders of one slot increase: a fence
 // orders the holders of a slot, not those of the semaphore (see
-// docs/DESIGN.md, "Semaphores and read-write locks").
+// docs/SEMAPHORES.md).
 func (p *Permit) Fence() uint64 { return p.Lock().Fence() }
 
 // DoSemaphore runs fn while holding a permit of the semaphore name with
