@@ -78,9 +78,12 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "metrics at http://%s/metrics\n", addr)
 	}
 	fmt.Fprintf(stdout, "redquorum bench on %s, %v per scenario\n", where, *duration)
+	quorum := loadtest.NewQuorumRecorder(len(addrs)/2 + 1)
+	opts.Observer = withEnd(opts.Observer, quorum.End)
 	var results []loadtest.Result
 	impl := loadtest.Redquorum(opts)
 	for _, sc := range loadtest.Scenarios(*duration, *callers, *slow) {
+		quorum.Take()
 		r, err := runner.Run(ctx, impl, sc, addrs)
 		if err != nil {
 			return err
@@ -88,9 +91,13 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		r.Quorum = quorum.Take() // nil for callers in processes of their own
 		results = append(results, r)
 	}
 	if err := loadtest.WriteTable(stdout, results); err != nil {
+		return err
+	}
+	if err := loadtest.WriteQuorumTable(stdout, results); err != nil {
 		return err
 	}
 	if *jsonFile != "" {
@@ -109,6 +116,20 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// withEnd returns o with end also called on each operation's end.
+func withEnd(o *redlock.Observer, end func(context.Context, redlock.Event)) *redlock.Observer {
+	if o == nil {
+		return &redlock.Observer{End: end}
+	}
+	w := *o
+	if prev := o.End; prev != nil {
+		w.End = func(ctx context.Context, e redlock.Event) { prev(ctx, e); end(ctx, e) }
+	} else {
+		w.End = end
+	}
+	return &w
 }
 
 // benchWorker runs one caller of a bench scenario whose callers are

@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/testkit/redisproc"
+	"github.com/redquorum/redquorum/redlock"
 )
 
 func TestMerge(t *testing.T) {
@@ -180,4 +182,45 @@ func TestProgressNotTerminal(t *testing.T) {
 	require.NoError(t, err)
 	defer f.Close()
 	assert.False(t, terminal(f), "a file is no terminal")
+}
+
+// TestQuorumRecorder: of each Lock that obtained its lock, the recorder
+// counts the quorum-th fastest granting node as the round's decider, keeps
+// every answered node's latency, and leaves out failed Locks, other
+// operations and pending nodes.
+func TestQuorumRecorder(t *testing.T) {
+	q := NewQuorumRecorder(2)
+	ms := time.Millisecond
+	round := func(lat ...time.Duration) redlock.Event {
+		r := redlock.Round{Duration: 9 * ms}
+		for i, l := range lat {
+			v := redlock.Vote{Node: fmt.Sprint("n", i), Outcome: redlock.VoteGranted, Latency: l}
+			if l == 0 {
+				v.Outcome = redlock.VotePending
+			}
+			r.Nodes = append(r.Nodes, v)
+		}
+		return redlock.Event{Op: redlock.OpLock, Rounds: []redlock.Round{r}}
+	}
+	q.End(t.Context(), round(1*ms, 2*ms, 0)) // n1 decides
+	q.End(t.Context(), round(3*ms, 2*ms, 0)) // n0 decides
+	q.End(t.Context(), round(5*ms, 1*ms, 0)) // n0 decides
+	failed := round(1*ms, 1*ms, 1*ms)
+	failed.Err = redlock.ErrNotObtained
+	q.End(t.Context(), failed)
+	unlock := round(1*ms, 1*ms, 1*ms)
+	unlock.Op = redlock.OpUnlock
+	q.End(t.Context(), unlock)
+	got := q.Take()
+	require.NotNil(t, got)
+	assert.Equal(t, 3, got.Rounds)
+	assert.InDelta(t, 2.0/3, got.Nodes[0].Decided, 1e-9)
+	assert.InDelta(t, 1.0/3, got.Nodes[1].Decided, 1e-9)
+	assert.Zero(t, got.Nodes[2].Decided, "a node that never answered decides nothing")
+	assert.Equal(t, 5*ms, got.Kth.Max, "the quorum-th fastest of the slowest round")
+	assert.Equal(t, 3*ms, got.Nodes[0].Latency.P50)
+	assert.Nil(t, q.Take(), "Take starts over")
+	var b bytes.Buffer
+	require.NoError(t, WriteQuorumTable(&b, []Result{{Title: "s", Quorum: got}}))
+	assert.Contains(t, b.String(), "quorum-th fastest node")
 }

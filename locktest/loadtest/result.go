@@ -48,6 +48,10 @@ type Result struct {
 	// Commands counts the commands the nodes ran, when the Runner counts
 	// them (Runner.CountCommands); nil otherwise.
 	Commands *Commands `json:"commands,omitempty"`
+	// Quorum is each node's part in the rounds that obtained a lock, when
+	// the implementation's rounds were observed (see QuorumRecorder); nil
+	// otherwise.
+	Quorum *QuorumLatency `json:"quorum,omitempty"`
 
 	samples []time.Duration // sorted
 	gaps    []time.Duration // sorted
