@@ -59,6 +59,14 @@ func primeHandChannel(t *testing.T, cl *Client) {
 	ch.Close()
 }
 
+// heardHandoff waits until cl's ledger counts node's handoff to the round
+// with token.
+func heardHandoff(t *testing.T, cl *Client, token string, node int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return cl.ledger().HandedNodes(token)&(1<<node) != 0 }, 5*time.Second, time.Millisecond,
+		"node %d's handoff announcement reached the client", node)
+}
+
 // listenedLately makes cl listen for key's release, as a wait for it does:
 // until the Waker's idle time has passed, cl's Lock of key goes to its
 // waiter at once, whose first round joins the line (see strategy.direct).
@@ -507,9 +515,10 @@ func TestHandoffLocalAfterJoin(t *testing.T) {
 		return slices.ContainsFunc(entries(t, c, 2, "k"), func(e string) bool { return strings.HasSuffix(e, "|"+b.handChannel()) })
 	}, 5*time.Second, time.Millisecond, "b's round joined the line on node 2")
 	require.ErrorIs(t, la.Unlock(t.Context()), ErrNotHeld, "a held node 2 only") // and hands it off there
-	require.Eventually(t, func() bool { v, _ := value(c.srv[2], "k"); return strings.HasPrefix(v, protocol.HandPrefix) },
+	var hand string
+	require.Eventually(t, func() bool { hand, _ = value(c.srv[2], "k"); return strings.HasPrefix(hand, protocol.HandPrefix) },
 		5*time.Second, time.Millisecond, "node 2 handed the key off to b's round")
-	time.Sleep(50 * time.Millisecond) // the announcement reaches b
+	heardHandoff(t, b, strings.TrimPrefix(hand, protocol.HandPrefix), 2)
 	for _, f := range late {
 		f()
 	}
