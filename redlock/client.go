@@ -135,25 +135,16 @@ func (c *Client) checkKinds() error {
 	return nil
 }
 
-// Close releases the locks of this Client that are still held, as Unlock
-// would but without handing any over to a waiter: the callers waiting in
-// [Client.Lock] return ErrClosed, and a [Client.Do] still running sees its
-// lock lost. A lock round still running when Close began releases what it
-// obtains, and its caller gets ErrClosed. The releases are sent in parallel, each bounded by
-// Options.NodeTimeout, and their errors are dropped: a lock whose release
-// fails expires with its TTL. Unlock your locks yourself to see the errors.
+// Close releases the Client's locks that are still held, without handing
+// any over, and makes every later operation return [ErrClosed]. Callers
+// waiting in [Client.Lock] return ErrClosed; a running [Client.Do] sees its
+// lock lost. Release errors are dropped: unlock your locks yourself to see
+// them.
 //
-// Close then waits for the Client's outstanding background requests (late
-// node answers and the releases that follow them), sends once more, at
-// once, the releases that nodes have not answered yet and that the Client
-// retries in the background (docs/OPERATING.md, "Failed rounds"), and makes every later
-// operation return [ErrClosed]: no call to a node starts after Close. It also stops the goroutines that the
-// Client keeps between lock rounds to call the nodes (at most one per call
-// that ran at once): close every Client you no longer use. Last, it closes
-// the node clients that the Client made ([New]) or that came with it
-// ([Open]). Close the node clients you gave to New yourself: after Close
-// when the Client used them as given (Sentinel clients,
-// Options.NodeClientsAsGiven). It is safe to call more than once.
+// Close waits for the Client's calls still in flight, stops its goroutines,
+// and closes the node clients it made ([New]) or came with ([Open]); close
+// the ones you gave to New yourself, after it. It is safe to call more
+// than once. What it waits for: docs/OPERATING.md, "Closing a Client".
 func (c *Client) Close() error {
 	c.life.begin() // waits for a lock end with ErrClosed: no new lock to release
 	c.electionsOnce.Do(func() {})

@@ -124,24 +124,16 @@ func (l *Lock) Until() time.Time {
 	return l.until
 }
 
-// Unlock releases the lock on every node with a token-guarded script: a node
-// whose key holds another token is left alone. It returns nil once a quorum
-// of nodes has released it (the rest complete in the background; see
-// [Client.Close]), or an [*Error] wrapping [ErrNotHeld] when fewer than a
-// quorum still held the token. It releases even when ctx is already done,
-// as in a deferred Unlock after a cancelled request: the release is bounded
-// by Options.NodeTimeout, not by ctx. After Unlock, the Lock cannot be
-// extended, [Lock.Until] returns the zero time, and a second Unlock returns
-// an error wrapping ErrNotHeld.
+// Unlock releases the lock on every node whose key holds its token. It
+// returns nil once a quorum released it, or an [*Error] wrapping
+// [ErrNotHeld] when fewer than a quorum still held it. It runs also when
+// ctx is done (a deferred Unlock), bounded by Options.NodeTimeout.
 //
 // When another caller of this Client waits in [Client.Lock] for the same
-// keys and the lock is still valid, Unlock hands it over instead and returns
-// nil at once, without contacting the nodes: the waiter's next lock round
-// replaces this lock's token with its own on each node, atomically, and
-// then releases what is left of this lock. A few handovers in a row are
-// followed by a real release, so that waiters in other processes get their
-// turn. A handed-over Unlock cannot tell whether a quorum still held the
-// token; call [Lock.Extend] first if you need to know.
+// keys, Unlock hands the lock over instead, without contacting the nodes:
+// it then cannot tell whether a quorum still held the lock (see
+// docs/OPERATING.md, "Unlock and handovers"). After Unlock, a second
+// Unlock returns an error wrapping ErrNotHeld.
 func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil {
 		return nilLockError("unlock")
