@@ -200,6 +200,10 @@ func TestFailoverLosesNoLock(t *testing.T) {
 			r.one.Cut()
 			l, err = holder.TryLock(t.Context(), "k", ttl)
 			require.NoError(t, err)
+			// TryLock returned at the quorum; its call to node 1 may still
+			// be dialing, and NodeTimeout bounds it: node 1 comes back only
+			// once that call can no longer reach it.
+			time.Sleep(opts.NodeTimeout)
 			r.one.SetTarget(r.plain.Addrs[1])
 			require.Equal(t, l.Token(), get(t, r.plain.Addrs[0], "k"))
 			require.Equal(t, "", get(t, r.plain.Addrs[1], "k"))
