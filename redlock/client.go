@@ -192,22 +192,16 @@ func (c *Client) TryLockMany(ctx context.Context, keys []string, ttl time.Durati
 	return c.lock(ctx, OpTryLockMany, slices.Clone(keys), ttl, waitNot)
 }
 
-// Lock is like [Client.TryLock] but retries until it holds the lock, ctx is
-// done, or, when ctx has no deadline, Options.MaxWait has passed. Between
-// rounds it waits a random delay between Options.MinRetryDelay and a cap
-// that doubles up to Options.MaxRetryDelay, or less when the nodes report
-// that the current holder's keys expire sooner.
+// Lock is like [Client.TryLock] but retries until it holds the lock, ctx
+// is done, or, when ctx has no deadline, Options.MaxWait has passed. It
+// waits between rounds as Options.Waiting says (a jittered backoff from
+// Options.MinRetryDelay, cut short by a release), and behind the other
+// callers of this Client for the same keys, in arrival order.
 //
-// It gives up at once, naming the cause, when a round fails on errors that
-// no retry fixes (see docs/OPERATING.md) or on unknown fence counters
-// ([ErrFenceUnknown]), on so many nodes that the others are fewer than a
-// quorum.
-//
-// On failure it returns the [*Error] of the last round; errors.Is finds
-// [ErrNotObtained], the nodes' causes, and ctx.Err() when ctx ended the
-// wait (with a ctx already done, Lock sends nothing). Lock is safe for
-// concurrent use; concurrent callers of one Client compete like separate
-// clients.
+// It gives up at once on a cause that no retry fixes (docs/OPERATING.md,
+// "Errors"). On failure it returns the [*Error] of its last round;
+// errors.Is finds [ErrNotObtained], the nodes' causes, and ctx.Err() when
+// ctx ended the wait.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	return c.lock(ctx, OpLock, []string{key}, ttl, waitMax)
 }
