@@ -50,7 +50,8 @@ func (c *Client) Election(name string) *Election { return &Election{c: c, name: 
 // forElections returns the Client whose locks c's elections take: c under
 // Options.Fencing, else a Client made once on the node clients c sends
 // through, with Options.Fencing and WaitInLine. That Client shares c's
-// connections and their checks, and Close closes it with c.
+// connections and their checks, and c's Observer and what it knows of the
+// nodes; Close closes it with c.
 func (c *Client) forElections() (*Client, error) {
 	if c.cfg.fencing {
 		return c, nil
@@ -67,7 +68,9 @@ func (c *Client) forElections() (*Client, error) {
 		c.elections, c.electionsErr = newClient(c.clients, cfg)
 		if c.electionsErr != nil {
 			c.electionsErr = fmt.Errorf("redlock: elections need fenced locks: %w", c.electionsErr)
+			return
 		}
+		c.elections.obs = c.obs // one node state for both: the Observer hears each change once
 	})
 	return c.elections, c.electionsErr
 }

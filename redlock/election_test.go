@@ -602,3 +602,39 @@ func TestElectionDefaultClient(t *testing.T) {
 		assert.Equal(t, "0", n, "%s: the election's lock is released", addr)
 	}
 }
+
+// TestElectionDefaultClientObserver: on a Client without Options.Fencing,
+// the Client of its elections reports to the same Observer from the same
+// node state, so that a node seen guarded by both a lock and an election
+// is reported guarded once.
+func TestElectionDefaultClientObserver(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	rec := &recorder{}
+	cl := c.client(t, &Options{Observer: rec.observer(), RestartGuard: time.Minute})
+	ctx := t.Context()
+	l, err := cl.TryLock(ctx, "plain", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	lead, err := cl.Election("sched").Campaign(ctx, "v", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, lead.Resign(ctx))
+
+	c.restart(0) // node 0 loses its data: guarded
+	for _, h := range c.hooks[1:] {
+		h.set(func() { time.Sleep(20 * time.Millisecond) }, nil) // node 0 answers each round first
+	}
+	l, err = cl.TryLock(ctx, "plain", time.Second)
+	require.NoError(t, err, "nodes 1 and 2 are a quorum")
+	require.NoError(t, l.Unlock(ctx))
+	lead, err = cl.Election("sched").Campaign(ctx, "v", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, lead.Resign(ctx))
+	entered := 0
+	for _, e := range rec.nodeChanges() {
+		if strings.HasSuffix(e, string(GuardEntered)) {
+			entered++
+		}
+	}
+	assert.Equal(t, 1, entered, "node 0 reported guarded once: %q", rec.nodeChanges())
+}
