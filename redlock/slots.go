@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redquorum/redquorum/internal/protocol"
-	"github.com/redquorum/redquorum/internal/retry"
 )
 
 // slotRounds is one call's way through the slots of a semaphore: a
@@ -144,18 +143,10 @@ func (s *Semaphore) mismatch(e *Error) error {
 }
 
 // slotWait is how a semaphore's caller waits between its passes over the
-// slots: a jittered backoff that doubles up to Options.MaxRetryDelay, cut
-// short by a release announced on a node (internal/wake) of a slot it
-// found taken, within ctx's deadline or Options.MaxWait.
+// slots: a [waiter]'s backoff, give-up and jitter, cut short by a release
+// announced on a node (internal/wake) of any slot it found taken.
 type slotWait struct {
-	c        *Client
-	ctx      context.Context
-	attempts int
-	start    time.Time // of the last pass
-	// giveUpAt is when to give up if ctx has no deadline (zero if it has
-	// one); the timer giveUp is made by the first sleep.
-	giveUpAt time.Time
-	giveUp   <-chan time.Time
+	w waiter // its Client, ctx, attempts, give-up and the last pass's start
 	// listen, hint and last are what the last pass found (see slotPass).
 	listen []string
 	hint   time.Duration
@@ -163,37 +154,26 @@ type slotWait struct {
 }
 
 func (c *Client) newSlotWait(ctx context.Context) *slotWait {
-	w := &slotWait{c: c, ctx: ctx, start: c.cfg.clock.Now()}
-	if _, ok := ctx.Deadline(); !ok {
-		w.giveUpAt = w.start.Add(c.cfg.maxWait)
-	}
-	return w
+	now := c.cfg.clock.Now()
+	_, hasDeadline := ctx.Deadline()
+	return &slotWait{w: waiter{c: c, ctx: ctx, start: now, began: now, ctxOnly: hasDeadline, giveUpAt: now.Add(c.cfg.maxWait)}}
 }
 
-// sleep waits for the backoff, or until w.hint (plus a jitter) when that
-// is sooner, or until a node announces the release of one of w.listen
-// (then plus a jitter, see waiter.jitter). It returns the error for the
-// caller to return when ctx ends, MaxWait passes or the Client closes:
-// last, the last round's, with the reason.
-func (w *slotWait) sleep(last *Error) error {
-	hint := w.hint
-	cfg := w.c.cfg
-	if w.giveUp == nil && !w.giveUpAt.IsZero() {
-		w.giveUp = cfg.clock.After(w.giveUpAt.Sub(cfg.clock.Now()))
-	}
-	wait := retry.Delay(w.attempts, cfg.minRetry, cfg.maxRetry)
-	w.attempts++
-	if hint > 0 && hint < wait {
-		wait = hint + retry.Jitter(min(cfg.minRetry, hint/4))
-	}
+// sleep waits for the waiter's retry delay (see waiter.retryIn), or until
+// a node announces the release of one of w.listen (then plus the waiter's
+// jitter). It returns the error for the caller to return when ctx ends,
+// MaxWait passes or the Client closes: last, the last round's, with the
+// reason.
+func (sw *slotWait) sleep(last *Error) error {
+	w, cfg := &sw.w, sw.w.c.cfg
 	cases := []reflect.SelectCase{
-		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(cfg.clock.After(wait))},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(cfg.clock.After(w.retryIn(sw.hint, noAdjust)))},
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.ctx.Done())},
-		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.giveUp)},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.giveUpChan())},
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.c.life.closing)},
 	}
 	if wk := w.c.waker(); wk != nil {
-		for _, k := range w.listen {
+		for _, k := range sw.listen {
 			wt := wk.Listen(w.c.stored(k), w.start)
 			defer wt.Close()
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(wt.C())})
@@ -211,11 +191,11 @@ func (w *slotWait) sleep(last *Error) error {
 		return ErrClosed
 	}
 	if chosen > 3 { // woken: spread the woken callers over a round's time
-		round := cfg.clock.Now().Sub(w.start)
-		if d := retry.Jitter(min(round, cfg.minRetry)); d > 0 {
-			<-cfg.clock.After(d)
-		}
+		w.jitter()
 	}
 	w.start = cfg.clock.Now()
 	return nil
 }
+
+// noAdjust leaves a delay as it is.
+func noAdjust(d time.Duration) time.Duration { return d }

@@ -89,18 +89,26 @@ func (w *waiter) next(last *Error, hint time.Duration) (handover, error) {
 		return handover{}, last
 	}
 	cfg := w.c.cfg
-	wait := w.s.delay(retry.Delay(w.attempts, cfg.minRetry, cfg.maxRetry))
-	w.attempts++
-	if hint > 0 && hint < wait {
-		// Come back when the holder's keys expire, spread a little so that
-		// waiters do not arrive in step.
-		wait = hint + retry.Jitter(min(cfg.minRetry, hint/4))
-	}
-	if err := w.s.sleep(cfg.clock.After(wait), last); err != nil {
+	if err := w.s.sleep(cfg.clock.After(w.retryIn(hint, w.s.delay)), last); err != nil {
 		return handover{}, err
 	}
 	w.start = cfg.clock.Now()
 	return handover{}, nil
+}
+
+// retryIn returns the wait before the next round after a refused one: a
+// random delay between Options.MinRetryDelay and a cap that doubles with
+// each refusal up to Options.MaxRetryDelay, as adjust changes it, or
+// until hint, when the holder's keys expire, if that is sooner, spread a
+// little so that waiters do not arrive in step.
+func (w *waiter) retryIn(hint time.Duration, adjust func(time.Duration) time.Duration) time.Duration {
+	cfg := w.c.cfg
+	wait := adjust(retry.Delay(w.attempts, cfg.minRetry, cfg.maxRetry))
+	w.attempts++
+	if hint > 0 && hint < wait {
+		wait = hint + retry.Jitter(min(cfg.minRetry, hint/4))
+	}
+	return wait
 }
 
 // listen waits for timer, or for an announcement of the release of the
