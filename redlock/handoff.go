@@ -33,9 +33,7 @@ type handoff struct {
 }
 
 func (h *handoff) wait() waiting {
-	hw := &handWait{inLineWait: inLineWait{s: h.inLine}, h: h}
-	hw.hooks = hw
-	return hw
+	return &handWait{inLineWait: inLineWait{s: h.inLine}, h: h}
 }
 
 // refused returns, for a lock whose round joined the line for a handoff
@@ -117,6 +115,12 @@ func (hw *handWait) join() join {
 	h.ledger.Expect(j.token, hw.stored)
 	hw.expected = true
 	return j
+}
+
+// first and sleep are inLineWait's, with the handoff's part in them.
+func (hw *handWait) first() error { return hw.firstWith(hw) }
+func (hw *handWait) sleep(timer <-chan time.Time, last *Error) error {
+	return hw.sleepWith(hw, timer, last)
 }
 
 // failed notes that the round of j failed: if it joined for a handoff, a

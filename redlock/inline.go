@@ -50,11 +50,7 @@ func (iw *inLineWait) done(l *Lock) {
 // failed notes the calls of the waiter's last round, for leave.
 func (iw *inLineWait) failed(_ join, _ time.Duration, calls *quorum.Round) { iw.last = calls }
 
-func (s *inLine) wait() waiting {
-	iw := &inLineWait{s: s}
-	iw.hooks = iw
-	return iw
-}
+func (s *inLine) wait() waiting { return &inLineWait{s: s} }
 
 // inLineWait is one Lock call's place in line.
 type inLineWait struct {
@@ -63,12 +59,12 @@ type inLineWait struct {
 	// place is the waiter's id in the line: the token of its first round,
 	// "" until then.
 	place string
-	// hooks are the handoff strategy's, or the waiter itself (none).
-	hooks sleepHooks
 	last  *quorum.Round // the calls of the waiter's last round
 }
 
-// sleepHooks let the handoff strategy take part in inLineWait.sleep.
+// sleepHooks let the handoff strategy take part in inLineWait's sleep
+// (see sleepWith): handWait passes itself, inLineWait its own, which do
+// nothing.
 type sleepHooks interface {
 	// handedOff reports whether a quorum of nodes handed the keys off.
 	handedOff() bool
@@ -112,7 +108,10 @@ func (iw *inLineWait) join() join {
 // (see sleep), for the rest of the window. Without it, a client that
 // unlocks and locks again at once would usually beat the named waiter,
 // which needs the announcement and a round.
-func (iw *inLineWait) first() error {
+func (iw *inLineWait) first() error { return iw.firstWith(iw) }
+
+// firstWith is first, with the handoff's part in its sleep from hooks.
+func (iw *inLineWait) firstWith(hooks sleepHooks) error {
 	w := &iw.w
 	left := iw.s.yieldFor(w.c.stored(w.keys[0]))
 	if left <= 0 {
@@ -120,7 +119,7 @@ func (iw *inLineWait) first() error {
 	}
 	e := &Error{Op: "lock", Key: strings.Join(w.keys, ", "), Quorum: w.c.cfg.quorum, sentinel: ErrNotObtained,
 		Reason: "let the waiter of another client named by the last release go first"}
-	return iw.sleep(w.c.cfg.clock.After(left), e)
+	return iw.sleepWith(hooks, w.c.cfg.clock.After(left), e)
 }
 
 func (s *inLine) direct(key string) bool { return s.yieldFor(key) <= 0 && !s.wake.Listening(key) }
@@ -148,12 +147,17 @@ func (s *inLine) yieldFor(key string) time.Duration {
 // sleep then ends at the next announcement, or when the grace has passed,
 // so that a waiter that died or gave up stalls the key no longer than that.
 func (iw *inLineWait) sleep(timer <-chan time.Time, last *Error) error {
+	return iw.sleepWith(iw, timer, last)
+}
+
+// sleepWith is sleep, with the handoff's part in it from hooks.
+func (iw *inLineWait) sleepWith(hooks sleepHooks, timer <-chan time.Time, last *Error) error {
 	w := &iw.w
-	cur := iw.hooks.current()
+	cur := hooks.current()
 	key := w.c.stored(w.keys[0])
 	since := w.start // nothing listened while the round was out
 	for {
-		if iw.hooks.handedOff() {
+		if hooks.handedOff() {
 			return nil
 		}
 		if iw.place != "" && iw.s.wake.NamedSince(key, iw.place, w.start) {
@@ -171,7 +175,7 @@ func (iw *inLineWait) sleep(timer <-chan time.Time, last *Error) error {
 			w.jitter()
 			return nil
 		case strings.HasPrefix(next, protocol.HandPrefix):
-			timer = iw.hooks.heardHand(timer)
+			timer = hooks.heardHand(timer)
 			continue
 		}
 		timer = w.c.cfg.clock.After(iw.grace())

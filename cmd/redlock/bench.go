@@ -79,7 +79,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "redquorum bench on %s, %v per scenario\n", where, *duration)
 	quorum := loadtest.NewQuorumRecorder(len(addrs)/2 + 1)
-	opts.Observer = withEnd(opts.Observer, quorum.End)
+	opts.Observer = redlock.JoinObservers(opts.Observer, &redlock.Observer{End: quorum.End})
 	var results []loadtest.Result
 	impl := loadtest.Redquorum(opts)
 	for _, sc := range loadtest.Scenarios(*duration, *callers, *slow) {
@@ -116,20 +116,6 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
-}
-
-// withEnd returns o with end also called on each operation's end.
-func withEnd(o *redlock.Observer, end func(context.Context, redlock.Event)) *redlock.Observer {
-	if o == nil {
-		return &redlock.Observer{End: end}
-	}
-	w := *o
-	if prev := o.End; prev != nil {
-		w.End = func(ctx context.Context, e redlock.Event) { prev(ctx, e); end(ctx, e) }
-	} else {
-		w.End = end
-	}
-	return &w
 }
 
 // benchWorker runs one caller of a bench scenario whose callers are
