@@ -126,20 +126,14 @@ const observeRecheck = 5 * time.Second
 
 // Observe returns a channel that receives the election's leader, as
 // [Election.Leader] reports it, and then every change of leader, term or
-// value; the zero LeaderInfo means that nobody leads (Leader's
-// [ErrNoLeader]). It is closed when ctx ends or the Client is closed. A
-// change comes as soon as the nodes announce it on pub/sub (a leader
-// elected, a value proclaimed, a resignation), and the loss of a leader
-// that stopped extending its lock (its process died) comes once its TTL
-// runs out on a quorum of nodes, within one TTL. A read that cannot tell
-// who leads (fewer than a quorum answer out of their restart guard, or a
-// candidate's lock is on a quorum while its record is not, see Leader) is
-// retried, and reports nothing. A
-// bad name closes the channel at once. Observe's goroutine ends when ctx
-// ends.
+// value; the zero LeaderInfo means that nobody leads. It is closed when
+// ctx ends, the Client is closed, or at once for a bad name.
 //
-// Receive promptly: while the channel is not received from, Observe holds
-// the latest change and reads no more.
+// A change comes as soon as the nodes announce it; a leader whose process
+// died is reported gone within one TTL. When who leads is unknown, Observe
+// reports nothing and reads again (docs/DESIGN.md, "Elections"). Receive
+// promptly: until you do, Observe keeps the latest change and reads no
+// more.
 func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
 	ch := make(chan LeaderInfo)
 	if e.check() != nil {

@@ -8,19 +8,13 @@ import (
 // Observer receives what a [Client] does, for metrics, traces or logs,
 // without the library depending on any of them: set it as
 // Options.Observer. Every field may be nil, and a nil *Observer costs
-// nothing: no event is built.
+// nothing.
 //
-// The hooks run synchronously, on the goroutine of the call they report
-// (Do's extensions on Do's own watch goroutine), after the node requests
-// they describe have been decided: a slow hook delays its caller (and a slow
-// Do hook the next extension), never a node request in flight. Keep hooks
-// short, and hand heavy work to a goroutine of your own. A hook that panics
-// does not break the call: the panic is recovered, the event is lost, and
-// the first such panic of a Client is logged at Warn. Hooks may be called
-// concurrently.
-//
-// Events are plain values that the hook may keep: their slices are not
-// reused (Keys is shared with the Lock: do not modify it).
+// The hooks run synchronously on the goroutine of the call they report,
+// after its node requests were decided: a slow hook delays its caller,
+// never a node request. Hooks may be called concurrently. A hook that
+// panics loses its event, and the first such panic is logged. Events are
+// plain values a hook may keep (do not modify their Keys).
 type Observer struct {
 	// Begin, when set, is called as an operation begins, with the caller's
 	// context and the keys as given. The context it returns (nil means
