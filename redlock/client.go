@@ -281,7 +281,7 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 	var last *Error
 	var hint time.Duration
 	var turn *queue.Turn[handover]
-	if c.wait.direct(c.stored(keys[0])) {
+	if c.wait.direct(keys[0]) {
 		turn = c.queue.TryJoin(queueKey(keys))
 	}
 	if turn != nil {

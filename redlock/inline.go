@@ -122,7 +122,16 @@ func (iw *inLineWait) firstWith(hooks sleepHooks) error {
 	return iw.sleepWith(hooks, w.c.cfg.clock.After(left), e)
 }
 
-func (s *inLine) direct(key string) bool { return s.yieldFor(key) <= 0 && !s.wake.Listening(key) }
+// direct takes key as given, and makes its stored form only when a key is
+// heard of or listened to: not on an uncontended Client's Lock.
+func (s *inLine) direct(key string) bool {
+	wk := s.wake
+	if !wk.Heard() && wk.Subscribed() == 0 {
+		return true
+	}
+	k := s.c.stored(key)
+	return s.yieldFor(k) <= 0 && !wk.Listening(k)
+}
 
 // yieldFor returns how long a Lock call that begins now lets the waiter
 // of another client that the last release of key (as stored) named go

@@ -84,7 +84,7 @@ type strategy interface {
 	// which every wait for a key's release listens (semaphores' and
 	// elections' too).
 	waker() *wake.Waker
-	// direct reports whether a Lock call for key (as stored) that begins
+	// direct reports whether a Lock call for key (as given) that begins
 	// now, with no other caller of this Client for the key, makes its
 	// first round as TryLock does, before it has a waiter: the strategy has
 	// no reason to let another client's waiter go first (see

@@ -40,9 +40,11 @@ type Waker struct {
 	// listen before (see Listen), the nodes (a bit each) that confirmed
 	// the subscription so far, until a majority did.
 	confirming map[string]uint64
-	// heard is set while named has an entry, so that Heard needs no lock.
-	heard atomic.Bool
-	wg    sync.WaitGroup // the listeners, the idle loop, the (un)subscribing goroutines and stray calls
+	// heard is set while named has an entry, so that Heard needs no lock;
+	// listening is len(keys), so that Subscribed needs none.
+	heard     atomic.Bool
+	listening atomic.Int32
+	wg        sync.WaitGroup // the listeners, the idle loop, the (un)subscribing goroutines and stray calls
 }
 
 // sub is one node's pub/sub connection. Its mu orders the connection's
@@ -93,6 +95,7 @@ func (w *Waker) subscribe(key string) {
 		w.connect()
 	}
 	w.keys[key] = w.clock.Now()
+	w.listening.Store(int32(len(w.keys)))
 	w.ledger.keySubscribed(key)
 	// Each node on its own: a node that is down would hold this wait, or
 	// the other nodes' subscriptions, for its dial. go-redis subscribes
@@ -111,6 +114,7 @@ func (w *Waker) connect() {
 		w.wg.Go(func() { w.listen(s) })
 	}
 	w.keys = map[string]time.Time{}
+	w.listening.Store(0)
 	w.confirming = map[string]uint64{}
 	if w.waiters == nil {
 		w.waiters = map[string]*entry{}
@@ -263,6 +267,7 @@ func (w *Waker) dropIdle(subs []*sub) (next time.Duration, done bool) {
 		w.heard.Store(len(w.named) > 0)
 		drop = append(drop, k)
 	}
+	w.listening.Store(int32(len(w.keys)))
 	if len(w.keys) == 0 {
 		subs := w.subs
 		w.subs = nil // the listeners end once retire closes their connections
@@ -301,8 +306,4 @@ func (w *Waker) Connections() int {
 }
 
 // Subscribed returns how many keys are subscribed.
-func (w *Waker) Subscribed() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.keys)
-}
+func (w *Waker) Subscribed() int { return int(w.listening.Load()) }
