@@ -24,10 +24,10 @@ var ErrResigned = errors.New("redlock: leadership resigned")
 // Election elects one leader among the callers of Campaign with one name,
 // in any number of processes. It is a layer over [Client.Do]'s lock: the
 // leader holds the lock keyed by the election's name, extended while it
-// leads, and its term is the lock's fence, on any Client. The leader also publishes a record (its term, its value
-// and its lock's token) on the nodes, written only while the nodes hold
-// its lock and expiring with it, which [Election.Leader] and
-// [Election.Observe] read. Why terms are fences is argued in
+// leads, and its term is the lock's fence, on any Client. The leader also
+// publishes a record (its term, its value and its lock's token) on the
+// nodes, written only while the nodes hold its lock and expiring with it,
+// which [Election.Leader] and [Election.Observe] read. Why terms are fences is argued in
 // docs/DESIGN.md, "Elections".
 //
 // An Election is a name and its Client: it holds no state, and is safe
@@ -114,9 +114,10 @@ type LeaderInfo struct {
 //
 // Campaign needs a non-empty value and a ttl that Lock accepts, and nodes
 // on which locks can carry fences (see Options.Fencing); otherwise it
-// returns an error naming the bad value or the cause, and sends nothing. When ctx ends, it
-// returns an error wrapping ctx.Err(), and [ErrNotObtained] when it ended
-// the wait for the lock, and leaves no lock behind.
+// returns an error naming the bad value or the cause, and sends nothing.
+// When ctx ends, it returns an error wrapping ctx.Err(), and
+// [ErrNotObtained] when it ended the wait for the lock, and leaves no lock
+// behind.
 func (e *Election) Campaign(ctx context.Context, value string, ttl time.Duration) (*Leadership, error) {
 	if err := e.check(); err != nil {
 		return nil, err

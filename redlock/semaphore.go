@@ -39,9 +39,10 @@ func (e *limitError) Unwrap() error { return ErrLimitMismatch }
 // among every Client that uses the same name and limit. It is made of
 // Limit slots, each a lock on the nodes: a [Permit] holds one slot, so
 // the bound follows from each slot's mutual exclusion, under the same
-// assumptions as a [Lock] (see docs/SEMAPHORES.md). Each node that grants a slot also records the limit, and
-// refuses a slot to a Client that gives another one, so that Clients that
-// disagree on the limit fail with [ErrLimitMismatch] instead of mixing.
+// assumptions as a [Lock] (see docs/SEMAPHORES.md). Each node that grants
+// a slot also records the limit, and refuses a slot to a Client that gives
+// another one, so that Clients that disagree on the limit fail with
+// [ErrLimitMismatch] instead of mixing.
 // A Semaphore is a name, a limit and a Client: it holds no state, and is
 // safe for concurrent use.
 type Semaphore struct {
