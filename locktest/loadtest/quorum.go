@@ -73,17 +73,22 @@ func (q *QuorumRecorder) End(_ context.Context, e redlock.Event) {
 		q.lat = make([][]time.Duration, len(r.Nodes))
 		q.decided = make([]int, len(r.Nodes))
 	}
+	decider := slices.IndexFunc(r.Nodes, func(v redlock.Vote) bool { // the first of equal latencies
+		return v.Outcome == redlock.VoteGranted && v.Latency == kth
+	})
 	for i, v := range r.Nodes {
-		if v.Outcome.Answered() && i < len(q.lat) {
+		if i >= len(q.lat) {
+			break
+		}
+		if v.Outcome.Answered() {
 			q.lat[i] = append(q.lat[i], v.Latency)
 		}
-		if v.Outcome == redlock.VoteGranted && v.Latency == kth && i < len(q.decided) {
+		if i == decider {
 			q.decided[i]++
-			kth = -1 // one decider a round, the first of equal latencies
 		}
 	}
 	q.rounds = append(q.rounds, r.Duration)
-	q.kth = append(q.kth, granted[q.quorum-1])
+	q.kth = append(q.kth, kth)
 }
 
 // Take returns what was recorded since the last Take, nil for nothing.
