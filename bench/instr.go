@@ -29,7 +29,7 @@ import (
 // counters are zeroed before the measured operations and read after them.
 // It needs valgrind (Debian's package) and prints one line per
 // implementation.
-func nodeInstructions(ctx context.Context, names []string, n int) error {
+func nodeInstructions(ctx context.Context, names []string, n int, lineWaiters []int) error {
 	// Under valgrind the server is some 50 times slower: the node timeouts
 	// are long, so that no call is retried.
 	impls, err := implsNamed(allImpls(&redlock.Options{NodeTimeout: 2 * time.Second}), names)
@@ -66,13 +66,15 @@ func nodeInstructions(ctx context.Context, names []string, n int) error {
 		}
 	}
 	for _, st := range strategies {
-		counts, err := contendedInstructions(ctx, dir, n, st)
-		if err != nil {
-			return fmt.Errorf("contended, %s: %w", strategyNames[st], err)
-		}
-		fmt.Printf("\nredquorum's scripts on a hot key, waiting %s, %d of each (see contendedInstructions)\n\n", strategyNames[st], n)
-		for _, c := range counts {
-			fmt.Printf("%-64s %14.0f\n", c.name, c.per)
+		for _, waiters := range lineWaiters {
+			counts, err := contendedInstructions(ctx, dir, n, waiters, st)
+			if err != nil {
+				return fmt.Errorf("contended, %s, %d waiters: %w", strategyNames[st], waiters, err)
+			}
+			fmt.Printf("\nredquorum's scripts on a hot key, waiting %s, %d waiters in line, %d of each (see contendedInstructions)\n\n", strategyNames[st], waiters, n)
+			for _, c := range counts {
+				fmt.Printf("%-64s %14.0f\n", c.name, c.per)
+			}
 		}
 	}
 	return nil

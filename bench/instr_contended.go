@@ -25,10 +25,11 @@ type count struct {
 // contendedInstructions returns the instructions one redis-server runs
 // for the scripts of a hot key that the uncontended lock+unlock never
 // runs, over n of each, as a client waiting with strategy st sends them
-// (internal/protocol):
+// (internal/protocol), with waiters waiters of as many clients in the
+// key's line (7 for the figures in bench/README.md; --line-waiters):
 //
 //   - a waiter's later round, refused while another token holds the key
-//     (seven waiters of seven clients taking turns): with WaitInLine and
+//     (the waiters taking turns): with WaitInLine and
 //     WaitHandoff it joins the key's line, replacing its waiter's previous
 //     entry;
 //   - with WaitInLine and WaitHandoff, a waiter's first round, which joins
@@ -42,8 +43,12 @@ type count struct {
 //     hands the key off (WaitHandoff), names the first in line
 //     (WaitInLine) or names nobody (WaitBackoff). Each is counted with
 //     the SET and ZADD that put the lock and a waiter back before it, and
-//     the GET that checks it after, the same for every strategy.
-func contendedInstructions(ctx context.Context, dir string, n int, st protocol.Strategy) ([]count, error) {
+//     the GET that checks it after, the same for every strategy;
+//   - with WaitHandoff, the release with which a waiter that obtained the
+//     lock, or gave up, leaves the line for each of its earlier rounds
+//     (protocol.Release.Leave, see handWait.done), which takes its
+//     client's entries off the line and finds the key held by another.
+func contendedInstructions(ctx context.Context, dir string, n, waiters int, st protocol.Strategy) ([]count, error) {
 	type join struct {
 		name           string
 		first, cleared bool
@@ -64,25 +69,33 @@ func contendedInstructions(ctx context.Context, dir string, n int, st protocol.S
 	}
 	var counts []count
 	for _, j := range joins {
-		per, err := joinInstructions(ctx, dir, n, st, j.first, j.cleared)
+		per, err := joinInstructions(ctx, dir, n, waiters, st, j.first, j.cleared)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", j.name, err)
 		}
 		counts = append(counts, count{j.name, per})
 	}
-	per, err := releaseInstructions(ctx, dir, n, st)
+	per, err := releaseInstructions(ctx, dir, n, waiters, st)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", release, err)
 	}
-	return append(counts, count{release, per}), nil
+	counts = append(counts, count{release, per})
+	if st == protocol.Handoff {
+		const leave = "a waiter's release that leaves the line (Leave)"
+		per, err := leaveInstructions(ctx, dir, n, waiters)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", leave, err)
+		}
+		counts = append(counts, count{leave, per})
+	}
+	return counts, nil
 }
 
 // joinInstructions counts the refused rounds of contendedInstructions:
 // later rounds, or first rounds (of a client that may have entries left
-// unless cleared).
-func joinInstructions(ctx context.Context, dir string, n int, st protocol.Strategy, first, cleared bool) (float64, error) {
-	const waiters = 7
-	name := fmt.Sprintf("join-%s-%v-%v", strategyNames[st], first, cleared)
+// unless cleared), of waiters waiters taking turns.
+func joinInstructions(ctx context.Context, dir string, n, waiters int, st protocol.Strategy, first, cleared bool) (float64, error) {
+	name := fmt.Sprintf("join-%s-%v-%v-%d", strategyNames[st], first, cleared, waiters)
 	return underCallgrind(ctx, dir, name, n, func(addr string) (func(string, int) error, func(), error) {
 		c := redis.NewClient(redlock.NodeOptions(addr))
 		if err := c.HSet(ctx, protocol.StateKey, "g", "0").Err(); err != nil {
@@ -139,11 +152,15 @@ func joinInstructions(ctx context.Context, dir string, n int, st protocol.Strate
 }
 
 // releaseInstructions counts the announced releases of
-// contendedInstructions.
-func releaseInstructions(ctx context.Context, dir string, n int, st protocol.Strategy) (float64, error) {
-	return underCallgrind(ctx, dir, "release-"+strategyNames[st], n, func(addr string) (func(string, int) error, func(), error) {
+// contendedInstructions, with waiters-1 other waiters behind the one
+// that each release names or hands the key off to.
+func releaseInstructions(ctx context.Context, dir string, n, waiters int, st protocol.Strategy) (float64, error) {
+	return underCallgrind(ctx, dir, fmt.Sprintf("release-%s-%d", strategyNames[st], waiters), n, func(addr string) (func(string, int) error, func(), error) {
 		c := redis.NewClient(redlock.NodeOptions(addr))
 		if err := c.HSet(ctx, protocol.StateKey, "g", "0").Err(); err != nil {
+			return nil, nil, err
+		}
+		if err := fillLine(ctx, c, st, waiters-1); err != nil {
 			return nil, nil, err
 		}
 		// The waiter's client: it listens on its own channel for a
@@ -182,5 +199,67 @@ func releaseInstructions(ctx context.Context, dir string, n int, st protocol.Str
 			}
 			return err
 		}, func() { _ = sub.Close(); _ = c.Close() }, nil
+	})
+}
+
+// fillLine puts others waiters, of as many other clients, in the hot
+// key's line behind the one a test puts first (score 1), in the form of
+// the entries of strategy st.
+func fillLine(ctx context.Context, c *redis.Client, st protocol.Strategy, others int) error {
+	if others <= 0 {
+		return nil
+	}
+	zs := make([]redis.Z, others)
+	for w := range zs {
+		id := protocol.NewToken("bench")
+		entry := id
+		if st == protocol.Handoff {
+			entry = id + "|" + protocol.NewToken("bench") + "|10000|" + protocol.HandChannel + "other" + strconv.Itoa(w)
+		}
+		zs[w] = redis.Z{Score: float64(2 + w), Member: entry}
+	}
+	return c.ZAdd(ctx, protocol.LinePrefix+"hot", zs...).Err()
+}
+
+// leaveInstructions counts the releases with which a waiter leaves the
+// hot key's line (protocol.Release.Leave, as handWait.done sends one for
+// each of its earlier rounds), while another token holds the key and
+// waiters-1 waiters of other clients are in line: each takes the
+// waiter's entry (put back before it) off the line.
+func leaveInstructions(ctx context.Context, dir string, n, waiters int) (float64, error) {
+	return underCallgrind(ctx, dir, fmt.Sprintf("leave-%d", waiters), n, func(addr string) (func(string, int) error, func(), error) {
+		c := redis.NewClient(redlock.NodeOptions(addr))
+		if err := c.HSet(ctx, protocol.StateKey, "g", "0").Err(); err != nil {
+			return nil, nil, err
+		}
+		if err := c.Set(ctx, "hot", protocol.WaitedPrefix+"holder", time.Hour).Err(); err != nil {
+			return nil, nil, err
+		}
+		if err := fillLine(ctx, c, protocol.Handoff, waiters-1); err != nil {
+			return nil, nil, err
+		}
+		channel := protocol.HandChannel + "waiter"
+		p := protocol.New(redlock.DefaultRestartGuard, false, protocol.Handoff, "")
+		p.WithHandChannel(channel)
+		id := protocol.NewToken("bench")
+		return func(string, int) error {
+			token := protocol.NewToken("bench")
+			entry := id + "|" + token + "|10000|" + channel
+			if err := c.ZAdd(ctx, protocol.LinePrefix+"hot", redis.Z{Score: float64(waiters + 1), Member: entry}).Err(); err != nil {
+				return err
+			}
+			v, err := p.RunInt(ctx, c, p.Release(protocol.Release{Keys: []string{"hot"}, Token: token, Announce: true, Leave: true}))
+			if err != nil {
+				return err
+			}
+			if v != 0 {
+				return fmt.Errorf("leave: %d, want 0 (the key is another's)", v)
+			}
+			left, err := c.ZScore(ctx, protocol.LinePrefix+"hot", entry).Result()
+			if !errors.Is(err, redis.Nil) {
+				return fmt.Errorf("leave: the entry is still in line (%v, %v)", left, err)
+			}
+			return nil
+		}, func() { _ = c.Close() }, nil
 	})
 }

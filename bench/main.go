@@ -28,6 +28,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -160,6 +161,7 @@ func run(ctx context.Context) error {
 	election := flag.Int("election", 0, "instead of the scenarios: measure this many election failovers after a resign and as many after the leader's process died (see election.go)")
 	electionTTL := flag.Duration("election-ttl", time.Second, "the leadership's TTL for --election")
 	commands := flag.Bool("commands", false, "count the commands the nodes run per operation, by name (INFO commandstats, reset at each measured phase), and print them under the table")
+	lineWaiters := flag.String("line-waiters", "7", "with --node-instructions: the waiters in the hot key's line for the contended counts, comma-separated (one set of counts for each)")
 	instr := flag.Int("node-instructions", 0, "instead of the scenarios: count the instructions one redis-server runs per lock+unlock, over this many operations, under valgrind's callgrind (see instr.go)")
 	flag.Parse()
 	partial := *only != "" || *implName != ""
@@ -178,7 +180,15 @@ func run(ctx context.Context) error {
 		if *implName != "" {
 			names = strings.Split(*implName, ",")
 		}
-		return nodeInstructions(ctx, names, *instr)
+		var waiters []int
+		for _, f := range strings.Split(*lineWaiters, ",") {
+			w, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || w < 1 {
+				return fmt.Errorf("--line-waiters: %q is not a positive number", f)
+			}
+			waiters = append(waiters, w)
+		}
+		return nodeInstructions(ctx, names, *instr, waiters)
 	}
 	impls := allImpls(nil)[:2]
 	if *implName != "" {

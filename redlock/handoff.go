@@ -140,14 +140,27 @@ func (hw *handWait) failed(j join, ttl time.Duration, calls *quorum.Round) {
 }
 
 // delay is the backoff's d, or, once in line for a handoff with the
-// Client's hand channel in place, Options.MaxRetryDelay: the key comes to this
-// waiter in its turn, and a round before then would only find it taken.
-// The timer is for a handoff or an announcement that got lost.
+// Client's hand channel in place, Options.MaxRetryDelay, doubled for each
+// earlier round of the waiter that joined, up to a quarter of the lock's
+// TTL (or MaxRetryDelay, if more): the key comes to this waiter in its
+// turn, and a round before then would only find it taken. The timer is for
+// a handoff or an announcement that got lost. A flat period would cost
+// the nodes a round from every waiter in line each MaxRetryDelay, whose
+// script looks through the whole line: with a long line, each acquisition
+// then pays for rounds in proportion to the line's length, each in
+// proportion to it too. A quarter of the TTL keeps the current round young
+// enough for its handoff to leave more than half the TTL (see handed).
 func (hw *handWait) delay(d time.Duration) time.Duration {
-	if hw.current() != "" {
-		return hw.w.c.cfg.maxRetry
+	if hw.current() == "" {
+		return d
 	}
-	return d
+	cfg := hw.w.c.cfg
+	limit := max(cfg.maxRetry, hw.ttl/4)
+	wait := cfg.maxRetry
+	for i := 1; i < len(hw.hands) && wait < limit; i++ {
+		wait *= 2
+	}
+	return min(wait, limit)
 }
 
 // current returns the token of the waiter's last round that joined for a
