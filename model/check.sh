@@ -64,6 +64,15 @@ ctl-seedzero|-DT=2 -DFENCING -DNEWCLIENT -DTOTALLOSS -DNOEXCLUSIVE -DSEEDZERO -D
 ctl-handnow|-DT=2 -DHANDOFF -DHANDNOW -DC=3 -DLATE3|exclusive|dfs
 ctl-handsym|-DT=2 -DHANDOFF -DHANDNOW -DC=3 -DLATE3 -DSYMMETRY|exclusive|dfs
 orphan|-DT=2 -DORPHAN|ok
+pipe|-DT=2 -DPIPE -DCRASH|ok
+pipe-kill|-DT=2 -DPIPE -DCRASH -DIDCHANGE -DKILL|ok
+pipe-failover|-DT=2 -DPIPE -DFAILOVER -DREPROMOTE -DIDCHANGE|ok
+pipe-delayed|-DT=2 -DPIPE -DCRASH -DDELAYED|ok
+pipe-loss|-DT=2 -DPIPE -DLOSS -DLOCKOUT|ok
+pipe-orphan|-DT=2 -DPIPE -DORPHAN|ok
+pipe-timeouts|-DT=2 -DPIPE -DTIMEOUTS -DCRASH|ok
+ctl-noread|-DT=2 -DPIPE -DNOREAD -DCRASH|exclusive
+ctl-readfirst|-DT=2 -DPIPE -DREADFIRST -DCRASH|exclusive
 live|-DT=2 -DLIVE -DLOCKOUT|ok|live
 ctl-live|-DT=2 -DLIVE -DNOCLEANUP|live|live
 failover-delayed|-DT=2 -DFAILOVER -DDELAYED|ok
@@ -117,12 +126,12 @@ layer-late|-DC=3 -DSPLIT=1 -DLATE|ok||layer.pml
 # make model keeps those of mutex, crash, loss, orphan and handoff2), and
 # the longest controls whose property another control of make model also
 # breaks (ctl-nomark beside ctl-replid; ctl-minority5 beside ctl-minority).
-EXTRA=" failover-delayed handoff fence-failover fresh-crash timeouts5 fresh-id fresh-kill failover-kill const-failover crash-delayed fence mutex5 const-fence const-extend const-timeouts ctl-minority5 ctl-nomark "
+EXTRA=" pipe-loss pipe-failover pipe-delayed pipe-timeouts pipe-kill failover-delayed handoff fence-failover fresh-crash timeouts5 fresh-id fresh-kill failover-kill const-failover crash-delayed fence mutex5 const-fence const-extend const-timeouts ctl-minority5 ctl-nomark "
 # Runs whose search takes long enough to pay for gcc -O2 (about 7 s to
 # build against under 1 s at -O0, for a search about twice as fast), the
 # longest first: they start first (below). The others' verifiers are
 # built with -O0.
-HEAVY=" fence-loss const-failover failover ctl-nomark crash-delayed ctl-replid replid fresh const-crash crash mutex-delayed fence-crash ctl-seedzero ctl-backlog ctl-minority5 extend-crash loss5 layer-sem-all layer-rw3-all extend layer-late lockout ctl-nodrift5 mutex5 fence-failover fresh-crash handoff failover-delayed timeouts5 fresh-id fresh-kill failover-kill fence "
+HEAVY=" pipe fence-loss const-failover failover ctl-nomark crash-delayed ctl-replid replid fresh const-crash crash mutex-delayed fence-crash ctl-seedzero ctl-backlog ctl-minority5 extend-crash loss5 layer-sem-all layer-rw3-all extend layer-late lockout ctl-nodrift5 mutex5 fence-failover fresh-crash handoff failover-delayed timeouts5 fresh-id fresh-kill failover-kill fence "
 declare -A TEXT=([exclusive]='ul[jj]>0' [fence]='fence[c]>maxFence' [order]='fence[c]>ofence[jj]' [orphan]='buriedAt[tt]' [lockout]='everState' [live]='acceptance cycle'
   [bound]='inside<=lowest' [rw]='inside==1')
 

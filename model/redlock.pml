@@ -400,6 +400,21 @@ byte mh[C];               /* bit j: node j may hold the round's token */
 #define RBITS byte
 #endif
 byte acq[C*N];
+#ifdef PIPE
+/* PIPE: an acquire is the pipelined one (any acquire of a lock on a plain
+ * node: internal/protocol.Pipelined), SET NX then HGET of the guard on one
+ * connection, two steps with anything between them; a reply that grants
+ * nothing sends the script (scr, bit r: the acquire in flight is it). hg,
+ * bit r: round r's SET landed, its HGET is in flight. READFIRST, a control:
+ * the guard read before the write, in an earlier round trip (est, bit r:
+ * the read found the node established); the write goes out later, on a
+ * new connection if the old one dropped. NOREAD, a control: the SET alone
+ * counts. */
+byte hg[C*N], scr[C*N];
+#ifdef READFIRST
+byte est[C*N];
+#endif
+#endif
 XV byte xreq[C*N];
 RBITS rel[C*N];
 byte rep[C*N], repv[C*N];
@@ -611,7 +626,12 @@ inline acquire(c, r, i) {
            fi
         fi;
         if
-        :: gdd -> kd = GUARDED; vv = sid[i]
+        :: gdd ->
+           kd = GUARDED; vv = sid[i];
+           if
+           :: key[i] == tt -> key[i] = 0; mark[i] = 0; kl[i] = 0  /* taken back, its tombstones kept */
+           :: else -> skip
+           fi
         :: else ->
 #ifdef ORPHAN
            /* a late SET must not land after its own release left its
@@ -652,6 +672,70 @@ inline acquire(c, r, i) {
   :: else -> skip                   /* a reply nobody waits for */
   fi;
 }
+
+#ifdef PIPE
+/* SCRIPT_NEXT: the pipeline's reply grants nothing; the client sends the
+ * acquire script to node i, even once the round is decided (its call on the
+ * node runs to its end: internal/node.Node.Acquire), but within the call's
+ * time: with ORPHAN, not once the request is AGE ticks old (al), and it
+ * ages from the round's send. */
+#ifdef ORPHAN
+#define SCRIPT_NEXT(c, r, i) \
+  if \
+  :: al[c*N+i] > 0 -> scr[c*N+i] = scr[c*N+i] | (1 << r); acq[c*N+i] = acq[c*N+i] | (1 << r) \
+  :: else -> skip \
+  fi
+#else
+#define SCRIPT_NEXT(c, r, i) scr[c*N+i] = scr[c*N+i] | (1 << r); acq[c*N+i] = acq[c*N+i] | (1 << r)
+#endif
+#define PIPE_GRANTS(c, i) \
+  if \
+  :: tok[c] == tt && phase[c] == ACQ -> rep[c*N+i] = GRANTED; repv[c*N+i] = 0 \
+  :: else -> skip \
+  fi
+/* pipeSet: the pipeline's SET key token NX PX ttl, on node i. It sets
+ * only a missing key; a value (a holder, a mark, tombstones) refuses it,
+ * and the client then sends the script. */
+inline pipeSet(c, r, i) {
+  tt = TOK(c, r);
+#ifdef READFIRST
+  if
+  :: !conn[c*N+i] -> check(c, i)
+  :: else -> skip
+  fi;
+#endif
+  if
+  :: key[i] == 0 && mark[i] == 0 && tomb[i] == 0 ->
+#ifdef ORPHAN
+     assert(!(buriedAt[tt] & (1 << i)));
+#endif
+     key[i] = tt; kl[i] = T;
+     printf("MSC: node %d: pipelined SET %d of client %d\n", i, tt, c);
+#if defined(NOREAD)
+     PIPE_GRANTS(c, i)
+#elif defined(READFIRST)
+     if
+     :: est[c*N+i] & (1 << r) -> PIPE_GRANTS(c, i)
+     :: else -> SCRIPT_NEXT(c, r, i)
+     fi
+#else
+     hg[c*N+i] = hg[c*N+i] | (1 << r)  /* its HGET follows on the connection */
+#endif
+  :: else -> SCRIPT_NEXT(c, r, i)  /* the SET found a value */
+  fi
+}
+/* pipeGet: the pipeline's HGET of the state's g, on node i: a grant iff
+ * the node is established; otherwise (guarded, or no state) the script,
+ * which finds the key already holding the token. */
+inline pipeGet(c, r, i) {
+  tt = TOK(c, r);
+  if
+  :: G == 0 || g[i] == 0 -> PIPE_GRANTS(c, i)
+  :: else -> SCRIPT_NEXT(c, r, i)
+  fi;
+  printf("MSC: node %d: pipelined HGET %d of client %d -> %d\n", i, tt, c, g[i])
+}
+#endif
 
 /* release: release.lua for the token of round r of client c (its hand
  * value when hand) on node i; announce for an unlock, not for the clean-up
@@ -743,13 +827,20 @@ inline post(c, i) {
   bb = 0; rb = 0
 }
 
+#if defined(PIPE) && defined(READFIRST)
+#define ACQ_DROPS(c, i) hg[c*N+i] = 0; scr[c*N+i] = 0  /* the write is not sent yet */
+#elif defined(PIPE)
+#define ACQ_DROPS(c, i) acq[c*N+i] = 0; hg[c*N+i] = 0; scr[c*N+i] = 0
+#else
+#define ACQ_DROPS(c, i) acq[c*N+i] = 0
+#endif
 /* dropConns drops every connection to node i, and the requests in
  * flight on them: the next request of each client opens one and runs
  * check. */
 inline dropConns(i) {
   jj = 0;
   do
-  :: jj < C -> acq[jj*N+i] = 0; rel[jj*N+i] = 0; xreq[jj*N+i] = 0; conn[jj*N+i] = 0; jj++
+  :: jj < C -> ACQ_DROPS(jj, i); rel[jj*N+i] = 0; xreq[jj*N+i] = 0; conn[jj*N+i] = 0; jj++
   :: else -> break
   od
 }
@@ -767,15 +858,33 @@ inline newServer(i) {
   LINE_CLEAR(i)
 }
 
+#ifdef PIPE
+#define ACQ_ARRIVES(c, r) \
+  :: atomic { acq[c*N+i] & (1 << r) -> acq[c*N+i] = acq[c*N+i] & ~(1 << r); \
+       if \
+       :: scr[c*N+i] & (1 << r) -> scr[c*N+i] = scr[c*N+i] & ~(1 << r); acquire(c, r, i) \
+       :: else -> pipeSet(c, r, i) \
+       fi; CLEAN } \
+  :: atomic { hg[c*N+i] & (1 << r) -> hg[c*N+i] = hg[c*N+i] & ~(1 << r); pipeGet(c, r, i); CLEAN }
+#else
 #define ACQ_ARRIVES(c, r) \
   :: atomic { acq[c*N+i] & (1 << r) -> acq[c*N+i] = acq[c*N+i] & ~(1 << r); acquire(c, r, i); CLEAN }
+#endif
 #define REL_ARRIVES(c, b) \
   :: atomic { rel[c*N+i] & (1 << b) -> rel[c*N+i] = rel[c*N+i] & ~(1 << b); release(c, b % R, (b / R == 1), (b >= R), i) HAND_TOO(c, b, i); CLEAN }
 #define X_ARRIVES(c) \
   :: atomic { xreq[c*N+i] != 0 -> xrun(c, i); CLEAN }
 #ifdef LOSS
+#ifdef PIPE
+#define LOST_HG(c) :: atomic { hg[c*N+i] != 0 -> hg[c*N+i] = 0; CLEAN }
+#define SCR_CLEAR(c) scr[c*N+i] = 0
+#else
+#define LOST_HG(c)
+#define SCR_CLEAR(c) skip
+#endif
 #define LOST(c) \
-  :: atomic { acq[c*N+i] != 0 -> acq[c*N+i] = 0; CLEAN } \
+  LOST_HG(c) \
+  :: atomic { acq[c*N+i] != 0 -> acq[c*N+i] = 0; SCR_CLEAR(c); CLEAN } \
   :: atomic { xreq[c*N+i] != 0 -> xreq[c*N+i] = 0; CLEAN }
 #else
 #define LOST(c)
@@ -923,6 +1032,15 @@ end:
 
 /* ---- Client steps: redlock/round.go, lock.go. ---- */
 
+#if defined(PIPE) && defined(READFIRST)
+#define READ_FIRST(c, jj) \
+  if \
+  :: G == 0 || g[jj] == 0 -> est[c*N+jj] = est[c*N+jj] | (1 << rnd[c]) \
+  :: else -> est[c*N+jj] = est[c*N+jj] & ~(1 << rnd[c]) \
+  fi
+#else
+#define READ_FIRST(c, jj) skip
+#endif
 /* send starts round rnd[c] of client c: the acquire to every node, each
  * over a connection checked when it opened. */
 inline send(c) {
@@ -937,6 +1055,7 @@ inline send(c) {
      :: else -> skip
      fi;
      rep[c*N+jj] = 0;
+     READ_FIRST(c, jj);
      acq[c*N+jj] = acq[c*N+jj] | (1 << rnd[c]);
      AGE_START(c, jj);
      jj++
@@ -954,6 +1073,13 @@ inline send(c) {
  * that no request of the token can meet. */
 #define MAYHOLD(c, jj) (mh[c] & (1 << jj))
 
+/* HG_FORGET: a pipelined HGET still in flight reads, and its reply is not
+ * read once the round is decided: it is forgotten (hg). */
+#ifdef PIPE
+#define HG_FORGET(c, jj) hg[c*N+jj] = 0
+#else
+#define HG_FORGET(c, jj) skip
+#endif
 /* settle records where the decided round may hold its token, and forgets
  * the replies (later ones are not read). */
 inline settle(c) {
@@ -964,7 +1090,7 @@ inline settle(c) {
      :: rep[c*N+jj] == 0 || rep[c*N+jj] == GRANTED -> mh[c] = mh[c] | (1 << jj)
      :: else -> skip
      fi;
-     rep[c*N+jj] = 0; repv[c*N+jj] = 0; repm[c*N+jj] = 0;
+     rep[c*N+jj] = 0; repv[c*N+jj] = 0; repm[c*N+jj] = 0; HG_FORGET(c, jj);
      jj++
   :: else -> break
   od
@@ -988,7 +1114,11 @@ inline fail(c) {
  * (for an acquire, of any grant: the client then counts the known
  * fences), or no reply can still come from any node that has not
  * answered (its request was lost), or, with TIMEOUTS, at any moment. */
+#ifdef PIPE
+#define PENDING(c, jj, reply) (reply[c*N+jj] == 0 && (acq[c*N+jj] != 0 || hg[c*N+jj] != 0 || xreq[c*N+jj] != 0))
+#else
 #define PENDING(c, jj, reply) (reply[c*N+jj] == 0 && (acq[c*N+jj] != 0 || xreq[c*N+jj] != 0))
+#endif
 #define OK(c, jj, reply, ok) (reply[c*N+jj] == ok)
 #define DECIDED(c, reply, ok) (TIMEOUT || DECIDABLE(c, reply, ok))
 #define DECIDABLE(c, reply, ok) ( \

@@ -85,6 +85,27 @@ func newTuned(nodes []redis.UniversalClient, opts *Options, tune func(*tunables)
 	return newClient(nodes, cfg)
 }
 
+// openTuned is Open with the tunables that tune sets.
+func openTuned(addrs []string, opts *Options, tune func(*tunables)) (*Client, error) {
+	cfg, err := opts.config(len(addrs))
+	if err != nil {
+		return nil, err
+	}
+	cfg.asGiven = true
+	tune(&cfg.tunables)
+	nodes, err := openNodes(addrs)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newClient(nodes, cfg)
+	if err != nil {
+		_ = closeClients(nodes)
+		return nil, err
+	}
+	c.owned = nodes
+	return c, nil
+}
+
 // settle waits until cl's requests still in flight (answers that came after
 // a round's decision, releases of failed rounds and of unlocks, and the
 // redelivery of releases in doubt) have landed, so that a test's next step

@@ -111,7 +111,10 @@ func (r *lateRig) client(t *testing.T, slow bool) *Client {
 	if slow {
 		addrs = []string{r.s.Addrs[0], r.proxies[0].Addr(), r.proxies[1].Addr()}
 	}
-	cl, err := Open(addrs, &Options{NodeTimeout: 300 * time.Millisecond})
+	// The acquires the proxies hold are the script, one command: a
+	// pipelined acquire's connection may be new, and its handshake, held
+	// too, would keep the acquire from being sent at all.
+	cl, err := openTuned(addrs, &Options{NodeTimeout: 300 * time.Millisecond}, func(tn *tunables) { tn.scriptAcquires = slow })
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cl.Close() })
 	warm, err := cl.Lock(t.Context(), "warm", 10*time.Second)

@@ -196,6 +196,10 @@ type tunables struct {
 	// another client a Lock's first round lets that waiter go first (see
 	// inLineWait.first).
 	yieldWindow time.Duration
+	// scriptAcquires sends every acquire as the script, never as the
+	// pipelined acquire (internal/node): for tests whose faults act on an
+	// acquire's one command.
+	scriptAcquires bool
 	// noTopUp keeps a lock that a handoff gave from being acquired on the
 	// nodes that did not hand it off (see handoff.topUp): for tests.
 	noTopUp bool
@@ -328,7 +332,7 @@ func (c *config) nodeConfig(closing <-chan struct{}) *node.Config {
 	return &node.Config{
 		Prefix: c.prefix, Protocol: c.protocol(), Clock: c.clock, Log: c.log,
 		Tags: new(hashslot.Tags), Closing: closing, Checked: c.checked,
-		BatchWindow: c.batchWindow, RedeliveryLimit: c.redeliveryLimit,
+		BatchWindow: c.batchWindow, RedeliveryLimit: c.redeliveryLimit, ScriptAcquires: c.scriptAcquires,
 		RedeliverFirst: c.redeliverFirst, RedeliverMax: c.redeliverMax,
 		// Nothing waits for a redelivery but Close, and a node slower than
 		// the node timeout should still get its releases.

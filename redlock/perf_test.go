@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"net"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -149,13 +150,14 @@ func TestNodeOptionsDialOnce(t *testing.T) {
 }
 
 // lockUnlockAllocs is the allocation budget of one uncontended Lock+Unlock
-// of one key by a Client without an Observer over five redis-server nodes,
-// every goroutine of the process counted. It was measured at 61–65, mostly
-// 62 (go1.26.8, redis-server 7.0.15 on loopback, 2 cores at load average up
-// to 8, commit 2b89600). A loaded machine adds a few: more Unlocks find an
-// acquire still outstanding. The budget leaves room for that and fails a
-// regression of 20% (74).
-const lockUnlockAllocs = 72
+// of distinct keys by a Client without an Observer over five redis-server
+// nodes, every goroutine of the process counted. It was measured at 81–82
+// (go1.26.8, go-redis v9.23.0, redis-server 7.0.15 on loopback, 2 cores):
+// 66 with the acquire script, and 3 more per node for the pipelined
+// acquire, all in go-redis's pipeline (Exec's slice of commands, and two in
+// its check of the pipeline's error, nil or not). A loaded machine adds a
+// few. The budget fails a regression of about 10%.
+const lockUnlockAllocs = 90
 
 // TestLockUnlockAllocs pins the allocations of an uncontended Lock+Unlock
 // to lockUnlockAllocs. The race detector adds allocations of its own, so the
@@ -176,8 +178,17 @@ func TestLockUnlockAllocs(t *testing.T) {
 		}
 	})
 	ctx := t.Context()
+	// Distinct keys, as the bench's 1-caller scenario: the same key again
+	// may find its last release still on the way to a node, which changes
+	// how the next acquire goes there (see node.Node.pipelines).
+	keys := make([]string, 501) // AllocsPerRun runs the function once more to warm up
+	for i := range keys {
+		keys[i] = "allocs:" + strconv.Itoa(i)
+	}
+	n := 0
 	got := testing.AllocsPerRun(500, func() {
-		l, err := c.Lock(ctx, "allocs", 10*time.Second)
+		l, err := c.Lock(ctx, keys[n], 10*time.Second)
+		n++
 		require.NoError(t, err)
 		require.NoError(t, l.Unlock(ctx))
 	})

@@ -48,13 +48,15 @@ type batcher struct {
 	ctx  deadlineCtx
 }
 
-// batchReq is a command waiting for the batch in flight.
+// batchReq is a request waiting for the batch in flight: one command, or
+// several that go out in order on one connection (see doAll).
 type batchReq struct {
 	ctx   context.Context
-	cmd   redis.Cmder
-	wake  chan struct{} // receives when the command has run, or when it is to lead the next batch
-	batch []*batchReq   // set when this request leads the next batch
-	skip  bool          // not sent: its context had ended
+	cmds  []redis.Cmder
+	one   [1]redis.Cmder // cmds' array for a single command
+	wake  chan struct{}  // receives when the command has run, or when it is to lead the next batch
+	batch []*batchReq    // set when this request leads the next batch
+	skip  bool           // not sent: its context had ended
 }
 
 // batchedClient is a node client whose Process goes through its batcher.
@@ -69,26 +71,57 @@ func (c *batchedClient) Process(ctx context.Context, cmd redis.Cmder) error {
 
 // do runs cmd on node, alone or in a batch, and returns its error.
 func (b *batcher) do(ctx context.Context, node redis.UniversalClient, cmd redis.Cmder) error {
+	b.send(ctx, node, cmd, nil)
+	return cmd.Err()
+}
+
+// doAll runs cmds on node in order on one connection, alone or in a batch;
+// each command carries its own error. Nothing else is sent between them,
+// though the server may run other clients' commands between two of them.
+func (b *batcher) doAll(ctx context.Context, node redis.UniversalClient, cmds []redis.Cmder) {
+	b.send(ctx, node, nil, cmds)
+}
+
+// send is do (cmd) and doAll (cmds, when cmd is nil).
+func (b *batcher) send(ctx context.Context, node redis.UniversalClient, cmd redis.Cmder, cmds []redis.Cmder) {
 	now := time.Now()
 	b.mu.Lock()
 	if !b.busy {
 		b.busy, b.since = true, now
 		b.mu.Unlock()
-		err := node.Process(ctx, cmd)
+		if cmd != nil {
+			_ = node.Process(ctx, cmd)
+		} else {
+			b.pipeline(ctx, node, cmds)
+		}
 		b.next(nil)
-		return err
+		return
 	}
 	if now.Sub(b.since) > b.window {
 		// The node is slow or failing (a dial that retries, a stalled
 		// socket): do not queue behind it, go out on a connection of its own.
 		b.mu.Unlock()
-		return node.Process(ctx, cmd)
+		if cmd != nil {
+			_ = node.Process(ctx, cmd)
+		} else {
+			_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, c := range cmds {
+					_ = p.Process(ctx, c)
+				}
+				return nil
+			})
+		}
+		return
 	}
 	r, _ := b.reqs.Get().(*batchReq)
 	if r == nil {
 		r = &batchReq{wake: make(chan struct{}, 1)}
 	}
-	r.ctx, r.cmd = ctx, cmd
+	r.ctx, r.cmds = ctx, cmds
+	if cmd != nil {
+		r.one[0] = cmd
+		r.cmds = r.one[:]
+	}
 	b.pending = append(b.pending, r)
 	b.mu.Unlock()
 	<-r.wake
@@ -96,10 +129,8 @@ func (b *batcher) do(ctx context.Context, node redis.UniversalClient, cmd redis.
 		b.run(node, batch)
 		b.next(batch)
 	}
-	err := cmd.Err()
 	*r = batchReq{wake: r.wake}
 	b.reqs.Put(r)
-	return err
 }
 
 // next hands the waiting commands, as a batch, to the first of them, or
@@ -136,7 +167,9 @@ func (b *batcher) run(node redis.UniversalClient, batch []*batchReq) {
 	live := 0
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
-			r.cmd.SetErr(err)
+			for _, c := range r.cmds {
+				c.SetErr(err)
+			}
 			r.skip = true
 			continue
 		}
@@ -147,32 +180,50 @@ func (b *batcher) run(node redis.UniversalClient, batch []*batchReq) {
 	}
 	switch {
 	case live == 0:
+	case len(batch) == 1 && len(batch[0].cmds) == 1:
+		_ = node.Process(batch[0].ctx, batch[0].cmds[0])
 	case len(batch) == 1:
-		_ = node.Process(batch[0].ctx, batch[0].cmd)
+		b.pipeline(batch[0].ctx, node, batch[0].cmds)
 	default:
-		b.pipeline(node, batch)
+		b.pipelineBatch(node, batch)
 	}
 	for _, r := range batch[1:] {
 		r.wake <- struct{}{}
 	}
 }
 
-// pipeline sends the commands of batch whose context has not ended as one
-// pipeline, bounded by the latest of their deadlines.
-func (b *batcher) pipeline(node redis.UniversalClient, batch []*batchReq) {
+// pipelineBatch sends the commands of batch whose context has not ended as
+// one pipeline, bounded by the latest of their deadlines.
+func (b *batcher) pipelineBatch(node redis.UniversalClient, batch []*batchReq) {
 	var ctx context.Context = context.Background()
 	if !b.ctx.deadline.IsZero() {
 		ctx = &b.ctx
 	}
+	p := b.pipeliner(node)
+	for _, r := range batch {
+		if !r.skip {
+			for _, c := range r.cmds {
+				_ = p.Process(ctx, c)
+			}
+		}
+	}
+	_, _ = p.Exec(ctx) // each command carries its own error
+}
+
+// pipeline sends cmds as one pipeline in ctx; the caller holds the batch.
+func (b *batcher) pipeline(ctx context.Context, node redis.UniversalClient, cmds []redis.Cmder) {
+	p := b.pipeliner(node)
+	_ = p.BatchProcess(ctx, cmds...)
+	_, _ = p.Exec(ctx) // each command carries its own error
+}
+
+// pipeliner returns the batcher's pipeline, made on first use; only the
+// caller that holds the batch uses it.
+func (b *batcher) pipeliner(node redis.UniversalClient) redis.Pipeliner {
 	if b.pipe == nil {
 		b.pipe = node.Pipeline()
 	}
-	for _, r := range batch {
-		if !r.skip {
-			_ = b.pipe.Process(ctx, r.cmd)
-		}
-	}
-	_, _ = b.pipe.Exec(ctx) // each command carries its own error
+	return b.pipe
 }
 
 // deadlineCtx is a context with a deadline and nothing else: no

@@ -139,7 +139,7 @@ func TestBatchDeadline(t *testing.T) {
 	var seen time.Time
 	n.AddHook(deadlineSpy{&seen})
 	c1, c2 := redis.NewCmd(early, "ping"), redis.NewCmd(late, "ping")
-	b.run(n, []*batchReq{{ctx: early, cmd: c1, wake: make(chan struct{}, 1)}, {ctx: late, cmd: c2, wake: make(chan struct{}, 1)}})
+	b.run(n, []*batchReq{{ctx: early, cmds: []redis.Cmder{c1}, wake: make(chan struct{}, 1)}, {ctx: late, cmds: []redis.Cmder{c2}, wake: make(chan struct{}, 1)}})
 	require.NoError(t, c1.Err())
 	require.NoError(t, c2.Err())
 	d, _ := late.Deadline()
@@ -169,9 +169,9 @@ func TestBatchSkipsEndedContexts(t *testing.T) {
 	c1, c2, c3 := redis.NewIntCmd(live, "incr", "n"), redis.NewIntCmd(ended, "incr", "n"), redis.NewIntCmd(live, "incr", "n")
 	b := &batcher{window: testWindow}
 	b.run(n, []*batchReq{
-		{ctx: live, cmd: c1, wake: make(chan struct{}, 1)},
-		{ctx: ended, cmd: c2, wake: make(chan struct{}, 1)},
-		{ctx: live, cmd: c3, wake: make(chan struct{}, 1)},
+		{ctx: live, cmds: []redis.Cmder{c1}, wake: make(chan struct{}, 1)},
+		{ctx: ended, cmds: []redis.Cmder{c2}, wake: make(chan struct{}, 1)},
+		{ctx: live, cmds: []redis.Cmder{c3}, wake: make(chan struct{}, 1)},
 	})
 	assert.Equal(t, int64(1), c1.Val())
 	assert.ErrorIs(t, c2.Err(), context.Canceled)

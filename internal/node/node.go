@@ -66,6 +66,10 @@ type Config struct {
 	// its last attempt and takes no new releases.
 	Closing <-chan struct{}
 
+	// ScriptAcquires sends every acquire as the script, never as the
+	// pipelined acquire (see Node.pipelines).
+	ScriptAcquires bool
+
 	// BatchWindow is how long after a batch was sent later commands still
 	// queue behind it (see batcher; measured on the system clock).
 	BatchWindow time.Duration
@@ -95,6 +99,25 @@ type Node struct {
 	redo  redelivery
 	// closedWarned is set once a release found the node client closed.
 	closedWarned atomic.Bool
+	// established is set while the node's last acquire script found it
+	// established; foundAt is when a pipelined acquire last found its key
+	// taken (Unix ns). See pipelines.
+	established atomic.Bool
+	foundAt     atomic.Int64
+}
+
+// foundFor is how long after a pipelined acquire found its key taken the
+// node's acquires go as the script.
+const foundFor = 100 * time.Millisecond
+
+// pipelines reports whether the node's next acquire may go as the pipelined
+// one: a plain node, established at its last acquire script, where no
+// pipelined acquire found its key taken within foundFor. Elsewhere the
+// pipeline would mostly decide nothing and cost a round trip more: on a
+// new deployment, a node in its guard, or a key that others contend for
+// (whose refusal the script also tells the waiting strategy of).
+func (n *Node) pipelines() bool {
+	return n.kind == Plain && !n.cfg.ScriptAcquires && n.established.Load() && time.Now().UnixNano()-n.foundAt.Load() > int64(foundFor)
 }
 
 // New returns the node of client, named name in errors and logs. On a
@@ -149,7 +172,9 @@ type Decider interface {
 }
 
 // Acquire asks the node for the lock in a, whose Keys end with the plain
-// state key. shared, when not nil, is a's command as built once for every
+// state key. An acquire that [protocol.Protocol.Pipelined] allows goes as
+// the pipelined acquire first where the node [Node.pipelines], and as the
+// script when the pipeline's replies decide nothing. shared, when not nil, is a's command as built once for every
 // node that uses the plain state key; d is the acquire's round (see
 // [Node.enter]).
 func (n *Node) Acquire(ctx context.Context, a *protocol.Acquire, shared protocol.Cmd, d Decider) (protocol.AcquireReply, error) {
@@ -157,6 +182,21 @@ func (n *Node) Acquire(ctx context.Context, a *protocol.Acquire, shared protocol
 		return protocol.AcquireReply{}, err
 	}
 	defer n.exit()
+	if n.pipelines() && n.cfg.Protocol.Pipelined(a) {
+		pa := n.cfg.Protocol.NewPipelined(ctx, a, shared)
+		n.proc.b.doAll(ctx, n.client, pa.Cmds())
+		granted, found, err := pa.Reply()
+		n.cfg.Protocol.PutPipelined(pa)
+		if err != nil {
+			return protocol.AcquireReply{}, n.explain(err)
+		}
+		if granted {
+			return protocol.AcquireReply{Kind: protocol.Granted}, nil
+		}
+		if found {
+			n.foundAt.Store(time.Now().UnixNano())
+		}
+	}
 	cmd := shared
 	if cmd == nil || n.kind == Cluster {
 		b := *a
@@ -167,7 +207,11 @@ func (n *Node) Acquire(ctx context.Context, a *protocol.Acquire, shared protocol
 	if err != nil {
 		return protocol.AcquireReply{}, n.explain(err)
 	}
-	return protocol.DecodeAcquire(v)
+	rep, err := protocol.DecodeAcquire(v)
+	if err == nil && n.established.Load() != (rep.Kind != protocol.Guarded) {
+		n.established.Store(rep.Kind != protocol.Guarded)
+	}
+	return rep, err
 }
 
 // Release sends cmd, the release of a lock (named key in logs) with the

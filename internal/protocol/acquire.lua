@@ -27,7 +27,8 @@
 -- keeps this very token's tombstone (the round gave up on this node and
 -- released it before this request came); {-2, ms left, id, v} when the
 -- node is in its restart guard, which is read only before a grant (v: the
--- state's mark, '' for none).
+-- state's mark, '' for none); a key that held the token then holds it no
+-- more.
 -- A "--@name" line is where a waiting strategy's code for that hook goes
 -- (see announce.lua), or a comment without one; no hook decides a grant.
 local state, token, ttl, guard = KEYS[#KEYS], ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -74,12 +75,12 @@ if first == false then -- the single key, set above
   return granted()
 end
 if type(first) ~= 'string' then first = nil end
-local wait, marks, rests = 0, {}, {}
+local wait, marks, rests, mine = 0, {}, {}, {}
 for i = 1, #KEYS - 1 do
   local key, v = KEYS[i], first
   if i > 1 or not v then v = redis.call('GET', key) end
   local h, mark, rest = holder(v)
-  marks[i], rests[i] = mark, rest
+  marks[i], rests[i], mine[i] = mark, rest, h == token
   if rest ~= '' and buried(rest, token) then return -3 end
   local free = not h or h == token or h == over
   --@free
@@ -95,7 +96,15 @@ if wait > 0 then
   return wait
 end
 local g = guarded()
-if g then return g end
+if g then
+  -- A key that already holds the token (the pipelined acquire's SET, or a
+  -- retry's) is taken back, its tombstones kept: a guarded node keeps
+  -- nothing of the round, which counts it as refused and releases nothing.
+  for i = 1, #KEYS - 1 do
+    if mine[i] then bury(KEYS[i], nil, rests[i], ttl) end
+  end
+  return g
+end
 for i = 1, #KEYS - 1 do
   tails[i] = bury(KEYS[i], marks[i] .. token, rests[i], ttl)
 end

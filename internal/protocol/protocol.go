@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -188,9 +189,11 @@ type Protocol struct {
 	strategy    Strategy
 	argc        int // the strategy's acquire arguments (see acquire.lua)
 	guard       any // the restart guard in ms; 0: off
-	none        any // "": an optional argument not sent
-	state       any // the plain state key, for an announced release
-	handChannel any // the client's hand channel (see HandChannel); nil: no handoffs
+	fencing     bool
+	pipes       sync.Pool // of *PipelinedAcquire
+	none        any       // "": an optional argument not sent
+	state       any       // the plain state key, for an announced release
+	handChannel any       // the client's hand channel (see HandChannel); nil: no handoffs
 	lastTTL     atomic.Pointer[boxedTTL]
 	// lastTicket is the last ticket sent, boxed (an int64): the waiters
 	// whose tickets are equal share it.
@@ -216,7 +219,7 @@ func New(guard time.Duration, fencing bool, s Strategy, prefix string) *Protocol
 		check:        newScript(checkLua),
 		elect:        newScript(valueLua, electLua),
 		strategy:     s, argc: []int{0, 0, 3, 5}[s],
-		guard: guard.Milliseconds(), none: "", state: prefix + StateKey,
+		guard: guard.Milliseconds(), fencing: fencing, none: "", state: prefix + StateKey,
 	}
 	return p
 }

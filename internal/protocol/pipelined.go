@@ -1,0 +1,117 @@
+package protocol
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The pipelined acquire is the usual case of acquire.lua's fast path without
+// a script: SET key token NX PX ttl, then HGET state g when the restart
+// guard is on, sent together on one connection. The SET grants the key only
+// if the HGET, which the server runs after it, finds the node established:
+// a server that lost its data since has either dropped the connection, so
+// the HGET never answers, or has no state, so the HGET finds none. Any
+// other reply sends the script, which finds the key already holding the
+// token where the SET set it (and takes it back on a guarded node), or
+// does what a refusal does for the waiting strategy where the SET found a
+// value. docs/SAFETY.md, "The pipelined acquire", and model/redlock.pml
+// (PIPE) check the two steps. It saves the node the script's run.
+
+// Pipelined reports whether a may be sent as the pipelined acquire: one
+// key, a lock (no limit layer), no fence, no strategy part, no shortcut,
+// nothing taken over, and a token (not a hand value).
+func (p *Protocol) Pipelined(a *Acquire) bool {
+	return !p.fencing && len(a.Keys) == 2 && a.Join == (Join{}) && a.Shortcut == (Shortcut{}) &&
+		a.Over == "" && a.Layer.Role == NoLayer && !strings.HasPrefix(a.Token, HandPrefix)
+}
+
+// PipelinedAcquire is one node's pipelined acquire: its commands, sent in
+// order, and then its reply. Return it with [Protocol.PutPipelined] once
+// its reply has been read.
+type PipelinedAcquire struct {
+	set, guard *redis.StringCmd
+	setArgs    [6]any // set key token nx px ttl
+	guardArgs  [3]any // hget state g
+	cmds       [2]redis.Cmder
+	guarded    bool // the restart guard is on: HGET is sent
+}
+
+// NewPipelined returns the pipelined acquire of a on a node whose state key
+// is a.Keys[1] (see [Protocol.Pipelined]). shared, when not nil, is a's
+// acquire command as [Protocol.AcquireCmd] built it, whose boxed keys,
+// token and ttl it reuses.
+func (p *Protocol) NewPipelined(ctx context.Context, a *Acquire, shared Cmd) *PipelinedAcquire {
+	pa, _ := p.pipes.Get().(*PipelinedAcquire)
+	if pa == nil {
+		pa = &PipelinedAcquire{}
+		pa.setArgs[0], pa.setArgs[3], pa.setArgs[4] = "set", "nx", "px"
+		pa.guardArgs[0], pa.guardArgs[2] = "hget", "g"
+		// ctx is kept by go-redis for nothing but clones of the command.
+		pa.set = redis.NewStringCmd(ctx, pa.setArgs[:]...)
+		pa.guard = redis.NewStringCmd(ctx, pa.guardArgs[:]...)
+		pa.cmds = [2]redis.Cmder{pa.set, pa.guard}
+	}
+	if len(shared) >= 7 {
+		pa.setArgs[1], pa.guardArgs[1], pa.setArgs[2], pa.setArgs[5] = shared[3], shared[4], shared[5], shared[6]
+	} else {
+		pa.setArgs[1], pa.guardArgs[1], pa.setArgs[2], pa.setArgs[5] = a.Keys[0], a.Keys[1], a.Token, p.ttlArg(a.TTL)
+	}
+	pa.guarded = p.guard != int64(0)
+	for _, c := range [...]*redis.StringCmd{pa.set, pa.guard} {
+		c.SetVal("")
+		c.SetErr(nil)
+	}
+	return pa
+}
+
+// PutPipelined returns pa for reuse.
+func (p *Protocol) PutPipelined(pa *PipelinedAcquire) {
+	clear(pa.setArgs[1:3])
+	pa.setArgs[5], pa.guardArgs[1] = nil, nil
+	p.pipes.Put(pa)
+}
+
+// Cmds returns the commands to send, in this order, on one connection.
+func (pa *PipelinedAcquire) Cmds() []redis.Cmder {
+	if !pa.guarded {
+		return pa.cmds[:1]
+	}
+	return pa.cmds[:]
+}
+
+// Reply returns the node's answer once the commands have run: granted, or
+// not, when the replies decide nothing and the acquire script must be
+// sent. found is set when the SET found a value (the key is taken, or
+// holds tombstones or the token itself). err is set when a reply did not
+// come: the node may hold the key. (SET without GET answers OK or nil,
+// and HGET the guard: an uncontended acquire meets no nil reply, which
+// go-redis's error checks would cost allocations.)
+func (pa *PipelinedAcquire) Reply() (granted, found bool, err error) {
+	_, err = pa.set.Result()
+	switch {
+	case errors.Is(err, redis.Nil): // not set: the key has a value
+		return false, true, nil
+	case err != nil:
+		if isServerError(err) {
+			return false, false, nil // the script answers
+		}
+		return false, false, err
+	case !pa.guarded: // set, with no restart guard
+		return true, false, nil
+	}
+	g, err := pa.guard.Result()
+	if err != nil && !errors.Is(err, redis.Nil) && !isServerError(err) {
+		return false, false, err
+	}
+	return err == nil && g == "0", false, nil
+}
+
+// isServerError reports whether err is an error reply from the server
+// (the command ran, or was refused), not a failure to get a reply.
+func isServerError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
+}
