@@ -119,6 +119,9 @@ layer-late|-DC=3 -DSPLIT=1 -DLATE|ok||layer.pml
 # drop: fresh-id, fresh-kill and failover-kill (each beyond 6 GB), and
 # const-failover (failover's 9 million states, with every variable kept
 # and checked at each step).
+# The pipelined acquire's runs beyond pipe and pipe-orphan: pipe-kill
+# and pipe-failover beyond 6 GB (MODEL_COLLAPSE=1), pipe-loss,
+# pipe-delayed and pipe-timeouts for the time.
 # Also by name, to keep make model's time: runs that another run of make
 # model covers (a fault may not happen: crash-delayed covers
 # mutex-delayed, which stays; fence-crash covers fence; loss5 covers
