@@ -172,11 +172,11 @@ type Decider interface {
 }
 
 // Acquire asks the node for the lock in a, whose Keys end with the plain
-// state key. An acquire that [protocol.Protocol.Pipelined] allows goes as
-// the pipelined acquire first where the node [Node.pipelines], and as the
-// script when the pipeline's replies decide nothing. shared, when not nil, is a's command as built once for every
+// state key. shared, when not nil, is a's command as built once for every
 // node that uses the plain state key; d is the acquire's round (see
-// [Node.enter]).
+// [Node.enter]). An acquire that [protocol.Protocol.Pipelined] allows goes
+// as the pipelined acquire first where the node [Node.pipelines], and as
+// the script when the pipeline's replies decide nothing.
 func (n *Node) Acquire(ctx context.Context, a *protocol.Acquire, shared protocol.Cmd, d Decider) (protocol.AcquireReply, error) {
 	if err := n.enter(ctx, d); err != nil {
 		return protocol.AcquireReply{}, err
