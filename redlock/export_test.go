@@ -91,19 +91,8 @@ func openTuned(addrs []string, opts *Options, tune func(*tunables)) (*Client, er
 	if err != nil {
 		return nil, err
 	}
-	cfg.asGiven = true
 	tune(&cfg.tunables)
-	nodes, err := openNodes(addrs)
-	if err != nil {
-		return nil, err
-	}
-	c, err := newClient(nodes, cfg)
-	if err != nil {
-		_ = closeClients(nodes)
-		return nil, err
-	}
-	c.owned = nodes
-	return c, nil
+	return openConfig(addrs, cfg)
 }
 
 // settle waits until cl's requests still in flight (answers that came after

@@ -34,6 +34,11 @@ func Open(addrs []string, opts *Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	return openConfig(addrs, cfg)
+}
+
+// openConfig is Open with cfg.
+func openConfig(addrs []string, cfg config) (*Client, error) {
 	cfg.asGiven = true // made for the purpose
 	nodes, err := openNodes(addrs)
 	if err != nil {
