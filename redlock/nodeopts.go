@@ -47,6 +47,11 @@ func lockSettings(o *redis.Options) {
 	o.ContextTimeoutEnabled = true
 	o.DisableIdentity = true
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	// Pipelines (batches, the pipelined acquire) on the client's one pool:
+	// go-redis's own pool for them holds more connections, each with 128
+	// KiB buffers, and after CLIENT KILL on the nodes a release on the main
+	// pool then met a closed connection (EOF) on most nodes.
+	o.PipelinePoolSize = -1
 }
 
 // deriveClient returns a client of the Client's own for the plain node client
