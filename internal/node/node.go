@@ -117,7 +117,11 @@ const foundFor = 100 * time.Millisecond
 // new deployment, a node in its guard, or a key that others contend for
 // (whose refusal the script also tells the waiting strategy of).
 func (n *Node) pipelines() bool {
-	return n.kind == Plain && !n.cfg.ScriptAcquires && n.established.Load() && time.Now().UnixNano()-n.foundAt.Load() > int64(foundFor)
+	if n.kind != Plain || n.cfg.ScriptAcquires || !n.established.Load() {
+		return false
+	}
+	f := n.foundAt.Load()
+	return f == 0 || time.Now().UnixNano()-f > int64(foundFor) // no clock read until a key was found taken
 }
 
 // New returns the node of client, named name in errors and logs. On a

@@ -53,13 +53,13 @@ func (p *Protocol) NewPipelined(ctx context.Context, a *Acquire, shared Cmd) *Pi
 		pa.set = redis.NewStringCmd(ctx, pa.setArgs[:]...)
 		pa.guard = redis.NewStringCmd(ctx, pa.guardArgs[:]...)
 		pa.cmds = [2]redis.Cmder{pa.set, pa.guard}
+		pa.guarded = p.guard != int64(0) // the pool is p's: the same for every use
 	}
 	if len(shared) >= 7 {
 		pa.setArgs[1], pa.guardArgs[1], pa.setArgs[2], pa.setArgs[5] = shared[3], shared[4], shared[5], shared[6]
 	} else {
 		pa.setArgs[1], pa.guardArgs[1], pa.setArgs[2], pa.setArgs[5] = a.Keys[0], a.Keys[1], a.Token, p.ttlArg(a.TTL)
 	}
-	pa.guarded = p.guard != int64(0)
 	for _, c := range [...]*redis.StringCmd{pa.set, pa.guard} {
 		c.SetVal("")
 		c.SetErr(nil)
