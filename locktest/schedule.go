@@ -62,7 +62,9 @@ type Link interface {
 
 // Schedule is a random fault schedule. At most MaxFaulty nodes are faulted
 // at once; a fault lasts 100 ms to 1 s, and a new one is considered every
-// Gap on average. Two runs with one Seed draw the same faults in the same
+// Gap on average. Kinds are dealt like cards: each kind comes once, in a
+// random order, in every len(Kinds) faults, so that a run of a few dozen
+// faults injects every kind several times. Two runs with one Seed draw the same faults in the same
 // order, on the same nodes, with the same durations; when each one
 // happens also depends on how fast the faults before it were repaired.
 // The zero value of a field means its default.
@@ -130,6 +132,8 @@ type Chaos struct {
 	cancel context.CancelFunc
 	loop   sync.WaitGroup // the schedule's loop
 	wg     sync.WaitGroup // running faults
+
+	deck []FaultKind // the kinds still to deal in this round of Kinds
 
 	mu     sync.Mutex
 	busy   map[int]bool // nodes under a fault
@@ -252,7 +256,7 @@ func (c *Chaos) draw() (plan, bool) {
 	if len(free) == 0 {
 		return plan{}, false
 	}
-	p := plan{node: free[c.rnd.IntN(len(free))], kind: c.s.Kinds[c.rnd.IntN(len(c.s.Kinds))]}
+	p := plan{node: free[c.rnd.IntN(len(free))], kind: c.deal()}
 	p.d = 100*time.Millisecond + time.Duration(c.rnd.Int64N(int64(900*time.Millisecond)))
 	p.lat = time.Millisecond + time.Duration(c.rnd.Int64N(int64(c.s.MaxLatency)))
 	p.lag = c.s.FailoverLag/10 + time.Duration(c.rnd.Int64N(int64(c.s.FailoverLag*9/10+1)))
@@ -260,6 +264,18 @@ func (c *Chaos) draw() (plan, bool) {
 		p.view = c.rnd.IntN(len(c.s.Views))
 	}
 	return p, true
+}
+
+// deal returns the next kind from the deck, shuffling a new deck of
+// Kinds when it is empty. Only the loop calls it.
+func (c *Chaos) deal() FaultKind {
+	if len(c.deck) == 0 {
+		c.deck = slices.Clone(c.s.Kinds)
+		c.rnd.Shuffle(len(c.deck), func(i, j int) { c.deck[i], c.deck[j] = c.deck[j], c.deck[i] })
+	}
+	k := c.deck[len(c.deck)-1]
+	c.deck = c.deck[:len(c.deck)-1]
+	return k
 }
 
 // inject applies fault i, drawn as p, and repairs it.

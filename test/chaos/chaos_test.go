@@ -74,8 +74,8 @@ func TestChaosReplicated(t *testing.T) {
 	assert.Zero(t, r.Oversold, "sold + left − initial stock")
 	assert.GreaterOrEqual(t, r.MinStock, int64(0))
 	assert.Empty(t, r.Leftover, "lock keys left after their TTL")
-	// A run injects a few dozen faults, a sixth of them failovers; a kind
-	// that happens not to be drawn in one run is no failure, failovers aside.
+	// A run injects a few dozen faults, and the schedule deals each kind
+	// once in every six, so failovers and the other kinds all happen.
 	assert.Positive(t, r.Faults[Failover], "failovers")
 	others := 0
 	for _, k := range AllFaults {
