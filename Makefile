@@ -3,7 +3,7 @@ GO      ?= go
 IMAGE   := redquorum/redis:7-local
 COMPOSE := $(shell command -v docker-compose 2>/dev/null || echo "docker compose")
 
-.PHONY: demo test check lint unit oldest-go image up down bench vet fmt cover model
+.PHONY: demo test gotests check lint unit oldest-go image up down bench vet fmt cover model
 
 ## demo: the oversell scenario on five embedded nodes (or NODES=host:port,...)
 demo:
@@ -27,14 +27,19 @@ BENCHMOD := bench
 TESTMOD := test
 
 ## test: every test: unit, integration and chaos on real Redis in Docker (in
-## TESTMOD), the adapters' tests in CONTRIB against redis-server, and the
-## test kit's modules in KIT; BENCHMOD is built.
-## Builds the Redis image first (no registry needed) and runs oldest-go. The
-## chaos suite runs without -race (the race detector slows it below 10,000
-## acquisitions in its time budget) and from its own directory, so that
-## `go test` prints its summary line (acquisitions, faults by kind, violations)
-## even when it passes.
-test: image oldest-go lint model
+## TESTMOD), the adapters' tests in CONTRIB against redis-server, the test
+## kit's modules in KIT, BENCHMOD built, and the model (make model). Builds
+## the Redis image first (no registry needed). The model's searches run in
+## the background at the lowest CPU priority while lint and the Go tests run
+## (scripts/with-model.sh): those leave a core or more idle most of the time.
+test: image
+	./scripts/with-model.sh $(MAKE) oldest-go lint gotests
+
+## gotests: the Go tests of make test. The chaos suite runs without -race
+## (the race detector slows it below 10,000 acquisitions in its time budget)
+## and from its own directory, so that `go test` prints its summary line
+## (acquisitions, faults by kind, violations) even when it passes.
+gotests:
 	$(GO) test -race -count=1 -timeout 9m ./...
 	cd $(TESTMOD) && $(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/test/chaos$$')
 	for m in $(CONTRIB) $(KIT); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done

@@ -123,11 +123,14 @@ func TestRestartGuardChaos(t *testing.T) {
 }
 
 // guardPair runs base, whose only fault is kind on node 2, with the restart
-// guard off and then on, faults apart by gapOff and gapOn. With the guard
-// off, both checkers must report the double holds (the negative control);
-// with it on (as short as the TTL allows), neither may.
+// guard off and on, faults apart by gapOff and gapOn. With the guard off,
+// both checkers must report the double holds (the negative control); with
+// it on (as short as the TTL allows), neither may. The two runs are timed
+// and mostly wait (a hold lasts seconds), so they run at once, each on its
+// own rig.
 func guardPair(t *testing.T, base Options, kind FaultKind, what string, gapOff, gapOn time.Duration) {
 	t.Run("GuardOff", func(t *testing.T) {
+		t.Parallel()
 		o := base
 		o.FaultGap = gapOff
 		o.Client.UnsafeNoRestartGuard = true
@@ -137,6 +140,7 @@ func guardPair(t *testing.T, base Options, kind FaultKind, what string, gapOff, 
 		assert.Equal(t, porcupine.Illegal, r.Linearizable, "porcupine must reject the history")
 	})
 	t.Run("GuardOn", func(t *testing.T) {
+		t.Parallel()
 		o := base
 		o.FaultGap = gapOn
 		o.Client.RestartGuard = o.TTL
