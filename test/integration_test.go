@@ -523,7 +523,16 @@ func TestACL(t *testing.T) {
 	octx, stopObserving := context.WithCancel(ctx)
 	seen := waiter.Election("acl-election").Observe(octx)
 	require.Equal(t, "v1", (<-seen).Value, "the leader as the least-privilege user sees it")
-	time.Sleep(100 * time.Millisecond) // the observer subscribes
+	record := protocol.ReleasedChannel + "lock:" + protocol.LeaderPrefix + "acl-election"
+	require.Eventually(t, func() bool {
+		n := 0
+		for _, admin := range ns.direct {
+			if admin.PubSubNumSub(ctx, record).Val()[record] > 0 {
+				n++
+			}
+		}
+		return n > len(nodes)/2
+	}, 10*time.Second, 10*time.Millisecond, "the observer subscribed to the record's channel on a quorum of nodes")
 	require.NoError(t, lead.Proclaim(ctx, "v2"), "proclaim as the least-privilege user")
 	select {
 	case info := <-seen:
