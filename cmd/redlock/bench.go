@@ -20,7 +20,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	callers := fs.Int("callers", 8, "concurrent callers in the multi-caller and hot-key scenarios")
 	slow := fs.Duration("slow-node", 0, "also measure with this much latency added each way in front of the first node")
 	jsonFile := fs.String("json", "", "write the results as JSON to this file")
-	svgFile := fs.String("svg", "", "write a latency distribution plot per scenario to this SVG file")
+	svgFile := fs.String("svg", "", "write to this SVG file a latency distribution plot per scenario and each node's latency and share of the quorum")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	metricsAddr := fs.String("metrics", "", "serve the lock metrics in the Prometheus text format at http://ADDR/metrics while the bench runs (the names of contrib/prometheus)")
 	pos, err := parse(fs, args)
