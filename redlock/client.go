@@ -18,10 +18,9 @@ import (
 )
 
 // Client locks keys on N independent Redis masters. It is safe for
-// concurrent use. Its requests to the nodes that outlive the call that
-// started them (the answer of a slow node after the quorum was decided, the
-// release that must follow it) belong to the Client: [Client.Close] waits for
-// them.
+// concurrent use. Some node requests outlive the call that started them: a
+// slow node's answer after the quorum was decided, and the release that
+// follows it. Those belong to the Client, and [Client.Close] waits for them.
 type Client struct {
 	cfg      config
 	stateKey string // the nodes' state key as stored (protocol.StateKey after the prefix)
@@ -52,19 +51,16 @@ type Client struct {
 	wait  strategy               // how Lock waits between its rounds (waiting.go)
 }
 
-// New returns a Client that locks on nodes: independent Redis masters,
-// each a go-redis client. opts may be nil.
+// New returns a Client that locks on nodes: independent Redis masters, each
+// a go-redis client. opts may be nil. A bad value gives an error naming it:
+// no nodes, a nil node, a node given twice, or an option out of range.
 //
-// A plain *redis.Client is not used itself: New sends the lock commands
-// through a client made from a copy of its options with the settings of
-// [NodeOptions], and Close closes it. Sentinel, Cluster and Ring clients,
-// [NewNodes]' clients, and every client under Options.NodeClientsAsGiven
-// are used as given. Every new connection is checked against the node's
-// state, which may start its restart guard ([ErrGuarded]).
-//
-// New returns an error naming the bad value: no nodes, a nil node, a node
-// given twice, or an option out of range. See docs/OPERATING.md, "Node
-// clients", for clients used as given and one server under two names.
+// A plain *redis.Client is not used itself. New makes a client from a copy
+// of its options, with [NodeOptions] applied, and Close closes it.
+// Sentinel, Cluster and Ring clients, [NewNodes]' clients, and every client
+// under Options.NodeClientsAsGiven are used as given. Each new connection
+// is checked against the node's state, which may start its restart guard
+// ([ErrGuarded]). See docs/OPERATING.md, "Node clients".
 func New(nodes []redis.UniversalClient, opts *Options) (*Client, error) {
 	if len(nodes) == 0 {
 		return nil, errors.New("redlock: no nodes")
@@ -136,14 +132,13 @@ func (c *Client) checkKinds() error {
 }
 
 // Close releases the Client's locks that are still held, without handing
-// any over, and makes every later operation return [ErrClosed]. Callers
-// waiting in [Client.Lock] return ErrClosed; a running [Client.Do] sees its
-// lock lost. Release errors are dropped: unlock your locks yourself to see
-// them.
+// any over. Every later operation returns [ErrClosed], and so do callers
+// waiting in [Client.Lock]. A running [Client.Do] sees its lock lost.
+// Release errors are dropped: unlock your locks yourself to see them.
 //
-// Close waits for the Client's calls still in flight, stops its goroutines,
-// and closes the node clients it made ([New]) or came with ([Open]); close
-// the ones you gave to New yourself, after it. It is safe to call more
+// Close waits for the Client's calls in flight and stops its goroutines.
+// It closes the node clients it made ([New]) or came with ([Open]). Close
+// the ones you gave to New yourself, after it. Close is safe to call more
 // than once. What it waits for: docs/OPERATING.md, "Closing a Client".
 func (c *Client) Close() error {
 	c.life.begin() // waits for a lock end with ErrClosed: no new lock to release
@@ -163,43 +158,41 @@ func (c *Client) Close() error {
 	return closeClients(c.owned)
 }
 
-// TryLock makes one attempt to lock key for ttl on a quorum of nodes and
-// returns the held [Lock], or an [*Error] that wraps [ErrNotObtained] and,
-// when ctx ended the attempt, ctx.Err(). Bad arguments give an error
-// naming the value, and send nothing.
+// TryLock makes one attempt to lock key for ttl on a quorum of nodes,
+// outside the local queue of [Client.Lock]. It returns the held [Lock], or
+// an [*Error] wrapping [ErrNotObtained] and, if ctx ended the attempt,
+// ctx.Err(). Bad arguments send nothing and give an error naming the value.
 //
 // The lock is valid for ttl, in whole milliseconds, minus the round's
-// duration and the drift allowance. ctx bounds the wait for the quorum,
-// not the node calls: those still out run to Options.NodeTimeout. A failed
-// attempt releases every node that granted or did not answer (see
-// docs/OPERATING.md, "Failed rounds"). TryLock does not wait in the local
-// queue of [Client.Lock].
+// duration and the drift allowance. ctx bounds the wait for the quorum, not
+// the node calls, which run to Options.NodeTimeout. A failed attempt
+// releases every node that granted or did not answer (docs/OPERATING.md,
+// "Failed rounds").
 func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	return c.lock(ctx, OpTryLock, []string{key}, ttl, waitNot)
 }
 
 // TryLockMany is [Client.TryLock] for a lock over several keys, taken
-// together: each node grants all of them or none, in one script, and the
+// together. Each node grants all of them or none, in one script, and the
 // quorum is counted over nodes. [Lock.Unlock] and [Lock.Extend] act on all
-// the keys. Bad input (no keys, an empty key, a key given twice, or, when a
-// node is a Redis Cluster or Ring, keys with different hash tags) gives an
-// error naming it.
+// the keys. Bad input gives an error naming it: no keys, an empty key, a
+// key given twice, or keys with different hash tags on a Cluster or Ring.
 //
-// On a node that is a Redis Cluster, a script may only touch keys of one
-// hash slot (on a Ring, of one shard): give every key of one lock the same
-// hash tag, for example "{order:42}:stock" and "{order:42}:payment".
+// On a Redis Cluster node a script may only touch keys of one hash slot
+// (on a Ring, of one shard). So give every key of one lock the same hash
+// tag, for example "{order:42}:stock" and "{order:42}:payment".
 func (c *Client) TryLockMany(ctx context.Context, keys []string, ttl time.Duration) (*Lock, error) {
 	return c.lock(ctx, OpTryLockMany, slices.Clone(keys), ttl, waitNot)
 }
 
-// Lock is like [Client.TryLock] but retries until it holds the lock, ctx
-// is done, or, when ctx has no deadline, Options.MaxWait has passed. It
-// waits between rounds as Options.Waiting says (a jittered backoff from
-// Options.MinRetryDelay, cut short by a release), and behind the other
-// callers of this Client for the same keys, in arrival order.
+// Lock is like [Client.TryLock] but retries until it holds the lock or ctx
+// is done. When ctx has no deadline, it stops after Options.MaxWait.
+// Between rounds it waits as Options.Waiting says: a jittered backoff from
+// Options.MinRetryDelay, cut short by a release. It also waits behind this
+// Client's other callers for the same keys, in arrival order.
 //
 // It gives up at once on a cause that no retry fixes (docs/OPERATING.md,
-// "Errors"). On failure it returns the [*Error] of its last round;
+// "Errors"). On failure it returns the [*Error] of its last round.
 // errors.Is finds [ErrNotObtained], the nodes' causes, and ctx.Err() when
 // ctx ended the wait.
 func (c *Client) Lock(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
@@ -247,9 +240,9 @@ func (c *Client) tryOnce(ctx context.Context, keys []string, ttl time.Duration, 
 	return l, err
 }
 
-// handed returns the lock that the nodes handed off to w, with ttl, or
-// nil; ErrClosed on a closed Client, or when Close began meanwhile (the
-// lock is then released).
+// handed returns the lock that the nodes handed off to w, with ttl, or nil.
+// It returns ErrClosed on a closed Client, or when Close began meanwhile
+// (the lock is then released).
 func (c *Client) handed(w *waiter, ttl time.Duration) (*Lock, error) {
 	if err := c.life.enter(); err != nil {
 		return nil, err
@@ -262,10 +255,10 @@ func (c *Client) handed(w *waiter, ttl time.Duration) (*Lock, error) {
 	return newLock(r)
 }
 
-// lockRounds locks keys, which the Lock may keep: one round when wait is
-// waitNot (TryLock), else rounds with the waits of a waiter (wait.go)
-// between them, until one obtains the lock or the waiter gives up (Lock).
-// rec, when not nil, records the rounds.
+// lockRounds locks keys, which the Lock may keep. With wait waitNot
+// (TryLock) it makes one round. Otherwise (Lock) it makes rounds with the
+// waits of a waiter (wait.go) between them, until one obtains the lock or
+// the waiter gives up. rec, when not nil, records the rounds.
 func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duration, wait waitFor, rec *record) (*Lock, error) {
 	ttl, err := c.checkArgs(keys, ttl)
 	if err != nil {
@@ -339,10 +332,10 @@ func (c *Client) waitRounds(w *waiter, ttl time.Duration, last *Error, hint time
 	}
 }
 
-// refused returns the [*Error] of a lock round for keys that failed with
-// err, to retry after, linked to last, the round before; or the error for
-// Lock to return: the same server found twice by the round's connections,
-// a closed Client, or a cause that no retry fixes.
+// refused sorts err, the failure of a lock round for keys. To retry, it
+// returns the round's [*Error], linked to last, the round before. Else it
+// returns the error for Lock to return: the same server found twice by the
+// round's connections, a closed Client, or a cause that no retry fixes.
 func (c *Client) refused(keys []string, err error, last *Error) (*Error, error) {
 	if err := c.sameServer(keys); err != nil {
 		return nil, err

@@ -22,16 +22,15 @@ var ErrNoLeader = errors.New("redlock: no leader")
 var ErrResigned = errors.New("redlock: leadership resigned")
 
 // Election elects one leader among the callers of Campaign with one name,
-// in any number of processes. It is a layer over [Client.Do]'s lock: the
-// leader holds the lock keyed by the election's name, extended while it
-// leads, and its term is the lock's fence, on any Client. The leader also
-// publishes a record (its term, its value and its lock's token) on the
-// nodes, written only while the nodes hold its lock and expiring with it,
-// which [Election.Leader] and [Election.Observe] read. Why terms are fences is argued in
-// docs/DESIGN.md, "Elections".
+// in any number of processes. An Election is a name and its Client: it
+// holds no state, and is safe for concurrent use.
 //
-// An Election is a name and its Client: it holds no state, and is safe
-// for concurrent use.
+// It is a layer over [Client.Do]'s lock. The leader holds the lock keyed by
+// the election's name, extended while it leads. Its term is the lock's
+// fence, on any Client. The leader also publishes a record (its term,
+// value and lock token) that [Election.Leader] and [Election.Observe]
+// read. The nodes take the record only while they hold the lock, and it
+// expires with the lock. Why terms are fences: docs/DESIGN.md, "Elections".
 type Election struct {
 	c    *Client
 	name string
@@ -39,19 +38,19 @@ type Election struct {
 
 // Election returns the election named name on c's nodes. Its lock key is
 // name itself, and its record key is Options.KeyPrefix +
-// "redquorum:leader:" + name. The name is checked by the methods, which
-// return an error naming it when it is not a valid lock key. On a Redis
-// Cluster or Ring node, the name needs a hash tag, as in "{scheduler}".
+// "redquorum:leader:" + name. The methods check the name, and return an
+// error naming it when it is not a valid lock key. On a Redis Cluster or
+// Ring node, the name needs a hash tag, as in "{scheduler}".
 //
 // The election's lock always carries a fence, its term, whatever
 // Options.Fencing says for c's own locks.
 func (c *Client) Election(name string) *Election { return &Election{c: c, name: name} }
 
-// forElections returns the Client whose locks c's elections take: c under
-// Options.Fencing, else a Client made once on the node clients c sends
-// through, with Options.Fencing and WaitInLine. That Client shares c's
-// connections and their checks, and c's Observer and what it knows of the
-// nodes; Close closes it with c.
+// forElections returns the Client whose locks c's elections take. That is
+// c under Options.Fencing. Else it is a Client made once, with
+// Options.Fencing and WaitInLine, on the node clients c sends through. It
+// shares c's connections and their checks, c's Observer, and what c knows
+// of the nodes. Close closes it with c.
 func (c *Client) forElections() (*Client, error) {
 	if c.cfg.fencing {
 		return c, nil
@@ -105,19 +104,15 @@ type LeaderInfo struct {
 }
 
 // Campaign makes the caller a candidate with value, and blocks until it
-// leads the election or ctx ends. It waits for the election's lock as
-// [Client.Lock] does (waking when the leader resigns), but without
-// Options.MaxWait: only ctx bounds the wait. Once it holds the lock, it
-// publishes value and its term on a quorum of nodes, and returns the
-// [Leadership], which extends the lock to ttl about every ttl/3 until it is
-// lost or resigned.
+// leads the election or ctx ends. It waits for the lock as [Client.Lock]
+// does, but without Options.MaxWait, and wakes when the leader resigns.
+// Holding the lock, it publishes value and its term on a quorum of nodes.
+// The [Leadership] it returns extends the lock to ttl about every ttl/3.
 //
-// Campaign needs a non-empty value and a ttl that Lock accepts, and nodes
-// on which locks can carry fences (see Options.Fencing); otherwise it
-// returns an error naming the bad value or the cause, and sends nothing.
-// When ctx ends, it returns an error wrapping ctx.Err(), and
-// [ErrNotObtained] when it ended the wait for the lock, and leaves no lock
-// behind.
+// When ctx ends, the error wraps ctx.Err(), and [ErrNotObtained] if ctx
+// ended the wait for the lock; no lock is left behind. An empty value, a
+// ttl that Lock refuses, or nodes whose locks cannot carry fences (see
+// Options.Fencing) give an error naming the cause, and nothing is sent.
 func (e *Election) Campaign(ctx context.Context, value string, ttl time.Duration) (*Leadership, error) {
 	if err := e.check(); err != nil {
 		return nil, err
@@ -168,9 +163,9 @@ func (e *Election) Campaign(ctx context.Context, value string, ttl time.Duration
 // Leadership is one term of a leader, returned by [Election.Campaign]. Its
 // methods are safe for concurrent use.
 //
-// Act as the leader only while Done is open, and pass [Leadership.Term]
-// with every write to the resource the leader guards, which should refuse
-// a term lower than the highest it has seen.
+// Act as the leader only while Done is open. Pass [Leadership.Term] with
+// every write to the resource the leader guards, which should refuse a
+// term lower than the highest it has seen.
 type Leadership struct {
 	e   *Election
 	l   *Lock
@@ -278,12 +273,12 @@ func (lead *Leadership) Term() uint64 { return lead.l.Fence() }
 // clock; the zero time once the leadership has ended by Resign.
 func (lead *Leadership) Until() time.Time { return lead.l.Until() }
 
-// Done returns a channel that is closed as soon as the leadership can no
-// longer be shown: its lock was lost (an extension failed for good, or the
-// validity ran out before one succeeded), the Client was closed, or the
-// leader resigned. Done itself first checks the validity on the Client's
-// clock, so a leader paused beyond it that calls Done on waking finds the
-// channel closed.
+// Done returns a channel that is closed once the leadership can no longer
+// be shown: its lock was lost, the Client was closed, or the leader
+// resigned. The lock is lost when an extension failed for good, or when the
+// validity ran out before one succeeded. Done first checks the validity on
+// the Client's clock. So a leader paused beyond it finds the channel closed
+// when it calls Done on waking.
 func (lead *Leadership) Done() <-chan struct{} {
 	lead.valid()
 	return lead.done
@@ -300,11 +295,10 @@ func (lead *Leadership) Context() context.Context {
 
 // Proclaim publishes value in place of the leader's current one, in the
 // same term. It returns nil once a quorum of nodes took it within the
-// lock's validity. It returns an error wrapping [ErrNotHeld] when the
-// leadership has ended (then it sends nothing) or a quorum did not take
-// it; a node that did shows the new value to [Election.Leader], and the
-// extensions that follow write it to the others. An empty value gives an
-// error naming it.
+// lock's validity. An empty value gives an error naming it. Otherwise the
+// error wraps [ErrNotHeld]: the leadership has ended (then it sends
+// nothing), or a quorum did not take the value. A node that took it shows
+// it to [Election.Leader], and the next extensions write it to the others.
 func (lead *Leadership) Proclaim(ctx context.Context, value string) error {
 	if value == "" {
 		return fmt.Errorf("redlock: election %q: Proclaim with an empty value", lead.e.name)
@@ -319,13 +313,13 @@ func (lead *Leadership) Proclaim(ctx context.Context, value string) error {
 	return lead.write(ctx, "proclaim", lead.rec, true)
 }
 
-// Resign steps down at once: it ends the leadership (Done is closed, the
-// context cancelled with [ErrResigned]), stops the extensions, releases
+// Resign steps down at once. It ends the leadership: Done is closed and the
+// context cancelled with [ErrResigned]. It stops the extensions, releases
 // the lock, which wakes the candidates waiting in Campaign, and withdraws
 // the record. Like Unlock, it releases even when ctx is done, bounded by
-// Options.NodeTimeout. It returns nil when the lock was released, or an
-// error wrapping [ErrNotHeld] when the leadership had been lost already or
-// Resign was called before.
+// Options.NodeTimeout. It returns nil when the lock was released. The error
+// wraps [ErrNotHeld] when the leadership was lost already, or Resign was
+// called before.
 func (lead *Leadership) Resign(ctx context.Context) error {
 	lead.end(ErrResigned)
 	lead.stopped.Do(func() { close(lead.stop) })

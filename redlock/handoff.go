@@ -15,12 +15,12 @@ import (
 	"github.com/redquorum/redquorum/quorum"
 )
 
-// handoff is the WaitHandoff strategy, over inLine: a waiter for one key
+// handoff is the WaitHandoff strategy, over inLine. A waiter for one key
 // joins the line for a handoff on the node (handoff.lua), with its
-// Client's hand channel, on which each node tells the Client that it
-// handed the key off to one of the waiter's rounds; the waiter holds the
-// lock once a quorum of nodes did (see docs/WAITING.md, "Handoff on the
-// node").
+// Client's hand channel. On that channel each node tells the Client when
+// it handed the key off to one of the waiter's rounds. The waiter holds
+// the lock once a quorum of nodes did. See docs/WAITING.md, "(c) Handoff
+// on the node".
 type handoff struct {
 	*inLine
 	channel string       // the Client's hand channel (protocol.HandChannel and an id)
@@ -36,10 +36,11 @@ func (h *handoff) wait() waiting {
 	return &handWait{inLineWait: inLineWait{s: h.inLine}, h: h}
 }
 
-// refused returns, for a lock whose round joined the line for a handoff
-// on the nodes that refused it, the release of what a release may have
-// handed off to that round there (without tombstones: its acquire was
-// answered), which also takes the Client's entries off the line.
+// refused is for a lock whose round joined the line for a handoff on the
+// nodes that refused it, where a release may have handed the key off to
+// that round. It returns the release of what was handed off there, which
+// also takes the Client's entries off the line. The release leaves no
+// tombstones: the round's acquire was answered.
 func (h *handoff) refused(hd handover) (protocol.Release, bool) {
 	if hd.join.Channel == "" || strings.HasPrefix(hd.Token, protocol.HandPrefix) {
 		return protocol.Release{}, false
@@ -48,10 +49,10 @@ func (h *handoff) refused(hd handover) (protocol.Release, bool) {
 }
 
 // unlocked forgets the handoffs to the round of l, when the nodes handed
-// l off: a slow node may hand the key off to it only after this release
-// has passed there, and from now on an announcement of that handoff is
-// stray (see releaseStray). One that this release overtakes is released
-// twice, harmlessly.
+// l off. A slow node may hand the key off to that round only after this
+// release passed there. From now on, an announcement of such a handoff is
+// stray (see releaseStray). A handoff that this release overtakes is
+// released twice, harmlessly.
 func (h *handoff) unlocked(l *Lock) {
 	hand, ok := strings.CutPrefix(l.token, protocol.HandPrefix)
 	if !ok {
@@ -72,9 +73,9 @@ type handWait struct {
 	inLineWait
 	h *handoff
 	// hands holds the tokens of the failed rounds that joined the line for
-	// a handoff, the last one current; curStart is when that one was
-	// sent, curCalls its calls, handed is set once a quorum of nodes
-	// announced a handoff to it, ttl is the lock's.
+	// a handoff, the last one current. curStart is when that one was sent,
+	// and curCalls its calls. gotHand is set once a quorum of nodes
+	// announced a handoff to it. ttl is the lock's.
 	hands    []string
 	curStart time.Time
 	curCalls *quorum.Round
@@ -86,11 +87,11 @@ type handWait struct {
 	stored   string
 }
 
-// join is inLineWait.join and, for a waiter for one key once the Client's
-// hand channel is subscribed (from its first wait for any key on), the part of
-// a handoff: each round joins under its own token, made here, replacing
-// the previous round's entry, so that a release may set the key to that
-// token (with protocol.HandPrefix) instead of deleting it.
+// join is inLineWait.join, plus the handoff's part for a waiter for one
+// key once the Client's hand channel is subscribed (from its first wait
+// for any key on). Each round then joins under its own token, made here,
+// replacing the previous round's entry. A release may then set the key to
+// that token (with protocol.HandPrefix) instead of deleting it.
 func (hw *handWait) join() join {
 	j := hw.inLineWait.join()
 	w, h := &hw.w, hw.h
@@ -139,17 +140,15 @@ func (hw *handWait) failed(j join, ttl time.Duration, calls *quorum.Round) {
 	hw.curStart, hw.ttl = j.start, ttl
 }
 
-// delay is the backoff's d, or, once in line for a handoff with the
-// Client's hand channel in place, Options.MaxRetryDelay, doubled for each
-// earlier round of the waiter that joined, up to a quarter of the lock's
-// TTL (or MaxRetryDelay, if more): the key comes to this waiter in its
-// turn, and a round before then would only find it taken. The timer is for
-// a handoff or an announcement that got lost. A flat period would cost
-// the nodes a round from every waiter in line each MaxRetryDelay, whose
-// script looks through the whole line: with a long line, each acquisition
-// then pays for rounds in proportion to the line's length, each in
-// proportion to it too. A quarter of the TTL keeps the current round young
-// enough for its handoff to leave more than half the TTL (see handed).
+// delay is the backoff's d until the waiter is in line for a handoff.
+// Then it is Options.MaxRetryDelay, doubled for each earlier round that
+// joined, up to a quarter of the lock's TTL (or MaxRetryDelay, if more).
+// The key comes to the waiter in its turn, and an earlier round would only
+// find it taken: the timer is for a lost handoff or announcement. With a
+// flat period, every waiter in line would send a round each MaxRetryDelay,
+// each scanning the whole line: work quadratic in the line's length per
+// acquisition. A quarter of the TTL keeps the current round young enough
+// for its handoff to leave more than half the TTL (see handed).
 func (hw *handWait) delay(d time.Duration) time.Duration {
 	if hw.current() == "" {
 		return d
@@ -180,12 +179,12 @@ func (hw *handWait) handedOff() bool {
 	return hw.gotHand
 }
 
-// heardHand is told of a handoff to a round of this Client: when some
-// nodes handed the key off to the current round so far, the others' may
-// follow within a grace, after which a round takes what was handed off
-// as its own. (A handoff is told only to its waiter's client: one to an
-// earlier round of this waiter, which the current round took over or
-// which is released as stray, changes nothing here.)
+// heardHand is told of a handoff to a round of this Client. When some
+// nodes, short of a quorum, handed the key off to the current round, the
+// others may follow within a grace. It then returns a timer for the grace,
+// after which a round takes what was handed off as its own; else timer. A
+// handoff to an earlier round of this waiter changes nothing here: the
+// current round took it over, or it is released as stray.
 func (hw *handWait) heardHand(timer <-chan time.Time) <-chan time.Time {
 	cur := hw.current()
 	if cur != "" && hw.h.ledger.HandedNodes(cur) != 0 && !hw.handedOff() {
@@ -196,11 +195,13 @@ func (hw *handWait) heardHand(timer <-chan time.Time) <-chan time.Time {
 }
 
 // handed returns the round of the lock that a quorum of nodes handed off
-// to the current round, or nil. Each of those nodes set the key for ttl after
-// the round's entry reached it, so after the round was sent: the validity
-// is measured from then, as for a round sent then. When less than half the
-// ttl is left, it returns nil: the next round, which counts the handed
-// keys as its own (protocol.Join.Prev), makes a lock of the full ttl.
+// to the current round, or nil. Each of those nodes set the key for ttl
+// after the round's entry reached it, so after the round was sent. The
+// validity is thus measured from the round's start, as for any round. With
+// less than half the ttl left, it returns nil: the next round counts the
+// handed keys as its own (protocol.Join.Prev) and makes a lock of the full
+// ttl. See docs/SAFETY.md, "The handoff on the node keeps mutual
+// exclusion".
 func (hw *handWait) handed(ttl time.Duration) *round {
 	if !hw.gotHand {
 		return nil
@@ -228,12 +229,12 @@ func (hw *handWait) handed(ttl time.Duration) *round {
 	return r
 }
 
-// done takes the waiter's rounds that joined for a handoff, but for the
-// lock's, off the key's line, releasing (and handing on) what a node may
-// have handed off to them. The ledger expects every round that joined:
-// the first (whose token is the waiter's place), the failed ones, and the
-// one that obtained the lock; a lock handed off on the nodes is
-// forgotten by its Unlock.
+// done takes the waiter's rounds that joined for a handoff off the key's
+// line, except the lock's. It releases, and hands on, what a node may have
+// handed off to them. The ledger expects every round that joined: the
+// first (whose token is the waiter's place), the failed ones, and the one
+// that obtained the lock. done forgets them all, but for a lock handed off
+// on the nodes, which its Unlock forgets.
 func (hw *handWait) done(l *Lock) {
 	var lockToken string
 	if l != nil {
@@ -254,10 +255,11 @@ func (hw *handWait) done(l *Lock) {
 }
 
 // handedRound returns the record of a lock that a quorum of nodes handed
-// off on the node (see handWait.handed): keys hold token, a hand value,
-// since no earlier than start, and the lock is valid until until. It made
-// no calls: the lock's release and extensions go to every node. j is the
-// waiter's place, which its top-up takes off the line (see topUp).
+// off on the node (see handWait.handed). keys hold token, a hand value,
+// since no earlier than start, and the lock is valid until until. The
+// round made no calls, so the lock's release and extensions go to every
+// node. j is the waiter's place, which its top-up takes off the line (see
+// topUp).
 func (c *Client) handedRound(keys []string, ttl time.Duration, token string, start, until time.Time, j protocol.Join) *round {
 	r, replies := alloc.WithSlice[round, protocol.AcquireReply](len(c.nodes))
 	r.c, r.keys, r.replies = c, keys, replies
@@ -268,22 +270,16 @@ func (c *Client) handedRound(keys []string, ttl time.Duration, token string, sta
 	return r
 }
 
-// topUp sends r, a lock that the nodes in handed (a bit per node) handed
-// off on the node, as an acquire of its hand value, in the background, to
-// the nodes where last, the waiter's round that joined the line, was
-// granted (and released with the failed round) or not sent: those will not
-// hand it off. A node whose answer to last is missing or an error is
-// left alone: the round's request may still land there. (The others that
-// have not announced the handoff yet are only slower.) A node where the
-// key is free (it had deleted it because the waiter was not in its line)
-// then holds it for the lock too, and the lock's release hands it off there
-// as well: without this, a node that once missed a handoff would grant
-// every later waiter's round and its clean-up, and never take part in a
-// handoff again, leaving the handoffs to a bare quorum of nodes, all of
-// which a waiter must then hear. The acquire is an ordinary one (the
-// validity is the handoff's, and a node that refuses changes nothing); the
-// lock's release waits for it on each node, as for any round (see
-// releaseLock).
+// topUp acquires r's hand value, in the background, on the nodes that will
+// not hand the key off. r is a lock that the nodes in handed (a bit per
+// node) handed off. Those are the nodes where last, the waiter's round that
+// joined the line, was granted (and released as failed) or not sent. A node
+// whose answer to last is missing or an error is left alone: the request
+// may still land there. Where the acquire is granted, the lock's release
+// hands the key off too. Without this, a node that missed one handoff would
+// take part in none again, leaving a bare quorum that every waiter must
+// hear. A refusal changes nothing, the validity stays the handoff's, and
+// the lock's release waits for the acquire (see releaseLock).
 func (h *handoff) topUp(r *round, handed uint64, last *quorum.Round) {
 	c := h.c
 	if c.cfg.noTopUp || last == nil || len(c.nodes) > 64 {
@@ -315,24 +311,23 @@ func (h *handoff) topUp(r *round, handed uint64, last *quorum.Round) {
 }
 
 // leave takes the round with token of a waiter for key off the key's line
-// on every node, releasing (and handing off) the key where a release
-// handed it off to that round (see handWait.done). It does not wait. On a
-// closed Client it sends nothing: the entries and the keys expire.
+// on every node. Where a release handed the key off to that round, it
+// releases (and hands off) the key (see handWait.done). It does not wait.
+// On a closed Client it sends nothing: the entries and the keys expire.
 func (h *handoff) leave(key, token string, ttl time.Duration) {
 	h.c.releaseAside(key, protocol.Release{Keys: []string{h.c.stored(key)}, Token: token, Announce: true, Leave: true}, handover{TTL: ttl})
 }
 
 // releaseStray releases key (as stored) on node i, where a release handed
-// it off to the round with token, which no waiter of this Client expects
-// any more (see wake.NewLedger): the round obtained the lock, or gave
-// up, while its entry was still in the node's line. The release hands the
-// key off to the next in line. It takes off only that hand value: the
-// handoff popped the round's entry, and an entry of the Client's that is
-// left belongs to its current waiter for the key, which this release may
-// reach after the key was freed. It runs also while the Client closes
-// (the Waker's Close waits for it, before the node clients close): the
-// nodes may announce such handoffs until Close has unsubscribed the
-// Client's hand channel (see wake.Waker.Close).
+// it off to the round with token. No waiter of this Client expects that
+// round any more (see wake.NewLedger): it obtained the lock, or gave up,
+// while its entry was still in the node's line. The release hands the key
+// off to the next in line, and takes off only that hand value. The handoff
+// popped the round's entry, and a Client entry left belongs to its current
+// waiter, which this release may reach after the key was freed. It runs
+// also while the Client closes: nodes may announce such handoffs until
+// Close has unsubscribed the hand channel. The Waker's Close waits for it,
+// before the node clients close (see wake.Waker.Close).
 func (h *handoff) releaseStray(i int, token, key string) {
 	c := h.c
 	cmd := c.proto.Release(protocol.Release{Keys: []string{key}, Token: protocol.HandPrefix + token, Announce: true})

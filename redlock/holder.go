@@ -21,18 +21,16 @@ type Holder struct {
 	Slot  int           // for a semaphore's or a read-write lock's reader, its slot; else 0
 }
 
-// Holder returns the holder of key that a quorum of nodes agree on. It
-// reads every node once, in parallel, and changes nothing. A node in its
-// restart guard does not count, nor does one without a state unless no
-// node has one (a new deployment): what they hold is not to be trusted.
-// When a quorum of nodes agree that the key is free, it returns the zero
-// Holder and nil. It returns an [*Error] wrapping [ErrNotHeld] when
-// neither a holder nor "free" has a quorum: its holders split the nodes,
-// or fewer than a quorum answered out of their guard (their
-// [NodeResult] wraps [ErrGuarded]).
+// Holder returns the holder of key that a quorum of nodes agree on, or the
+// zero Holder when a quorum agree that the key is free. It reads every node
+// once, in parallel, and changes nothing. The answer may be stale: use it
+// to see who holds a lock, never to decide whether to take one.
 //
-// What it reports may have changed by the time it returns: use it to see
-// who holds a lock, never to decide whether to take one.
+// With no quorum for a holder or for "free", it returns an [*Error]
+// wrapping [ErrNotHeld]. Either holders split the nodes, or fewer than a
+// quorum answered out of their restart guard (their [NodeResult] wraps
+// [ErrGuarded]). A guarded node does not count, nor does one without a
+// state unless no node has one (a new deployment).
 func (c *Client) Holder(ctx context.Context, key string) (Holder, error) {
 	if err := c.checkKeys([]string{key}); err != nil {
 		return Holder{}, err
@@ -51,9 +49,10 @@ func (c *Client) Holder(ctx context.Context, key string) (Holder, error) {
 }
 
 // holderOf returns the holder of the i-th key read, in vals, that a
-// quorum of nodes agree on, and its token (the zero Holder and "" when a
-// quorum agree that the key is free), or false when neither has a quorum;
-// its Nodes are then the most nodes that agree on one holder.
+// quorum of nodes agree on, and its token. When a quorum agree that the
+// key is free, it returns the zero Holder and "". When neither has a
+// quorum, it returns false, with Nodes the most nodes that agree on one
+// holder.
 func (c *Client) holderOf(vals [][]node.Value, i int) (Holder, string, bool) {
 	byToken := map[string][]time.Duration{}
 	free := 0
@@ -85,11 +84,10 @@ func (c *Client) holderOf(vals [][]node.Value, i int) (Holder, string, bool) {
 
 // TTL returns how long a quorum of nodes still hold this lock's token, at
 // most the time left until [Lock.Until]. It reads every node once, in
-// parallel, and changes nothing; it counts the nodes as [Client.Holder]
-// does. It returns an [*Error] wrapping
-// [ErrNotHeld] when fewer than a quorum hold the token, or when the lock
-// was unlocked or its validity has run out; for a nil Lock, an error
-// wrapping ErrNotHeld.
+// parallel, and changes nothing. It counts the nodes as [Client.Holder]
+// does. It returns an [*Error] wrapping [ErrNotHeld] when fewer than a
+// quorum hold the token, or when the lock was unlocked or its validity has
+// run out. For a nil Lock, its error wraps ErrNotHeld too.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if l == nil {
 		return 0, nilLockError("ttl")

@@ -17,14 +17,13 @@ import (
 // Lock is one held lock, returned by [Client.Lock] or [Client.TryLock]. Its
 // methods are safe for concurrent use.
 //
-// A Lock is only as good as its validity: trust it until [Lock.Until], not
-// after, and keep the work under it shorter than that (or [Lock.Extend] it).
+// Trust a Lock until [Lock.Until], not after. Keep the work under it
+// shorter than that, or [Lock.Extend] it.
 //
-// The methods of a nil *Lock, such as the one that a failed Lock returns
-// beside its error, do not panic: Unlock, Extend and TTL return an error
-// wrapping [ErrNotHeld], Until returns the zero time, Fence 0, and Key,
-// Keys and Token return empty values. A deferred Unlock written before the
-// error check is thus harmless.
+// The methods of a nil *Lock, which a failed Lock returns, do not panic, so
+// a deferred Unlock written before the error check is harmless. Unlock,
+// Extend and TTL return an error wrapping [ErrNotHeld]. Until returns the
+// zero time, Fence 0, and Key, Keys and Token empty values.
 type Lock struct {
 	c     *Client
 	keys  []string // as given by the caller
@@ -88,7 +87,7 @@ func (l *Lock) name() string { return strings.Join(l.keys, ", ") }
 // 0 (also for a nil Lock). The fences of successive holders of one key
 // strictly increase, across keys too. Pass the fence with every write to
 // the resource, and make it reject a fence lower than the highest it has
-// seen: a holder paused beyond [Lock.Until] is then turned away.
+// seen. A holder paused beyond [Lock.Until] is then turned away.
 //
 // A fenced lock costs a second round trip. Fences are exact up to 2^53.
 // Why they increase, also after a node lost its data: docs/SAFETY.md,
@@ -126,14 +125,14 @@ func (l *Lock) Until() time.Time {
 
 // Unlock releases the lock on every node whose key holds its token. It
 // returns nil once a quorum released it, or an [*Error] wrapping
-// [ErrNotHeld] when fewer than a quorum still held it. It runs also when
-// ctx is done (a deferred Unlock), bounded by Options.NodeTimeout.
+// [ErrNotHeld] when fewer than a quorum still held it. A second Unlock
+// returns an error wrapping ErrNotHeld. Unlock runs even when ctx is done
+// (a deferred Unlock), bounded by Options.NodeTimeout.
 //
 // When another caller of this Client waits in [Client.Lock] for the same
-// keys, Unlock hands the lock over instead, without contacting the nodes:
-// it then cannot tell whether a quorum still held the lock (see
-// docs/OPERATING.md, "Unlock and handovers"). After Unlock, a second
-// Unlock returns an error wrapping ErrNotHeld.
+// keys, Unlock hands the lock over without contacting the nodes. It then
+// cannot tell whether a quorum still held the lock. See docs/OPERATING.md,
+// "Unlock and handovers".
 func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil {
 		return nilLockError("unlock")
@@ -210,18 +209,15 @@ func (c *Client) tokenGone(e *Error) bool {
 }
 
 // Extend sets the lock's TTL to ttl on every node that still holds its
-// token and, if a quorum did so in time, moves [Lock.Until] to the start of
-// the round plus the new validity. It first checks the lock's validity
-// locally and does not contact the nodes when it has run out.
+// token. If a quorum did so in time, it moves [Lock.Until] to the round's
+// start plus the new validity. Otherwise the error wraps [ErrNotHeld]:
+// treat the lock as lost. If ctx ended before the nodes decided, the error
+// wraps ctx.Err() instead, and the lock stays held until Until.
 //
-// On failure, Until becomes the earlier of its old value and the start of
-// the call plus ttl's validity (ttl minus the drift allowance): the calls
-// outlive ctx, and any node may still set the shorter ttl. Nothing is
-// deleted on any node, and the error wraps [ErrNotHeld]: treat the lock
-// as lost. The exception is a ctx that ended before the nodes decided:
-// then the error wraps ctx.Err() and not ErrNotHeld, and the lock is held
-// until Until. With a ctx already done, Extend sends nothing and leaves
-// Until unchanged.
+// A failed Extend deletes nothing. Its calls outlive ctx and may still set
+// ttl: Until drops to the call's start plus ttl minus the drift allowance,
+// if earlier. See docs/DESIGN.md, "Unlock, Extend and redelivery". With the
+// validity run out or ctx done already, it sends nothing and keeps Until.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return nilLockError("extend")

@@ -19,13 +19,13 @@ import (
 )
 
 // NodeOptions returns go-redis options for one lock node at addr, with
-// the settings the algorithm relies on: context deadlines that bound
-// socket I/O, no client-level retry, no CLIENT SETINFO, no maintenance
-// notifications, RESP2 and one dial per request.
+// the settings the algorithm relies on. These are: context deadlines that
+// bound socket I/O, no client-level retry, no CLIENT SETINFO, no
+// maintenance notifications, RESP2 and one dial per request.
 //
 // Adjust the result (password, TLS, pool size), but keep the first four.
-// [New] applies these settings itself to the plain clients you give it:
-// you need NodeOptions only for clients used as given, such as Sentinel
+// [New] applies these settings itself to the plain clients you give it.
+// You need NodeOptions only for clients used as given, such as Sentinel
 // clients. Why each one: docs/OPERATING.md, "Node clients".
 func NodeOptions(addr string) *redis.Options {
 	o := &redis.Options{
@@ -54,10 +54,10 @@ func lockSettings(o *redis.Options) {
 	o.PipelinePoolSize = -1
 }
 
-// deriveClient returns a client of the Client's own for the plain node client
-// c: it talks to the same server the same way (address, network and
-// dialer, credentials, TLS, DB, client name, pool and timeouts, c's own
-// OnConnect), with the settings of [NodeOptions] and the idle connection
+// deriveClient returns the Client's own client for the plain node client
+// c. It talks to the same server the same way: address, network and
+// dialer, credentials, TLS, DB, client name, pool, timeouts and c's own
+// OnConnect. It has the settings of [NodeOptions] and the idle connection
 // check of [NewNodes]. Hooks added to c with AddHook are not carried over:
 // go-redis keeps them outside the options. c is not changed.
 func deriveClient(c *redis.Client) *redis.Client {
@@ -76,8 +76,9 @@ func deriveClient(c *redis.Client) *redis.Client {
 }
 
 // undoDefault returns the ReadTimeout or WriteTimeout that go-redis's
-// NewClient turns into t: it maps -1 (no timeout) to 0 and -2 (no deadline
-// set at all) to -1, and would read a 0 again as its default of seconds.
+// NewClient turns into t. NewClient maps -1 (no timeout) to 0, and -2 (no
+// deadline set at all) to -1. It would read a 0 again as its default of
+// seconds.
 func undoDefault(t time.Duration) time.Duration {
 	switch t {
 	case 0:
@@ -93,9 +94,9 @@ func undoDefault(t time.Duration) time.Duration {
 // it. The caller owns the clients and closes them.
 //
 // NewNodes returns no error: the client of a malformed address fails every
-// command with the error that Open returns for it. These clients check an
-// idle connection for a close by the server only after 100 ms idle (see
-// docs/OPERATING.md, "Node clients").
+// command with the error that Open returns for it. These clients check a
+// connection for a close by the server only after 100 ms idle. See
+// docs/OPERATING.md, "Node clients".
 func NewNodes(addrs ...string) []redis.UniversalClient {
 	nodes := make([]redis.UniversalClient, len(addrs))
 	for i, a := range addrs {
@@ -123,11 +124,11 @@ func newNodeClient(o *redis.Options) *redis.Client {
 	return c
 }
 
-// nodesDialer is the dialer of NewNodes' clients: go-redis's own (TCP, its
-// keep-alive, TLS when the options have a TLSConfig, which go-redis applies
-// only in its own dialer), which also marks them, so that New sends
-// through them as they are (see derivable) rather than making a second
-// pool from the same settings.
+// nodesDialer is the dialer of NewNodes' clients. It dials as go-redis's
+// own does: TCP with its keep-alive, and TLS when the options have a
+// TLSConfig (go-redis applies that only in its own dialer). It also marks
+// the clients, so that New sends through them as they are (see derivable)
+// rather than make a second pool from the same settings.
 type nodesDialer struct {
 	timeout time.Duration
 	tls     *tls.Config // nil: plain TCP
@@ -181,9 +182,9 @@ func (idleConnCheck) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	return next
 }
 
-// checkedConn is a connection that go-redis's pool checks (through
-// SyscallConn, before taking it for a command) only when it has been idle
-// for connCheckIdle; otherwise the check finds nothing to do.
+// checkedConn is a connection that go-redis's pool checks only when it has
+// been idle for connCheckIdle; otherwise the check finds nothing to do. The
+// pool checks it through SyscallConn, before taking it for a command.
 type checkedConn struct {
 	net.Conn
 	sys   syscall.Conn // the connection's own, nil when it has none (TLS): never checked
@@ -219,10 +220,10 @@ func (noCheck) Control(func(fd uintptr)) error           { return nil }
 func (noCheck) Read(func(fd uintptr) (done bool)) error  { return nil }
 func (noCheck) Write(func(fd uintptr) (done bool)) error { return nil }
 
-// nodeInfo reports the addresses a node client talks to and, unless the
-// Client derives a client of its own from it (which has the settings the
-// algorithm relies on), the ways its configuration works against the
-// algorithm.
+// nodeInfo reports the addresses a node client talks to, and the ways its
+// configuration works against the algorithm. It reports no such problem
+// when derived is set: the Client's own client has the settings the
+// algorithm relies on.
 func nodeInfo(node redis.UniversalClient, timeout time.Duration, derived bool) (addrs []string, problems []string) {
 	check := func(retries int, ctxTimeouts bool, read time.Duration) {
 		if derived {
@@ -296,9 +297,9 @@ func checkNodes(nodes []redis.UniversalClient, cfg config) ([]string, error) {
 }
 
 // derivable returns n as a *redis.Client when the Client makes a client of
-// its own from n's options: n is a plain client (not a Sentinel client),
-// not one that NewNodes made (it has the library's settings already), and
-// Options.NodeClientsAsGiven is not set. It returns nil otherwise.
+// its own from n's options, and nil otherwise. That is when n is a plain
+// client (not a Sentinel client) that NewNodes did not make (those have the
+// library's settings already), and Options.NodeClientsAsGiven is not set.
 func derivable(n redis.UniversalClient, cfg config) *redis.Client {
 	c, ok := n.(*redis.Client)
 	if !ok || cfg.asGiven || c.Options().Addr == sentinelAddr {

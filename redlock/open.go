@@ -13,19 +13,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Open returns a Client on the Redis masters at addrs, with a node client
-// per address made as by [NewNodes], which it uses as given. Unlike with
-// [New], the Client owns these node clients: [Client.Close] closes them
-// once its own work is done. opts is as for New, and may be nil.
+// Open returns a Client on the Redis masters at addrs, with one node client
+// per address, made as by [NewNodes] and used as given. Unlike with [New],
+// the Client owns these clients: [Client.Close] closes them after its own
+// work. opts is as for New, and may be nil. Open connects to no node.
 //
-// An address is host:port, or a URL: redis://[user:password@]host[:port][/db]
-// or rediss://... for TLS, which checks the server's certificate against
-// the system's roots (for another CA, build the clients yourself with
-// redis.ParseURL and a TLSConfig, and give them to New). The settings of
-// [NodeOptions] apply on top of what a URL says. Open connects to no
-// node; it refuses an empty or malformed address (no port, a space, a comma,
-// an unknown scheme, a port out of range) with an error naming it, and its
-// password hidden.
+// An address is host:port or redis://[user:password@]host[:port][/db].
+// rediss:// means TLS, with the server's certificate checked against the
+// system's roots; for another CA, give New clients made with redis.ParseURL
+// and a TLSConfig. [NodeOptions] settings apply on top of a URL's. Open
+// refuses an empty or malformed address (no port, a space, a comma, an
+// unknown scheme, a bad port) with an error naming it, password hidden.
 func Open(addrs []string, opts *Options) (*Client, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("redlock: no addresses")
@@ -54,12 +52,12 @@ func openConfig(addrs []string, cfg config) (*Client, error) {
 }
 
 // ParseNode returns the go-redis options with which [Open] and [NewNodes]
-// make the node client for addr: host:port, or a redis:// or rediss:// URL
-// as Open describes it, with the settings of [NodeOptions] on top. The
-// options' Addr is the node's host:port, a name for it that holds no
-// password. ParseNode connects to nothing. On failure it returns nil and
-// an error that names addr, its password hidden, and says what is wrong,
-// as Open does: redlock: address "localhost": missing port: ....
+// make the node client for addr. addr is host:port, or a redis:// or
+// rediss:// URL as Open describes it; [NodeOptions] settings go on top.
+// The options' Addr is the node's host:port, which holds no password.
+// ParseNode connects to nothing. On failure it returns nil and an error
+// that names addr, password hidden, and says what is wrong, as Open does:
+// redlock: address "localhost": missing port: ....
 func ParseNode(addr string) (*redis.Options, error) {
 	o, err := addrOptions(addr)
 	if err != nil {
@@ -69,13 +67,13 @@ func ParseNode(addr string) (*redis.Options, error) {
 }
 
 // addrOptions returns the go-redis options of a node client for addr, with
-// the settings of [NodeOptions] on top of what addr says, or an error that
-// says what is wrong with addr. addr is either host:port or a URL as
-// redis.ParseURL reads it, with the scheme redis:// or rediss:// (TLS):
+// the settings of [NodeOptions] on top of what addr says. For a bad addr it
+// returns an error that says what is wrong. addr is host:port, or a
+// redis:// or rediss:// (TLS) URL as redis.ParseURL reads it:
 // redis://[user:password@]host[:port][/db][?option=value...]. A URL
-// without a port means 6379, as in redis-cli; a plain address must have
-// one. The URL's options may set timeouts and the pool, but not
-// the settings that NodeOptions fixes (MaxRetries, the protocol).
+// without a port means 6379, as in redis-cli; a plain address needs one.
+// The URL's options may set timeouts and the pool, not what NodeOptions
+// fixes (MaxRetries, the protocol).
 func addrOptions(addr string) (*redis.Options, error) {
 	switch {
 	case addr == "":

@@ -29,29 +29,27 @@ const (
 // documented default, so a nil *Options is a valid configuration.
 type Options struct {
 	// Quorum is how many nodes must grant a lock. Zero means N/2+1, a strict
-	// majority of the N nodes. It must be a majority (N/2 < Quorum ≤ N): two
-	// majorities always share a node, which is what keeps two clients from
-	// holding one lock at once.
+	// majority of the N nodes. It must be a majority (N/2 < Quorum ≤ N). Two
+	// majorities always share a node, so two clients cannot hold one lock.
 	Quorum int
 
 	// DriftFactor is the largest relative difference in clock rate assumed
-	// between the client and any node over one TTL; the validity of a lock
-	// gives up ttl·DriftFactor + 2ms for it (see [clock.Drift]). Zero means
+	// between the client and any node over one TTL. A lock's validity gives
+	// up ttl·DriftFactor + 2ms for it (see [clock.Drift]). Zero means
 	// DefaultDriftFactor (1%). It must be in [0, 0.5).
 	DriftFactor float64
 
 	// NodeTimeout bounds each request to a node. A node that has not answered
-	// by then counts as failed for the round. Keep it small next to the TTLs
-	// you use: a round can last up to NodeTimeout and its time is subtracted
-	// from the validity. Zero means DefaultNodeTimeout.
+	// by then counts as failed for the round. Keep it small next to your
+	// TTLs: a round can last NodeTimeout, and its time comes off the
+	// validity. Zero means DefaultNodeTimeout.
 	NodeTimeout time.Duration
 
 	// MinRetryDelay and MaxRetryDelay bound the random wait between the
-	// rounds of [Client.Lock]: the cap starts at MinRetryDelay and doubles per
-	// round up to MaxRetryDelay, and the wait is drawn uniformly below it.
-	// When the nodes report that the current holder's keys expire sooner,
-	// Lock retries then instead. Zero means DefaultMinRetryDelay and
-	// DefaultMaxRetryDelay.
+	// rounds of [Client.Lock]. The cap starts at MinRetryDelay and doubles
+	// per round up to MaxRetryDelay; the wait is drawn uniformly below it.
+	// When the nodes report that the holder's keys expire sooner, Lock
+	// retries then. Zero means DefaultMinRetryDelay and DefaultMaxRetryDelay.
 	MinRetryDelay, MaxRetryDelay time.Duration
 
 	// MaxWait bounds how long [Client.Lock] keeps trying when its context has
@@ -63,70 +61,66 @@ type Options struct {
 	// "lock:" (handy for a Redis ACL key pattern). Empty means no prefix.
 	KeyPrefix string
 
-	// Clock is the time source of everything the lock times: validity,
-	// retry delays and waits, the local queue's expiry of a holder, Do's
-	// extensions, the redelivery of releases and the idle time of release
-	// subscriptions. Only socket-level timing (request deadlines, the
-	// batching window, the idle connection check of [NewNodes]) reads the
-	// system clock. Nil means [clock.Real], Go's monotonic clock.
+	// Clock is the time source of everything the lock times. That is the
+	// validity, retry delays and waits, the local queue's expiry of a holder,
+	// Do's extensions, the redelivery of releases and the idle time of
+	// release subscriptions. Only socket-level timing reads the system
+	// clock: request deadlines, the batching window and the idle connection
+	// check of [NewNodes]. Nil means [clock.Real], Go's monotonic clock.
 	Clock clock.Clock
 
-	// RestartGuard is how long a node that lost its data (a restart without
-	// persistence, FLUSHALL, eviction) refuses to grant locks, so that the
-	// locks it forgot have expired before it grants them again. Zero means
+	// RestartGuard is how long a node that lost its data refuses to grant
+	// locks, so that the locks it forgot expire first. A restart without
+	// persistence, FLUSHALL or eviction loses data. Zero means
 	// DefaultRestartGuard (1 minute). Every TTL passed to Lock, TryLock,
-	// LockMany or Extend must be at most RestartGuard, and every Client of
-	// one deployment must use the same value. See [ErrGuarded], and
+	// LockMany or Extend must be at most RestartGuard. Every Client of one
+	// deployment must use the same value. See [ErrGuarded], and
 	// docs/SAFETY.md, "The restart guard", for why this is safe.
 	RestartGuard time.Duration
 
-	// UnsafeNoRestartGuard turns the restart guard off: a node that restarts
-	// without persistence grants locks at once, and a second client can win
-	// a quorum while the first still holds the lock. Only for nodes whose
-	// data survives any restart (appendonly yes, appendfsync always, no
-	// eviction) or for tests. With it, fences can go backwards after a node
-	// loses its data.
+	// UnsafeNoRestartGuard turns the restart guard off. A node that restarts
+	// without persistence then grants locks at once, so a second client can
+	// win a quorum while the first still holds the lock. Fences can go
+	// backwards after a node loses its data. Use it only for tests, or for
+	// nodes whose data survives any restart (appendonly yes, appendfsync
+	// always, no eviction).
 	UnsafeNoRestartGuard bool
 
 	// Fencing makes every lock carry a fencing token, [Lock.Fence], that
 	// strictly increases from one holder of a key to the next. Obtaining a
-	// lock then takes a second round trip to the nodes (see [Lock.Fence]).
-	// New refuses it (while the restart guard is on) unless a quorum of the
-	// nodes are plain masters: on a Redis Cluster the counters live in the
-	// per-slot node state (on a Ring, per shard; see [ErrGuarded]), and a
-	// slot or shard not used before has an unknown counter there, so fenced
-	// locks on it would fail if a quorum of nodes were such.
+	// lock then takes a second round trip to the nodes. With the restart
+	// guard on, New refuses Fencing unless a quorum of the nodes are plain
+	// masters. A Cluster or Ring node keeps a counter per slot or shard,
+	// unknown on first use, so fenced locks there would fail. See
+	// [ErrGuarded], and docs/DESIGN.md, "Multi-key locks, Redis Cluster and
+	// Ring nodes".
 	Fencing bool
 
 	// Owner names this Client's locks for whoever looks at the nodes
-	// ([Client.Holder], redlock inspect): free text of at most MaxOwnerLen
-	// bytes without control characters. It is stored in every lock key's
-	// value, after the token's random part, so it costs no round trip.
-	// Empty means "<hostname>:<pid>".
+	// ([Client.Holder], redlock inspect). It is free text of at most
+	// MaxOwnerLen bytes, without control characters. It is stored in every
+	// lock key's value, after the token's random part, so it costs no round
+	// trip. Empty means "<hostname>:<pid>".
 	Owner string
 
 	// Logger receives the library's log records. Nil means slog.Default().
 	// Records carry the attributes "node" (a node's address), "key" and
-	// "err" where they apply. Warn: a node client configured against the
-	// algorithm, Cluster nodes that hold the restart guard per hash slot, a
-	// release that found its node client closed, an Observer hook that
-	// panicked; each says what to change. Debug: releases that failed or
-	// are retried in the background. Nothing is logged at Info or above
-	// while the nodes and the configuration are healthy.
+	// "err" where they apply. Warn records say what to change. Debug records
+	// are releases that failed or are retried in the background. Nothing is
+	// logged at Info or above while the nodes and configuration are healthy.
+	// See docs/OPERATING.md, "Logs".
 	Logger *slog.Logger
 
 	// NodeClientsAsGiven makes the Client send its commands through the
-	// node clients exactly as given to [New]. By default New makes a client
-	// of its own from the options of each plain *redis.Client node (see
-	// New) and leaves yours as they are; set this when the lock commands
-	// must pass through hooks that you added to your clients with AddHook
-	// (tracing, metrics, fault injection), which go-redis does not keep in
-	// the options. Your clients then need the settings of [NodeOptions]
-	// (New logs a warning for each one missing that the algorithm relies
-	// on), and New adds its connection check to their OnConnect: make the
-	// Client before other goroutines use them. Commands sent to a node
-	// while another is in flight go out as one pipeline, so your hooks see
-	// them in ProcessPipelineHook, not ProcessHook.
+	// node clients exactly as given to [New]. By default New makes its own
+	// client from the options of each plain *redis.Client node. Set this when
+	// lock commands must pass through hooks added with AddHook (tracing,
+	// metrics, fault injection): go-redis keeps hooks out of the options.
+	// Your clients then need the settings of [NodeOptions]; New warns of each
+	// one missing. New adds its connection check to their OnConnect, so make
+	// the Client before other goroutines use them. Hooks see commands sent
+	// while another is in flight in ProcessPipelineHook, not ProcessHook:
+	// they go out as one pipeline. See docs/OPERATING.md, "Node clients".
 	NodeClientsAsGiven bool
 
 	// Observer, when not nil, receives an event for every operation, every
@@ -179,12 +173,12 @@ type tunables struct {
 	// between redelivery attempts (internal/node).
 	redeliveryLimit              int
 	redeliverFirst, redeliverMax time.Duration
-	// newDeploymentWindow bounds how far apart in time the nodes' restart
-	// guards may have begun for a round to take them for a brand-new
-	// deployment (see [ErrGuarded]). Nodes that came up further apart, as
-	// in a rolling restart, serve locks only once their guards have run
-	// out. It also bounds the node calls of a round while the Client has
-	// never seen a node in service (see Client.callTimeout).
+	// newDeploymentWindow bounds how far apart the nodes' restart guards
+	// may have begun for a round to take them for a brand-new deployment
+	// (see [ErrGuarded]). Nodes that came up further apart, as in a rolling
+	// restart, serve locks only once their guards run out. It also bounds a
+	// round's node calls while the Client has never seen a node in service
+	// (see Client.callTimeout).
 	newDeploymentWindow time.Duration
 	// graceCap bounds how long a waiter lets the waiter that a release
 	// named as next in line take the key before it tries itself (see

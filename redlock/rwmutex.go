@@ -13,24 +13,23 @@ const RWMutexReaders = protocol.Readers
 
 // RWMutex is a read-write lock on the Client's nodes: many readers at
 // once (up to [RWMutexReaders]), or one writer and no reader. A reader
-// holds one slot of a semaphore, a writer its writer key; each node
-// grants a reader only while no token holds the writer key there, and the
-// writer only while no token holds a reader slot, so readers and writers
-// exclude each other under the same assumptions as a [Lock]. A waiting
-// writer leaves an intent on the nodes that makes new readers wait, so a
-// stream of readers cannot starve it (see
-// docs/SEMAPHORES.md). An RWMutex is a name and a Client: it holds no
-// state, and is safe for concurrent use.
+// holds one slot of a semaphore, a writer its writer key. A node grants a
+// reader only while no token holds the writer key there, and a writer only
+// while no token holds a reader slot. So readers and writers exclude each
+// other under the same assumptions as a [Lock]. A waiting writer leaves an
+// intent on the nodes that makes new readers wait, so readers cannot
+// starve it. See docs/SEMAPHORES.md. An RWMutex is a name and a Client: it
+// holds no state, and is safe for concurrent use.
 type RWMutex struct {
 	sem Semaphore
 }
 
 // RWMutex returns the read-write lock named name on c's nodes. Its keys
 // are Options.KeyPrefix + "redquorum:rw:" + name, then ":" and a reader
-// slot's number, "writer" or "limit" (the limit record, which also tells
-// readers that a writer waits). The name is checked by
-// the methods, as a [Semaphore]'s is. On a Redis Cluster or Ring node, the
-// name needs a hash tag, as in "{prices}".
+// slot's number, "writer" or "limit". The limit record also tells readers
+// that a writer waits. The methods check the name, as a [Semaphore]'s do.
+// On a Redis Cluster or Ring node, the name needs a hash tag, as in
+// "{prices}".
 func (c *Client) RWMutex(name string) *RWMutex {
 	return &RWMutex{sem: Semaphore{c: c, name: name, limit: RWMutexReaders, prefix: protocol.RWMutexPrefix}}
 }
@@ -56,12 +55,12 @@ func (rw *RWMutex) TryRLock(ctx context.Context, ttl time.Duration) (*Lock, erro
 
 // Lock waits until it holds the lock alone, with no reader and no other
 // writer, and returns the writer's [Lock]; its Key is the writer key.
-// Uncontended, it costs one round trip. While it waits, its rounds leave an
-// intent on the nodes that refuses new readers, so that the readers
-// holding the lock drain; the intent lasts twice Options.MaxRetryDelay
-// and twice Options.NodeTimeout past the writer's last round. Once
-// granted, the writer's key turns readers away until Unlock. Errors are
-// as for [Semaphore.Acquire].
+// Uncontended, it costs one round trip. While it waits, its rounds leave
+// an intent on the nodes that refuses new readers, so the holding readers
+// drain. The intent lasts twice Options.MaxRetryDelay plus twice
+// Options.NodeTimeout past the writer's last round. Once granted, the
+// writer key turns readers away until Unlock. Errors are as for
+// [Semaphore.Acquire].
 func (rw *RWMutex) Lock(ctx context.Context, ttl time.Duration) (*Lock, error) {
 	return rw.take(ctx, OpWLock, protocol.Writer, ttl, true)
 }
@@ -99,10 +98,9 @@ func (rw *RWMutex) take(ctx context.Context, op Op, role protocol.Role, ttl time
 
 // Holders returns the holders of the read-write lock that a quorum of
 // nodes agree on: its readers, each with its Slot, or its writer (and no
-// reader). It reads every node once, in parallel, and changes nothing;
-// a slot on which no quorum agrees, as while a round is in progress, is
-// left out. Use it to see who holds the lock, never to decide whether to
-// take it.
+// reader). It reads every node once, in parallel, and changes nothing. It
+// leaves out a slot on which no quorum agrees, as during a round. Use it
+// to see who holds the lock, never to decide whether to take it.
 func (rw *RWMutex) Holders(ctx context.Context) (readers []Holder, writer Holder, err error) {
 	s := &rw.sem
 	if err := s.check(); err != nil {

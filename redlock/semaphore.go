@@ -36,13 +36,12 @@ func (e *limitError) Error() string {
 func (e *limitError) Unwrap() error { return ErrLimitMismatch }
 
 // Semaphore lets at most Limit holders in at once, on the Client's nodes,
-// among every Client that uses the same name and limit. It is made of
-// Limit slots, each a lock on the nodes: a [Permit] holds one slot, so
-// the bound follows from each slot's mutual exclusion, under the same
-// assumptions as a [Lock] (see docs/SEMAPHORES.md). Each node that grants
-// a slot also records the limit, and refuses a slot to a Client that gives
-// another one, so that Clients that disagree on the limit fail with
-// [ErrLimitMismatch] instead of mixing.
+// among every Client that uses the same name and limit. It is Limit slots,
+// each a lock on the nodes, and a [Permit] holds one slot. So the bound
+// follows from each slot's mutual exclusion, under the same assumptions as
+// a [Lock] (see docs/SEMAPHORES.md). A node that grants a slot records the
+// limit and refuses a slot to a Client that gives another limit. Clients
+// that disagree on the limit thus fail with [ErrLimitMismatch], not mix.
 // A Semaphore is a name, a limit and a Client: it holds no state, and is
 // safe for concurrent use.
 type Semaphore struct {
@@ -54,10 +53,10 @@ type Semaphore struct {
 
 // Semaphore returns the semaphore named name with limit slots on c's
 // nodes. Its keys are Options.KeyPrefix + "redquorum:sem:" + name, then
-// ":" and a slot number or "limit", so they never collide with a lock key.
-// The name and limit are checked by the methods, which return an error
-// naming a bad value and send nothing: an empty name, one under a reserved
-// prefix, a limit below 1 or above [MaxSemaphoreLimit]. On a Redis Cluster
+// ":" and a slot number or "limit"; they never collide with a lock key.
+// The methods check the name and limit, and send nothing when one is bad:
+// an empty name, one under a reserved prefix, a limit below 1 or above
+// [MaxSemaphoreLimit]. The error names the bad value. On a Redis Cluster
 // or Ring node, the name needs a hash tag, as in "{reports}".
 func (c *Client) Semaphore(name string, limit int) *Semaphore {
 	return &Semaphore{c: c, name: name, limit: limit, prefix: protocol.SemaphorePrefix}
@@ -108,20 +107,17 @@ func (s *Semaphore) layer() protocol.Layer {
 // limitArg returns the limit as the layer's scripts compare it.
 func (s *Semaphore) limitArg() string { return strconv.Itoa(s.limit) }
 
-// Acquire waits for a free slot and returns its [Permit], as
-// [Client.Lock] waits for a lock: until it holds one, ctx is done, or,
-// when ctx has no deadline, Options.MaxWait has passed. Uncontended, it
-// costs one round trip: it tries one slot chosen at random. A refused slot
-// is followed by the other slots at once, in turn; when all are taken it
-// waits a backoff, or until a node announces the release of one of them.
-// Acquire does not take part in the local queue of [Client.Lock], and its
-// rounds join no line of waiters, whatever Options.Waiting says.
+// Acquire waits for a free slot and returns its [Permit], as [Client.Lock]
+// waits: until it holds one, ctx is done, or, when ctx has no deadline,
+// Options.MaxWait has passed. Uncontended, it costs one round trip, on a
+// slot chosen at random. It tries every slot, then waits a backoff or for
+// a release (see docs/SEMAPHORES.md). It joins neither the local queue of
+// [Client.Lock] nor a line of waiters, whatever Options.Waiting says.
 //
-// On failure it returns an error wrapping [ErrNotObtained] (and ctx.Err()
-// when ctx ended the wait), or, when so many nodes hold the name with
-// another limit that a quorum cannot grant, an error wrapping both
-// ErrNotObtained and [ErrLimitMismatch] that names both limits. Bad
-// arguments give a plain error naming the value, and send nothing.
+// On failure its error wraps [ErrNotObtained], and ctx.Err() when ctx ended
+// the wait. If too many nodes hold the name with another limit for a quorum
+// to grant, the error also wraps [ErrLimitMismatch] and names both limits.
+// Bad arguments give a plain error naming the value, and send nothing.
 func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Permit, error) {
 	return s.acquire(ctx, OpAcquire, ttl, true)
 }
@@ -197,12 +193,12 @@ func (p *Permit) TTL(ctx context.Context) (time.Duration, error) { return p.Lock
 func (p *Permit) Fence() uint64 { return p.Lock().Fence() }
 
 // DoSemaphore runs fn while holding a permit of the semaphore name with
-// limit slots, as [Client.Do] runs fn under a lock: it waits for the
-// permit as [Semaphore.Acquire] does (opts as for Do), extends it while fn
-// runs, cancels fn's context with [ErrLockLost] when it is lost, and
-// releases it when fn returns. [LockFrom] on fn's context returns the
-// permit's lock. Bad arguments, a nil fn included, give an error naming
-// the value, and send nothing.
+// limit slots, as [Client.Do] runs fn under a lock. It waits for the
+// permit as [Semaphore.Acquire] does, with opts as for Do. It extends the
+// permit while fn runs, cancels fn's context with [ErrLockLost] if it is
+// lost, and releases it when fn returns. [LockFrom] on fn's context
+// returns the permit's lock. Bad arguments, a nil fn included, give an
+// error naming the value, and send nothing.
 func (c *Client) DoSemaphore(ctx context.Context, name string, limit int, ttl time.Duration, fn func(ctx context.Context) error, opts ...DoOptions) error {
 	o, err := checkDoOptions(opts)
 	if err != nil {
@@ -238,11 +234,10 @@ func (c *Client) DoSemaphore(ctx context.Context, name string, limit int, ttl ti
 
 // Holders returns the holders of the semaphore's slots that a quorum of
 // nodes agree on, each with its Slot, in slot order. It reads every node
-// once, in parallel, and changes nothing; it counts the nodes as
-// [Client.Holder] does. A slot on which no quorum agrees, as while a
-// round is in progress or while too few nodes are out of their restart
-// guard, is left out. Use it to see who
-// holds the semaphore, never to decide whether to take it.
+// once, in parallel, and changes nothing. It counts the nodes as
+// [Client.Holder] does. It leaves out a slot on which no quorum agrees, as
+// during a round or while too few nodes are out of their restart guard.
+// Use it to see who holds the semaphore, never to decide whether to take it.
 func (s *Semaphore) Holders(ctx context.Context) ([]Holder, error) {
 	if err := s.check(); err != nil {
 		return nil, err
