@@ -73,7 +73,9 @@ local announce = ARGV[3] -- the node's state key: an unlock (see announce.lua)
 local drop = ARGV[4] -- the releasing client's channel, for a waiter that leaves
 if drop == '' then drop = nil end
 if drop and announce then
-  local h = holder(redis.call('GET', KEYS[1]))
+  local v = first -- release.lua's usual case read the single key already
+  if v == nil then v = redis.call('GET', KEYS[1]) end
+  local h = holder(v)
   if h ~= token and h ~= '@HAND@' .. token then
     local prefix = string.match(announce, '^(.*)@STATE@') or ''
     local line = prefix .. '@LINE@' .. string.sub(KEYS[1], #prefix + 1)
