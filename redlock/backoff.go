@@ -8,11 +8,11 @@ import (
 	"github.com/redquorum/redquorum/quorum"
 )
 
-// backoff is the WaitBackoff strategy, and the base of the others: a
-// waiter's rounds tell the nodes nothing; a refused round marks the keys
-// (announce.lua), so that their release is announced, and the waiter
-// retries after its backoff or, after a jitter, as soon as a node
-// announces the release of its first key (internal/wake).
+// backoff is the WaitBackoff strategy, and the base of the others. A
+// waiter's rounds tell the nodes nothing. A refused round marks the keys
+// (announce.lua), so that their release is announced. The waiter retries
+// after its backoff, or after a jitter once a node announces the release
+// of its first key (internal/wake).
 type backoff struct {
 	c    *Client
 	wake *wake.Waker

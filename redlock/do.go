@@ -11,19 +11,18 @@ import (
 )
 
 // ErrLockLost means that a lock held by [Client.Do] could no longer be shown
-// to be held while fn ran: an extension found its token gone from too many
-// nodes, the Client was closed, or the lock's validity ran out before an
-// extension succeeded.
+// held while fn ran. An extension found its token gone from too many nodes,
+// the Client was closed, or the validity ran out before an extension
+// succeeded.
 var ErrLockLost = errors.New("redlock: lock lost")
 
 // DoOptions are the options of one call of [Client.Do]. The zero value is
 // Do's default: wait for the lock as [Client.Lock] does.
 type DoOptions struct {
-	// Try makes one attempt to lock, as [Client.TryLock] does: when the key
+	// Try makes one attempt to lock, as [Client.TryLock] does. When the key
 	// is busy, Do returns at once an error wrapping ErrNotObtained, and fn
-	// does not run. A job scheduled on several machines that must run once
-	// per schedule wants Try: without it, each machine waits for the lock
-	// and runs the job in turn.
+	// does not run. Use Try for a job on several machines that must run once
+	// per schedule: without it, each machine waits and runs the job in turn.
 	Try bool
 	// MaxWait, when positive, bounds the wait for the lock, and only the
 	// wait: fn then runs under ctx, without this bound. Zero leaves the
@@ -56,26 +55,25 @@ func checkDoOptions(opts []DoOptions) (DoOptions, error) {
 type lockKey struct{}
 
 // LockFrom returns the lock that [Client.Do] holds while it runs fn, from
-// fn's context or a context derived from it: read its fence
-// ([Lock.Fence]) or its validity ([Lock.Until]) there. Do extends and
-// releases the lock itself. Outside Do, LockFrom returns nil, whose
-// methods return [ErrNotHeld] or zero values (see [Lock]).
+// fn's context or one derived from it. Read its fence ([Lock.Fence]) or
+// validity ([Lock.Until]) there; Do extends and releases it itself.
+// Outside Do, LockFrom returns nil, whose methods return [ErrNotHeld] or
+// zero values (see [Lock]).
 func LockFrom(ctx context.Context) *Lock {
 	l, _ := ctx.Value(lockKey{}).(*Lock)
 	return l
 }
 
-// Do acquires key with [Client.Lock]'s retry rules, runs fn, and releases
-// the lock afterwards, also when fn panics. opts, at most one, may make it
-// try once or bound only its wait (see [DoOptions]). fn finds the lock with
-// [LockFrom].
+// Do locks key as [Client.Lock] does, runs fn, and then unlocks, also when
+// fn panics. fn finds the lock with [LockFrom]. opts, at most one, may make
+// Do try once or bound only its wait (see [DoOptions]).
 //
-// While fn runs, the lock is extended to ttl about every ttl/3. fn's
-// context is cancelled, with cause [ErrLockLost], as soon as the lock can
-// no longer be shown to be held: fn must then stop touching the resource.
+// While fn runs, Do extends the lock to ttl about every ttl/3. Once the lock
+// can no longer be shown held, fn's context is cancelled with cause
+// [ErrLockLost], and fn must stop touching the resource.
 //
-// Do returns Lock's error if fn did not run; else fn's error, joined with
-// ErrLockLost when the lock was lost. No goroutine outlives Do.
+// Do returns Lock's error if fn did not run, else fn's error joined with
+// ErrLockLost if the lock was lost. No goroutine outlives Do.
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...DoOptions) error {
 	o, err := checkDoOptions(opts)
 	if err != nil {
@@ -182,11 +180,11 @@ func joinErrs(err, more, replaced error) error {
 	return fmt.Errorf("%w; %w", err, more)
 }
 
-// watch extends l to ttl every ttl/3 until stop is closed, retrying a
+// watch extends l to ttl every ttl/3 until stop is closed. It retries a
 // failed extension while the lock is valid by more than its drift
-// allowance, and calls extended with the count of extensions after each
-// one that succeeds. It returns nil when stopped, or why the lock can no
-// longer be shown to be held.
+// allowance. After each extension that succeeds, it calls extended with
+// the count so far. It returns nil when stopped, or why the lock can no
+// longer be shown held.
 func (c *Client) watch(ctx context.Context, l *Lock, ttl time.Duration, stop <-chan struct{}, extended func(n int)) error {
 	ctx = context.WithoutCancel(ctx) // the caller's cancellation stops fn, not the extensions
 	clk := c.cfg.clock

@@ -29,40 +29,35 @@ var (
 	// owner's token. errors.Is(err, ErrTaken) on a failed lock says that at
 	// least one node refused because the lock was busy.
 	ErrTaken = errors.New("redlock: key held by another owner")
-	// ErrGuarded is the per-node outcome of a node in its restart guard: it
-	// lost its data (a restart without persistence, FLUSHALL, eviction) or
-	// its server changed (a failover, a restart from a persisted file), and
-	// it refuses to grant any lock for Options.RestartGuard, since it may
-	// have forgotten locks that are still valid. A brand-new deployment,
-	// whose nodes are all guarded at once, locks without waiting.
+	// ErrGuarded is the per-node outcome of a node in its restart guard. The
+	// node lost its data (a restart without persistence, FLUSHALL, eviction)
+	// or its server changed (a failover, a restart from a persisted file).
+	// It may have forgotten valid locks, so it grants none for
+	// Options.RestartGuard. A brand-new deployment, its nodes all guarded at
+	// once, locks without waiting.
 	//
-	// Each node keeps its state in the key Options.KeyPrefix +
-	// "redquorum:node", which lock keys must not use. On a Redis Cluster or
-	// Ring node there is one per hash slot or shard, and the first lock on
-	// a slot not used before waits out its guard: give lock keys few hash
-	// tags. Why the guard is safe, and what it cannot cover, is argued in
-	// docs/SAFETY.md, "The restart guard".
+	// A node keeps its state in the key Options.KeyPrefix + "redquorum:node",
+	// which lock keys must not use. A Cluster or Ring node has one per hash
+	// slot or shard, and a slot's first lock waits out its guard: use few
+	// hash tags. See docs/SAFETY.md, "The restart guard".
 	ErrGuarded = errors.New("redlock: node in its restart guard")
 	// ErrFenceUnknown is the per-node outcome of a node that granted a
-	// fenced lock while its fence counter was unknown, because the node lost
-	// its data: it does not count toward the quorum of the fence, and the
-	// write-back of the next fenced lock it grants in time repairs it. When
-	// so many nodes have lost their counters that the others are fewer than
-	// a quorum (for example all of them, one after another, with no fenced
-	// lock in between), no fenced lock can repair them: Lock and TryLock
-	// then fail at once with this cause, until an operator runs
-	// "redlock guard fence" (see docs/OPERATING.md), which sets the counter
-	// of every node above every fence issued before.
+	// fenced lock while its fence counter was unknown: the node lost its
+	// data. It does not count toward the fence's quorum, and the write-back
+	// of the next fenced lock it grants in time repairs it. When the nodes
+	// with known counters are fewer than a quorum, no fenced lock can repair
+	// them. Lock and TryLock then fail at once with this cause, until an
+	// operator runs "redlock guard fence". See docs/OPERATING.md, "Fence
+	// counters after a loss".
 	ErrFenceUnknown = errors.New("redlock: node's fence counter unknown since it lost its data")
-	// ErrSameServer means that two nodes of a Client reach one Redis
-	// server, for example under two names (localhost:6379 and
-	// 127.0.0.1:6379): that server would vote twice toward the quorum. The
-	// check of each new connection reads its server's run_id, and
-	// refuses a connection to a server that another node reaches. From
-	// then on every lock fails at once with an error that wraps
-	// ErrSameServer (not [ErrNotObtained]) and names both nodes: give each
-	// server once. Every node connects during the first lock, which may
-	// still obtain the lock, from one vote per server.
+	// ErrSameServer means that two nodes of a Client reach one Redis server,
+	// for example under two names (localhost:6379 and 127.0.0.1:6379). That
+	// server would vote twice toward the quorum. Each new connection's check
+	// reads its server's run_id, and refuses a server that another node
+	// reaches. From then on every lock fails at once with an error that
+	// wraps ErrSameServer (not [ErrNotObtained]) and names both nodes: give
+	// each server once. The first lock, during which every node connects,
+	// may still obtain the lock, with one vote per server.
 	ErrSameServer = errors.New("redlock: two nodes are one server")
 	// ErrClosed is returned by every operation of a Client after Close.
 	ErrClosed = errors.New("redlock: client closed")
@@ -80,10 +75,11 @@ var errGone = errors.New("refused: this round had already released the node")
 // not sent because the node did not grant the acquire.
 var errSkipped = errors.New("not sent: the node did not grant the acquire")
 
-// Error is the failure of an operation that involved the nodes. It carries
-// each node's outcome; errors.Is finds the sentinel ([ErrNotObtained] or
-// [ErrNotHeld]), the per-node causes (for example [ErrTaken] or a network
-// error) and, when the caller's context ended the operation, ctx.Err().
+// Error is the failure of an operation that involved the nodes, with each
+// node's outcome. errors.Is finds the sentinel ([ErrNotObtained] or
+// [ErrNotHeld]) and the per-node causes (for example [ErrTaken] or a
+// network error). When the caller's context ended the operation, it also
+// finds ctx.Err().
 type Error struct {
 	Op     string       // "lock", "unlock" or "extend"
 	Key    string       // the key as given by the caller, without prefix; the keys joined by ", " for LockMany
@@ -109,15 +105,14 @@ type NodeResult struct {
 }
 
 // Error returns one line: the operation, the key (shortened when long),
-// the nodes' votes and the main cause. The cause is, in this order: errors
-// that no retry fixes on so many nodes that a quorum cannot be reached
-// without them, fence counters unknown on as many, the nodes that hold the
-// key for another owner, the nodes in their restart guard and the time
-// left, or the nodes that failed; then the reason no node is to blame, and
-// last the caller's context error. When the context ended a round before
-// any node told a cause, the causes are those of the round before. Nodes
-// that had not answered when the outcome was decided are not counted
-// against it. The per-node outcomes are in Nodes, and "%+v" prints them.
+// the nodes' votes and the main cause. The cause is the first that applies:
+// errors no retry fixes, on so many nodes that no quorum remains; fence
+// counters unknown on as many; nodes that hold the key for another owner;
+// nodes in their restart guard, with the time left; or failed nodes. Then
+// come the reason no node is to blame, and last the caller's context error.
+// When the context ended a round before any node told a cause, the causes
+// are the round before's. Nodes that had not answered at the decision do
+// not count against it. "%+v" also prints each node's outcome (Nodes).
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("redlock: ")
@@ -240,11 +235,11 @@ func unfixable(err error) bool {
 }
 
 // final reports whether e, the error of a lock round, is one that no later
-// round can overcome: errors that no retry fixes, or unknown fence
-// counters, on so many nodes that the others are fewer than a quorum. When
-// a node's outcome hints at it, final first waits for the outcomes of the
-// nodes that had not answered at the decision (within the round's node
-// timeout), and records them in e, where errors.Is and errors.As find them.
+// round can overcome. That takes errors that no retry fixes, or unknown
+// fence counters, on so many nodes that the others are fewer than a quorum.
+// When a node's outcome hints at it, final first waits for the nodes that
+// had not answered at the decision, within the round's node timeout. It
+// records their outcomes in e, where errors.Is and errors.As find them.
 func (e *Error) final() bool {
 	if fixed, fence, _ := lasting(e.Nodes); e.round == nil || fixed+fence == 0 {
 		return false

@@ -8,12 +8,11 @@ import (
 	"github.com/redquorum/redquorum/quorum"
 )
 
-// inLine is the WaitInLine strategy, over backoff: a waiter's rounds join
+// inLine is the WaitInLine strategy, over backoff. A waiter's rounds join
 // the line of the first key's waiters on the nodes (inline.lua), and a
 // release names the first in line. The waiter named tries at once; the
-// others give it a grace to take the keys, and a Lock that begins just
-// after an announcement that named another client's waiter lets that one
-// go first.
+// others give it a grace to take the keys. A Lock that begins just after an
+// announcement that named another client's waiter lets that one go first.
 type inLine struct {
 	*backoff
 }
@@ -101,13 +100,13 @@ func (iw *inLineWait) join() join {
 }
 
 // first lets the waiter that a release of the key just named as next in
-// line go first: when this Client heard such an announcement less than
-// the yield window ago (tunables.yieldWindow) (it is still subscribed to
-// the key from an earlier wait, typically because it has just released the
-// key itself), the first round waits as a waiter woken for another would
-// (see sleep), for the rest of the window. Without it, a client that
-// unlocks and locks again at once would usually beat the named waiter,
-// which needs the announcement and a round.
+// line go first. This Client may have heard such an announcement less than
+// the yield window (tunables.yieldWindow) ago, being still subscribed from
+// an earlier wait, typically because it just released the key itself. The
+// first round then waits, for the rest of the window, as a waiter woken for
+// another would (see sleep). Without it, a client that unlocks and locks
+// again at once would usually beat the named waiter, which needs the
+// announcement and a round.
 func (iw *inLineWait) first() error { return iw.firstWith(iw) }
 
 // firstWith is first, with the handoff's part in its sleep from hooks.
@@ -151,10 +150,10 @@ func (s *inLine) yieldFor(key string) time.Duration {
 
 // sleep waits until timer fires or a node announces the release of the
 // keys. An announcement that names this waiter as next in line ends the
-// sleep at once; one that names nobody, after a jitter; one that names
-// another waiter gives that one a grace to take the keys (see grace): the
-// sleep then ends at the next announcement, or when the grace has passed,
-// so that a waiter that died or gave up stalls the key no longer than that.
+// sleep at once; one that names nobody, after a jitter. One that names
+// another waiter gives it a grace to take the keys (see grace). The sleep
+// then ends at the next announcement or when the grace has passed, so a
+// waiter that died or gave up stalls the key no longer than that.
 func (iw *inLineWait) sleep(timer <-chan time.Time, last *Error) error {
 	return iw.sleepWith(iw, timer, last)
 }

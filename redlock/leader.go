@@ -17,7 +17,7 @@ import (
 // once and changes nothing; guarded nodes do not count.
 //
 // When no quorum agrees, its [*Error] wraps [ErrNoLeader] only if nobody
-// can hold the lock on a quorum; otherwise who leads is unknown (see
+// can hold the lock on a quorum. Otherwise who leads is unknown (see
 // docs/DESIGN.md, "Elections"). A bad name gives an error naming it. The
 // answer may be stale: a leader learns that it leads from its
 // [Leadership], never from Leader.
@@ -125,15 +125,14 @@ func vouches(v []node.Value) (protocol.Record, bool) {
 const observeRecheck = 5 * time.Second
 
 // Observe returns a channel that receives the election's leader, as
-// [Election.Leader] reports it, and then every change of leader, term or
-// value; the zero LeaderInfo means that nobody leads. It is closed when
-// ctx ends, the Client is closed, or at once for a bad name.
+// [Election.Leader] reports it, then every change of leader, term or value.
+// The zero LeaderInfo means that nobody leads. The channel is closed when
+// ctx ends or the Client is closed, and at once for a bad name.
 //
-// A change comes as soon as the nodes announce it; a leader whose process
-// died is reported gone within one TTL. When who leads is unknown, Observe
+// A change comes as soon as the nodes announce it. A leader whose process
+// died is reported gone within one TTL. While who leads is unknown, Observe
 // reports nothing and reads again (docs/DESIGN.md, "Elections"). Receive
-// promptly: until you do, Observe keeps the latest change and reads no
-// more.
+// promptly: until you do, Observe keeps the latest change and reads no more.
 func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
 	ch := make(chan LeaderInfo)
 	if e.check() != nil {

@@ -5,22 +5,21 @@ import (
 	"time"
 )
 
-// Observer receives what a [Client] does, for metrics, traces or logs,
-// without the library depending on any of them: set it as
-// Options.Observer. Every field may be nil, and a nil *Observer costs
-// nothing.
+// Observer receives what a [Client] does, for metrics, traces or logs; set
+// it as Options.Observer. The library depends on none of those packages.
+// Every field may be nil, and a nil *Observer costs nothing.
 //
-// The hooks run synchronously on the goroutine of the call they report,
-// after its node requests were decided: a slow hook delays its caller,
-// never a node request. Hooks may be called concurrently. A hook that
-// panics loses its event, and the first such panic is logged. Events are
-// plain values a hook may keep (do not modify their Keys).
+// Hooks run synchronously on the goroutine of the call they report, after
+// its node requests were decided. A slow hook delays its caller, never a
+// node request. Hooks may be called concurrently. A hook that panics loses
+// its event, and the first such panic is logged. A hook may keep an event,
+// but must not modify its Keys.
 type Observer struct {
 	// Begin, when set, is called as an operation begins, with the caller's
-	// context and the keys as given. The context it returns (nil means
-	// ctx) becomes the operation's context: the node requests are made
-	// under it and End receives it, so a tracer can start a span here and
-	// end it in End. It must not cancel sooner than ctx.
+	// context and the keys as given. The context it returns (nil means ctx)
+	// becomes the operation's context: node requests use it and End gets
+	// it. A tracer can start a span here and end it in End. The context
+	// must not cancel sooner than ctx.
 	Begin func(ctx context.Context, op Op, keys []string) context.Context
 
 	// End receives every Lock, TryLock, LockMany, TryLockMany, Extend,
@@ -107,11 +106,11 @@ type Event struct {
 	// Client, and on a Do whose lock was obtained; not on a repeated
 	// Unlock.
 	Ended bool
-	// Rounds are the rounds of requests to the nodes that the operation
-	// made, in order: none for a call refused before any (bad arguments,
-	// an Unlock that handed the lock over), one for TryLock, Extend and
-	// Unlock, one or more for Lock. Do reports its own rounds through the
-	// events of its Lock, Extend and Unlock.
+	// Rounds are the operation's rounds of requests to the nodes, in order.
+	// There are none for a call refused before any (bad arguments, an Unlock
+	// that handed the lock over), one for TryLock, Extend and Unlock, and one
+	// or more for Lock. Do reports its rounds in the events of its Lock,
+	// Extend and Unlock.
 	Rounds []Round
 }
 
@@ -164,13 +163,13 @@ type DoEvent struct {
 	Err     error
 }
 
-// NodeChange is a change of a node's state as a Client sees it: from the
-// answers to its own requests that have come when the operation returns
-// (a late answer is not looked at), so a node that nobody asks does not
-// change. Every node starts reachable and out of its guard. Changes are
-// reported once each; when operations race, two changes of one node may
-// reach the hook in another order than they happened, but counting each
-// change of a pair as +1 or −1 always adds up to the current state.
+// NodeChange is a change of a node's state as a Client sees it. It comes
+// from the answers to the Client's own requests that arrived before the
+// operation returned; a late answer is ignored, and a node nobody asks does
+// not change. Every node starts reachable and out of its guard. Each change
+// is reported once. When operations race, two changes of one node may reach
+// the hook out of order, but counting each change of a pair as +1 or −1
+// always adds up to the current state.
 type NodeChange string
 
 // The changes of a [NodeEvent].
@@ -185,13 +184,12 @@ const (
 	Unreachable NodeChange = "unreachable"
 	// Reachable: the node answered again after being Unreachable.
 	Reachable NodeChange = "reachable"
-	// Established: this Client's new-deployment shortcut ended the
-	// node's first guard, so the node serves at once. It is reported
-	// once per node and Client, has no opposite, and counts toward no
-	// state. The guarded answers of a brand-new deployment are not
-	// reported as GuardEntered: a node is reported guarded only when it
-	// answers from a guard that no shortcut is ending, such as a guard
-	// begun after a loss of data.
+	// Established: this Client's new-deployment shortcut ended the node's
+	// first guard, so the node serves at once. It is reported once per node
+	// and Client, has no opposite, and counts toward no state. A brand-new
+	// deployment's guarded answers are not reported as GuardEntered: only a
+	// guard that no shortcut is ending is, such as one begun after a loss of
+	// data.
 	Established NodeChange = "established"
 )
 
@@ -205,10 +203,10 @@ type NodeEvent struct {
 }
 
 // JoinObservers returns an Observer that calls the hooks of each of obs in
-// turn (nil entries and nil hooks are skipped), for example a Prometheus
-// adapter's metrics and an OpenTelemetry adapter's traces. Begin threads the
-// context through each Begin in order. A hook that panics also skips the
-// hooks after it for that event. It returns nil when no hook is set.
+// turn, skipping nil entries and hooks: for example a Prometheus adapter's
+// metrics and an OpenTelemetry adapter's traces. Begin threads the context
+// through each Begin in order. A hook that panics also skips the hooks
+// after it for that event. It returns nil when no hook is set.
 func JoinObservers(obs ...*Observer) *Observer {
 	var begins []func(context.Context, Op, []string) context.Context
 	var ends []func(context.Context, Event)

@@ -17,12 +17,12 @@ import (
 type handover struct {
 	Token string
 	TTL   time.Duration // the lock's TTL, for the tombstones of its release
-	// Acquire is the round that obtained the lock, which tells, per node,
-	// whether its acquire set the keys; its answers may still be coming,
+	// Acquire is the round that obtained the lock: it tells, per node,
+	// whether its acquire set the keys. Its answers may still be coming,
 	// for at most AcquireTimeout. The next caller's acquire on a node, and
-	// the release of what is left of the lock, wait for that node's
-	// answer, so that neither overtakes the lock's own acquire; the
-	// release skips the nodes that refused.
+	// the release of what is left of the lock, wait for that node's answer,
+	// so that neither overtakes the lock's own acquire. The release skips
+	// the nodes that refused.
 	Acquire        *quorum.Round
 	AcquireTimeout time.Duration
 	// join is what the acquire told the waiting strategy on the nodes,
@@ -55,14 +55,13 @@ func (c *Client) release(ctx context.Context, r *round, announce bool, lat []tim
 
 // releaseHandedOver releases prev, a lock that Unlock handed over to a
 // waiter of this Client, once next, the waiter's first round on the same
-// keys, has run. Where next was granted after prev's acquire had been
-// granted (see round.tookOver), next took prev's keys over and nothing is
-// left of prev. Elsewhere prev's keys may remain: where next was refused,
-// where prev's acquire landed after next's (which took the free key and
-// may have released it since), and where prev's acquire joined the line
-// for a handoff, a release may have handed the key off to it since (an
-// announced release then takes that off, see strategy.refused). Callers are
-// within c.life.enter.
+// keys, has run. Where next was granted after prev's acquire was (see
+// round.tookOver), next took prev's keys over and nothing is left of prev.
+// Elsewhere prev's keys may remain: where next was refused, or where
+// prev's acquire landed after next's (which took the free key, perhaps
+// releasing it since). Where prev's acquire joined the line for a handoff,
+// a release may since have handed the key to it; an announced release takes
+// that off (see strategy.refused). Callers are within c.life.enter.
 func (c *Client) releaseHandedOver(next *round, prev handover) {
 	cmd := c.proto.Release(protocol.Release{Keys: next.storedKeys(), Token: prev.Token, TTL: prev.TTL, Announce: joinedRefused(c.wait, prev)})
 	c.releaseLock(context.Background(), cmd, next.name(), prev, next, nil)
@@ -87,12 +86,12 @@ func (c *Client) releaseAside(name string, rel protocol.Release, h handover) {
 }
 
 // releaseLock sends cmd, the release of the lock h (named name), to every
-// node in parallel, each only after h's acquire has answered there, so
-// that it never overtakes that acquire, and skipping the nodes where the
-// acquire did not set the keys, and those where after, a later round on
-// the same keys, took them over (see round.tookOver). The wait for an
-// outstanding acquire is bounded by its own call timeout; a release sent
-// after such a wait still has a node timeout left. lat is as for release.
+// node in parallel. On each node it waits for h's acquire to answer, so
+// that it never overtakes it. It skips the nodes where that acquire did not
+// set the keys, and those where after, a later round on the same keys, took
+// them over (see round.tookOver). The wait for an acquire is bounded by its
+// call timeout, and the release still has a node timeout after it. lat is
+// as for release.
 func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string, h handover, after *round, lat []time.Duration) *quorum.Round {
 	timeout := c.cfg.nodeTimeout
 	if h.Acquire != nil && !h.Acquire.AllDone() {
@@ -120,11 +119,11 @@ func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string,
 }
 
 // tookOver reports whether r's acquire on node i, where it was granted,
-// took over every key of the handed-over lock that r takes over: that
-// lock's acquire had been granted on the node before r's was sent, or it
-// made no calls (a lock handed off on the nodes). Otherwise the older
-// acquire may have landed after r's, on a key that r had taken while it
-// was free and perhaps released again since.
+// took over every key of the handed-over lock. It did when that lock's
+// acquire had been granted on the node before r's was sent, or made no
+// calls (a lock handed off on the nodes). Otherwise the older acquire may
+// have landed after r's, on a key that r took while free and perhaps
+// released since.
 func (r *round) tookOver(i int) bool {
 	return r.inherited == nil || i < 64 && r.inheritedGranted.Load()&(1<<i) != 0
 }

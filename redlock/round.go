@@ -51,9 +51,9 @@ type round struct {
 
 	// inherited is the acquire round of the lock that Unlock handed over
 	// to this round's caller, whose keys this round takes over (see
-	// attempt), or nil. inheritedGranted has bit i set when inherited had
-	// been granted on node i before this round's acquire was sent there:
-	// only then does this round's grant there mean that nothing is left of
+	// attempt), or nil. Bit i of inheritedGranted is set when inherited had
+	// been granted on node i before this round's acquire was sent there.
+	// Only then does this round's grant there mean that nothing is left of
 	// that lock on the node (see tookOver).
 	inherited        *quorum.Round
 	inheritedGranted atomic.Uint64
@@ -80,9 +80,10 @@ type round struct {
 	detached detachedCtx
 }
 
-// newRound returns a round for keys with j's token (a new one when ""),
-// sending est, the new-deployment shortcut's requests, when not nil, taking over the keys of the lock with
-// token over when not "", and telling the waiting strategy j.
+// newRound returns a round for keys with j's token (a new one when "").
+// It sends est, the new-deployment shortcut's requests, when not nil, takes
+// over the keys of the lock with token over when not "", and tells the
+// waiting strategy j.
 func (c *Client) newRound(keys []string, ttl time.Duration, est []protocol.Shortcut, over string, j join) *round {
 	r, replies := alloc.WithSlice[round, protocol.AcquireReply](len(c.nodes)) // one allocation for up to alloc.Small nodes
 	r.c, r.keys, r.replies, r.est, r.early = c, keys, replies, est, !c.inService.Load()
@@ -114,11 +115,11 @@ func (r *round) storedKeys() []string { return r.acq.Keys[:len(r.keys)] }
 // ", ".
 func (r *round) name() string { return strings.Join(r.keys, ", ") }
 
-// round makes one lock round (see newRound for est and j), taking over the
-// keys of prev, a lock handed over by Unlock, when prev.Token is not ""; rec,
-// when not nil, is the operation's record (see round.report). On
-// failure it releases what the round took and returns it with the error,
-// for its replies. Callers are within c.life.enter.
+// round makes one lock round (see newRound for est and j). When prev.Token
+// is not "", it takes over the keys of prev, a lock handed over by Unlock.
+// rec, when not nil, is the operation's record (see round.report). On
+// failure it releases what the round took, and returns the round, for its
+// replies, with the error. Callers are within c.life.enter.
 func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []protocol.Shortcut, prev handover, j join, rec *record) (*round, error) {
 	r := c.newRound(keys, ttl, est, prev.Token, j)
 	if rec != nil && est != nil && est[0].Establish {
@@ -154,16 +155,15 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	return r, e
 }
 
-// callTimeout bounds the node calls of an acquire round: the node timeout,
-// or, while this Client has never seen a node out of its restart guard,
-// the new-deployment window. A brand-new deployment is recognised only
-// from every node's answer (see newDeployment), and a slow node's first
-// answer includes its connection's set-up and check: any shorter fixed
-// wait leaves a slow enough node out, and the deployment waits out its
-// whole guard. A longer one gains nothing, since guards begun further
-// apart than the window are not taken for a new deployment. The caller of
-// the round waits that long only when every node that answered was
-// guarded. Once the Client is in service it is the node timeout.
+// callTimeout bounds the node calls of an acquire round. It is the node
+// timeout, or the new-deployment window if longer while this Client has
+// never seen a node out of its restart guard. A new deployment is
+// recognised only from every node's answer (see newDeployment), and a slow
+// node's first answer includes its connection's set-up and check. A
+// shorter wait may leave that node out, and the deployment then waits out
+// its whole guard. A longer one gains nothing: guards begun further apart
+// than the window are not taken for a new deployment. The caller waits
+// that long only when every node that answered was guarded.
 func (c *Client) callTimeout() time.Duration {
 	if c.cfg.guard > 0 && !c.inService.Load() {
 		return max(c.cfg.nodeTimeout, c.cfg.newDeploymentWindow)
@@ -264,11 +264,10 @@ func (r *round) Decided() <-chan struct{} {
 }
 
 // writeFence is the second phase of a fenced lock, after a quorum of nodes
-// with known fence counters granted r: it takes T = 1 + the largest counter
-// those nodes reported and raises the counter to T, guarded by r's token,
-// on every node that had granted r. It returns the write-back round and how
-// many acknowledged it. Why this makes fences increase is argued at
-// [Lock.Fence].
+// with known fence counters granted r. It takes T = 1 + the largest counter
+// those nodes reported, and raises the counter to T on every node that had
+// granted r, guarded by r's token. It returns the write-back round and how
+// many acknowledged it. [Lock.Fence] argues why fences increase.
 func (c *Client) writeFence(ctx context.Context, r *round) (*quorum.Round, int, error) {
 	var hi int64
 	granted := make([]bool, len(c.nodes))
@@ -314,15 +313,14 @@ func (r *round) freeIn() time.Duration {
 	return ttls[q-1]
 }
 
-// attempt makes one lock round (two with fencing, three when the first
-// finds a brand-new deployment), taking over the keys of prev, a lock handed over
-// by Unlock, when prev.Token is not "", and then releasing what is left of
-// prev. On a closed Client it sends nothing: prev's keys then expire. On
-// failure it also returns how long until the current holder's keys have
+// attempt makes one lock round: two with fencing, three when the first
+// finds a brand-new deployment. When prev.Token is not "", it takes over
+// the keys of prev, a lock handed over by Unlock, then releases what is
+// left of prev. On a closed Client it sends nothing, and prev's keys
+// expire. On failure it also returns how long until the holder's keys have
 // expired on enough nodes for a quorum, or 0 when unknown. A lock obtained
 // once Close has begun is released, and the error is ErrClosed. j is the
-// round's place in the line of waiters; rec, when not nil, records the
-// rounds.
+// round's place in the line of waiters; rec, when not nil, records the rounds.
 func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, prev handover, j join, rec *record) (*Lock, time.Duration, *quorum.Round, error) {
 	if err := c.life.enter(); err != nil {
 		return nil, 0, nil, err

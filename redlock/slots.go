@@ -66,13 +66,13 @@ func (c *Client) slotRounds(ctx context.Context, sr slotRounds, ttl time.Duratio
 	}
 }
 
-// slotPass tries the slots in turn from one at random, a round each, and
+// slotPass tries the slots in turn from one at random, a round each. It
 // returns the lock of the first that grants, or an error that ends the
-// call. When every slot refused it returns nil and leaves in w what to
+// call. When every slot refused, it returns nil and leaves in w what to
 // wait for: the keys whose release ends the wait, the soonest time a
-// holder's keys expire, and the last round's error. A writer's pass is
-// one round on its writer key; a reader's ends at the first round that a
-// writer refused, since every slot would.
+// holder's keys expire, and the last round's error. A writer's pass is one
+// round on its writer key. A reader's ends at the first round that a writer
+// refused, since every slot would.
 func (c *Client) slotPass(ctx context.Context, sr slotRounds, ttl time.Duration, rec *record, w *slotWait) (*Lock, int, error) {
 	s := sr.sem
 	start, tries := rand.IntN(s.limit), s.limit

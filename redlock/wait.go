@@ -65,15 +65,13 @@ func (w *waiter) giveUpChan() <-chan time.Time {
 }
 
 // next waits for the next chance to try. The first call waits for the
-// caller's turn in the local queue and returns the lock handed over with
-// the turn, if any. Each later call follows a failed round, whose error is
-// last and which reported the holder's keys free in hint (0: unknown); it
-// waits a random delay between Options.MinRetryDelay and a cap that
-// doubles up to Options.MaxRetryDelay (as the strategy adjusts it), or
-// until hint when that is sooner, or until the strategy wakes it. It
-// returns an error for Lock to return when the caller must give up: ctx
-// ended, MaxWait passed, or the Client was closed (at once, not at the
-// next round).
+// caller's turn in the local queue, and returns the lock handed over with
+// the turn, if any. Each later call follows a failed round: last is its
+// error, and hint when it found the holder's keys free (0: unknown). It
+// waits retryIn's delay, as the strategy adjusts it, or until the strategy
+// wakes it. It returns an error for Lock to return when the caller must
+// give up: ctx ended, MaxWait passed, or the Client was closed (at once,
+// not at the next round).
 func (w *waiter) next(last *Error, hint time.Duration) (handover, error) {
 	if w.turn == nil {
 		h, err := w.queued()
@@ -96,11 +94,11 @@ func (w *waiter) next(last *Error, hint time.Duration) (handover, error) {
 	return handover{}, nil
 }
 
-// retryIn returns the wait before the next round after a refused one: a
-// random delay between Options.MinRetryDelay and a cap that doubles with
-// each refusal up to Options.MaxRetryDelay, as adjust changes it, or
-// until hint, when the holder's keys expire, if that is sooner, spread a
-// little so that waiters do not arrive in step.
+// retryIn returns the wait before the next round after a refused one. It
+// is a random delay between Options.MinRetryDelay and a cap that doubles
+// with each refusal up to Options.MaxRetryDelay, as adjust changes it. When
+// hint, the time until the holder's keys expire, is sooner, it is hint,
+// spread a little so that waiters do not arrive in step.
 func (w *waiter) retryIn(hint time.Duration, adjust func(time.Duration) time.Duration) time.Duration {
 	cfg := w.c.cfg
 	wait := adjust(retry.Delay(w.attempts, cfg.minRetry, cfg.maxRetry))
@@ -161,11 +159,11 @@ func (w *waiter) queued() (handover, error) {
 	return prev, e
 }
 
-// jitter waits a random moment of up to one round's duration (and at most
-// MinRetryDelay) after a wake, so that clients in separate processes woken
-// by the same message do not all send their rounds at once and split the
-// nodes' votes: spread over a round's duration, the first to arrive usually
-// finds the nodes free and the others find them taken.
+// jitter waits, after a wake, a random moment of up to one round's
+// duration and at most MinRetryDelay. Clients in separate processes woken
+// by one message then do not all send their rounds at once and split the
+// nodes' votes. Spread over a round, the first to arrive usually finds the
+// nodes free, and the others find them taken.
 func (w *waiter) jitter() {
 	round := w.c.cfg.clock.Now().Sub(w.start)
 	if d := retry.Jitter(min(round, w.c.cfg.minRetry)); d > 0 {

@@ -85,14 +85,14 @@ type strategy interface {
 	// elections' too).
 	waker() *wake.Waker
 	// direct reports whether a Lock call for key (as given) that begins
-	// now, with no other caller of this Client for the key, makes its
-	// first round as TryLock does, before it has a waiter: the strategy has
-	// no reason to let another client's waiter go first (see
-	// inLineWait.first), and this Client did not wait for the key lately.
-	// After a refusal the waiter listens for the key: its subscription,
-	// new, ends the wait once a majority of the nodes confirm it (see
-	// wake.Waker.Listen), and its first round joins the line with the
-	// direct round's start as its ticket.
+	// now, with no other caller of this Client for the key, makes its first
+	// round as TryLock does, before it has a waiter. It does when the
+	// strategy has no reason to let another client's waiter go first (see
+	// inLineWait.first) and this Client did not wait for the key lately.
+	// After a refusal the waiter listens for the key. Its new subscription
+	// ends the wait once a majority of the nodes confirm it (see
+	// wake.Waker.Listen). Its first round joins the line with the direct
+	// round's start as its ticket.
 	direct(key string) bool
 	// close stops the strategy's background work and waits for it.
 	close()
