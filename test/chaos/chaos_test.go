@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/redlock"
 )
 
@@ -127,8 +128,10 @@ func TestRestartGuardChaos(t *testing.T) {
 // both checkers must report the double holds (the negative control); with
 // it on (as short as the TTL allows), neither may. The two runs are timed
 // and mostly wait (a hold lasts seconds), so they run at once, each on its
-// own rig.
+// own rig; the leak check covers the pair.
 func guardPair(t *testing.T, base Options, kind FaultKind, what string, gapOff, gapOn time.Duration) {
+	leakcheck.Check(t)
+	base.parallel = true
 	t.Run("GuardOff", func(t *testing.T) {
 		t.Parallel()
 		o := base
