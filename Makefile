@@ -38,9 +38,11 @@ test: image
 ## gotests: the Go tests of make test. The chaos suite runs without -race
 ## (the race detector slows it below 10,000 acquisitions in its time budget)
 ## and from its own directory, so that `go test` prints its summary line
-## (acquisitions, faults by kind, violations) even when it passes.
+## (acquisitions, faults by kind, violations) even when it passes. The tests
+## that count allocations run again without -race, which adds its own.
 gotests:
 	$(GO) test -race -count=1 -timeout 9m ./...
+	$(GO) test -count=1 -run 'TestLockUnlockAllocs|TestToken$$' ./redlock ./internal/protocol
 	cd $(TESTMOD) && $(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/test/chaos$$')
 	for m in $(CONTRIB) $(KIT); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 	cd $(BENCHMOD) && $(GO) test -count=1 ./...

@@ -161,7 +161,7 @@ const lockUnlockAllocs = 90
 
 // TestLockUnlockAllocs pins the allocations of an uncontended Lock+Unlock
 // to lockUnlockAllocs. The race detector adds allocations of its own, so the
-// test runs without it only (make test runs it so in oldest-go).
+// test runs without it only (make test runs it so after its -race run).
 func TestLockUnlockAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector adds allocations of its own; run without -race")
