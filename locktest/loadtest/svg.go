@@ -60,13 +60,8 @@ func WriteSVG(path, title string, results []Result) error {
 		if math.IsInf(lo, 0) {
 			continue
 		}
-		// Decades of time that cover the samples.
-		dlo, dhi := math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
-		if dhi <= dlo {
-			dhi = dlo + 1
-		}
 		pw := float64(width - left - right)
-		xOf := func(ns float64) float64 { return left + (math.Log10(ns)-dlo)/(dhi-dlo)*pw }
+		ax := newLogAxis(lo, hi, left, pw)
 		// The y axis stretches the tail: p0 at the bottom, then a tenth of
 		// the height per "nine" (p90, p99) up to p99.9 at the top.
 		yOf := func(q float64) float64 {
@@ -75,11 +70,7 @@ func WriteSVG(path, title string, results []Result) error {
 		}
 		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", left, y0-6, html.EscapeString(rs[0].Title))
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.0f" height="%d" fill="none" stroke="#999"/>`+"\n", left, y0, pw, plotH)
-		for d := dlo; d <= dhi; d++ {
-			x := xOf(math.Pow(10, d))
-			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n",
-				x, y0, x, y0+plotH, x, y0+plotH+14, time.Duration(math.Pow(10, d)))
-		}
+		ax.grid(&b, y0, plotH)
 		for _, q := range []float64{0, 0.5, 0.9, 0.99, 0.999} {
 			y := yOf(q)
 			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">p%g</text>`+"\n",
@@ -93,9 +84,9 @@ func WriteSVG(path, title string, results []Result) error {
 			n := len(r.samples)
 			step := max(1, n/400)
 			for k := 0; k < n; k += step {
-				fmt.Fprintf(&pts, "%.1f,%.1f ", xOf(float64(max(r.samples[k], 1))), yOf(float64(k+1)/float64(n)))
+				fmt.Fprintf(&pts, "%.1f,%.1f ", ax.x(float64(r.samples[k])), yOf(float64(k+1)/float64(n)))
 			}
-			fmt.Fprintf(&pts, "%.1f,%.1f", xOf(float64(max(r.samples[n-1], 1))), yOf(1))
+			fmt.Fprintf(&pts, "%.1f,%.1f", ax.x(float64(r.samples[n-1])), yOf(1))
 			c := palette[slices.Index(impls, r.Impl)%len(palette)]
 			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`+"\n", c, pts.String())
 		}
@@ -154,24 +145,15 @@ func writeQuorumPanel(b *strings.Builder, y, width int, r Result) {
 	if math.IsInf(lo, 0) || hi <= 0 {
 		return
 	}
-	dlo, dhi := math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
-	if dhi <= dlo {
-		dhi = dlo + 1
-	}
 	x0, pw := float64(quorumLabel), float64(width-quorumLabel-quorumShare)
-	xOf := func(d time.Duration) float64 {
-		return x0 + (math.Log10(math.Max(float64(d), 1))-dlo)/(dhi-dlo)*pw
-	}
+	ax := newLogAxis(lo, hi, x0, pw)
+	xOf := func(d time.Duration) float64 { return ax.x(float64(d)) }
 	y0 := y + quorumHead
 	plotH := quorumRowH * len(rows)
 	fmt.Fprintf(b, `<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", 60, y0-10,
 		html.EscapeString(fmt.Sprintf("%s, %s: latency by node", r.Impl, r.Title)))
 	fmt.Fprintf(b, `<rect x="%.0f" y="%d" width="%.0f" height="%d" fill="none" stroke="#999"/>`+"\n", x0, y0, pw, plotH)
-	for d := dlo; d <= dhi; d++ {
-		x := xOf(time.Duration(math.Pow(10, d)))
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n",
-			x, y0, x, y0+plotH, x, y0+plotH+14, time.Duration(math.Pow(10, d)))
-	}
+	ax.grid(b, y0, plotH)
 	for i, w := range rows {
 		cy := float64(y0 + i*quorumRowH + quorumRowH/2)
 		fmt.Fprintf(b, `<text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n", x0-6, cy+4, html.EscapeString(w.name))
@@ -188,4 +170,31 @@ func writeQuorumPanel(b *strings.Builder, y, width int, r Result) {
 		}
 	}
 	fmt.Fprintf(b, `<text x="%.0f" y="%d" text-anchor="middle" fill="#555">latency (log scale): dot p50, tick p90, bar to p99</text>`+"\n", x0+pw/2, y0+plotH+28)
+}
+
+// logAxis places durations on a logarithmic x axis of whole decades, from
+// x0 over width w.
+type logAxis struct{ dlo, dhi, x0, w float64 }
+
+// newLogAxis returns the axis whose decades cover lo to hi nanoseconds.
+func newLogAxis(lo, hi, x0, w float64) logAxis {
+	dlo, dhi := math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
+	if dhi <= dlo {
+		dhi = dlo + 1
+	}
+	return logAxis{dlo, dhi, x0, w}
+}
+
+// x returns the position of ns nanoseconds (at least 1).
+func (a logAxis) x(ns float64) float64 {
+	return a.x0 + (math.Log10(math.Max(ns, 1))-a.dlo)/(a.dhi-a.dlo)*a.w
+}
+
+// grid draws a line and a label at each decade, over a plot h high from y0.
+func (a logAxis) grid(b *strings.Builder, y0, h int) {
+	for d := a.dlo; d <= a.dhi; d++ {
+		x := a.x(math.Pow(10, d))
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n",
+			x, y0, x, y0+h, x, y0+h+14, time.Duration(math.Pow(10, d)))
+	}
 }
