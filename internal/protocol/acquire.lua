@@ -48,10 +48,39 @@ end
 local argc = 0
 --@acquire
 @VALUE@
-@NEWSTATE@
 local establish, over = ARGV[4 + argc] or '', ARGV[5 + argc]
 if over == '' then over = nil end
 
+-- A round that another token refuses on any key, unless the single key
+-- was set above.
+local wait, marks, rests, mine = 0, {}, {}, {}
+if first ~= false then
+  if type(first) ~= 'string' then first = nil end
+  for i = 1, #KEYS - 1 do
+    local key, v = KEYS[i], first
+    if i > 1 or not v then v = redis.call('GET', key) end
+    local h, mark, rest = holder(v)
+    marks[i], rests[i], mine[i] = mark, rest, h == token
+    if rest ~= '' and buried(rest, token) then return -3 end
+    local free = not h or h == token or h == over
+    --@free
+    if not free then
+      local left = redis.call('PTTL', key)
+      if left == -1 then return -1 end
+      --@refused
+      wait = math.max(wait, left, 1)
+    end
+  end
+  if wait > 0 then
+    --@waits
+    return wait
+  end
+end
+
+-- The grant's functions are made only past a refusal: closures that
+-- capture the script's locals cost a refused round about a sixth of its
+-- instructions (bench/README.md).
+@NEWSTATE@
 @GUARD@
 
 -- granted is the reply once every key holds the token; tails[i] is what
@@ -73,27 +102,6 @@ if first == false then -- the single key, set above
     return g
   end
   return granted()
-end
-if type(first) ~= 'string' then first = nil end
-local wait, marks, rests, mine = 0, {}, {}, {}
-for i = 1, #KEYS - 1 do
-  local key, v = KEYS[i], first
-  if i > 1 or not v then v = redis.call('GET', key) end
-  local h, mark, rest = holder(v)
-  marks[i], rests[i], mine[i] = mark, rest, h == token
-  if rest ~= '' and buried(rest, token) then return -3 end
-  local free = not h or h == token or h == over
-  --@free
-  if not free then
-    local left = redis.call('PTTL', key)
-    if left == -1 then return -1 end
-    --@refused
-    wait = math.max(wait, left, 1)
-  end
-end
-if wait > 0 then
-  --@waits
-  return wait
 end
 local g = guarded()
 if g then

@@ -152,6 +152,46 @@ local function bury(key, head, rest, ttl, add)
   return tail
 end
 
+local establish, over = ARGV[4 + argc] or '', ARGV[5 + argc]
+if over == '' then over = nil end
+
+-- A round that another token refuses on any key, unless the single key
+-- was set above.
+local wait, marks, rests, mine = 0, {}, {}, {}
+if first ~= false then
+  if type(first) ~= 'string' then first = nil end
+  for i = 1, #KEYS - 1 do
+    local key, v = KEYS[i], first
+    if i > 1 or not v then v = redis.call('GET', key) end
+    local h, mark, rest = holder(v)
+    marks[i], rests[i], mine[i] = mark, rest, h == token
+    if rest ~= '' and buried(rest, token) then return -3 end
+    local free = not h or h == token or h == over
+    if not free then
+      local left = redis.call('PTTL', key)
+      if left == -1 then return -1 end
+      if mark == '' then redis.pcall('SET', key, 'w:' .. v, 'KEEPTTL') end
+      wait = math.max(wait, left, 1)
+    end
+  end
+  if wait > 0 then
+    if joins then
+      if not line then
+        local prefix = string.match(state, '^(.*)redquorum:node') or ''
+        line = prefix .. 'redquorum:queue:' .. string.sub(KEYS[1], #prefix + 1)
+      end
+      if entries == '1' and place ~= token then redis.pcall('ZREM', line, place) end
+      -- pcall: a hint, which an ACL or a Cluster's slots may refuse.
+      redis.pcall('ZADD', line, 'NX', ticket, entry)
+      redis.pcall('PEXPIRE', line, wait + tonumber(ttl))
+    end
+    return wait
+  end
+end
+
+-- The grant's functions are made only past a refusal: closures that
+-- capture the script's locals cost a refused round about a sixth of its
+-- instructions (bench/README.md).
 -- newState, shared by acquire.lua and extend.lua (inserted in their text
 -- when the scripts are loaded):
 -- record in state, a node's missing state, that the node lost its data and
@@ -170,9 +210,6 @@ local function newState(state, now, guard, id)
   local p = type(server) == 'string' and string.match(server, 'run_id:(%x+)')
   if p then redis.call('HSET', state, 'p', p, 'r', r) end
 end
-
-local establish, over = ARGV[4 + argc] or '', ARGV[5 + argc]
-if over == '' then over = nil end
 
 -- guarded, acquire.lua's restart guard and new-deployment shortcut
 -- (inserted in its text when the scripts are loaded, where it reads the
@@ -249,35 +286,6 @@ if first == false then -- the single key, set above
     return g
   end
   return granted()
-end
-if type(first) ~= 'string' then first = nil end
-local wait, marks, rests, mine = 0, {}, {}, {}
-for i = 1, #KEYS - 1 do
-  local key, v = KEYS[i], first
-  if i > 1 or not v then v = redis.call('GET', key) end
-  local h, mark, rest = holder(v)
-  marks[i], rests[i], mine[i] = mark, rest, h == token
-  if rest ~= '' and buried(rest, token) then return -3 end
-  local free = not h or h == token or h == over
-  if not free then
-    local left = redis.call('PTTL', key)
-    if left == -1 then return -1 end
-    if mark == '' then redis.pcall('SET', key, 'w:' .. v, 'KEEPTTL') end
-    wait = math.max(wait, left, 1)
-  end
-end
-if wait > 0 then
-  if joins then
-    if not line then
-      local prefix = string.match(state, '^(.*)redquorum:node') or ''
-      line = prefix .. 'redquorum:queue:' .. string.sub(KEYS[1], #prefix + 1)
-    end
-    if entries == '1' and place ~= token then redis.pcall('ZREM', line, place) end
-    -- pcall: a hint, which an ACL or a Cluster's slots may refuse.
-    redis.pcall('ZADD', line, 'NX', ticket, entry)
-    redis.pcall('PEXPIRE', line, wait + tonumber(ttl))
-  end
-  return wait
 end
 local g = guarded()
 if g then
