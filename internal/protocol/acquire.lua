@@ -52,15 +52,15 @@ local establish, over = ARGV[4 + argc] or '', ARGV[5 + argc]
 if over == '' then over = nil end
 
 -- A round that another token refuses on any key, unless the single key
--- was set above.
-local wait, marks, rests, mine = 0, {}, {}, {}
+-- was set above. Only a round still free keeps each key's mark, rest and
+-- whether it holds the token, for the grant: a refused one makes no table.
+local wait, marks, rests, mine = 0
 if first ~= false then
   if type(first) ~= 'string' then first = nil end
   for i = 1, #KEYS - 1 do
     local key, v = KEYS[i], first
     if i > 1 or not v then v = redis.call('GET', key) end
     local h, mark, rest = holder(v)
-    marks[i], rests[i], mine[i] = mark, rest, h == token
     if rest ~= '' and buried(rest, token) then return -3 end
     local free = not h or h == token or h == over
     --@free
@@ -69,6 +69,9 @@ if first ~= false then
       if left == -1 then return -1 end
       --@refused
       wait = math.max(wait, left, 1)
+    elseif wait == 0 then
+      if not marks then marks, rests, mine = {}, {}, {} end
+      marks[i], rests[i], mine[i] = mark, rest, h == token
     end
   end
   if wait > 0 then
