@@ -223,10 +223,10 @@ func runAcquire(ctx context.Context, n redis.UniversalClient, key, token string,
 	return scripts.Acquire.Run(ctx, n, []string{key, reservedKey}, append([]any{token, ttlMS}, acquireArgs...)...)
 }
 
-// TestAcquireTakesOverOnlyPrev: the acquire script counts a key as free when
+// TestAcquireFreesOnlyHandover: the acquire script counts a key as free when
 // it holds the token of the lock it takes over (Acquire.Over), and only then: another token,
 // and an empty value with no token handed over, still refuse.
-func TestAcquireTakesOverOnlyPrev(t *testing.T) {
+func TestAcquireFreesOnlyHandover(t *testing.T) {
 	c := newCluster(t, 1)
 	c.establish("")
 	n, m := c.nodes[0], c.srv[0]

@@ -56,7 +56,7 @@ func (c *Client) release(ctx context.Context, r *round, announce bool, lat []tim
 // releaseHandedOver releases prev, a lock that Unlock handed over to a
 // waiter of this Client, once next, the waiter's first round on the same
 // keys, has run. Where next was granted after prev's acquire was (see
-// round.tookOver), next took prev's keys over and nothing is left of prev.
+// round.tookHandover), next took prev's keys over and nothing is left of prev.
 // Elsewhere prev's keys may remain: where next was refused, or where
 // prev's acquire landed after next's (which took the free key, perhaps
 // releasing it since). Where prev's acquire joined the line for a handoff,
@@ -89,7 +89,7 @@ func (c *Client) releaseAside(name string, rel protocol.Release, h handover) {
 // node in parallel. On each node it waits for h's acquire to answer, so
 // that it never overtakes it. It skips the nodes where that acquire did not
 // set the keys, and those where after, a later round on the same keys, took
-// them over (see round.tookOver). The wait for an acquire is bounded by its
+// them over (see round.tookHandover). The wait for an acquire is bounded by its
 // call timeout, and the release still has a node timeout after it. lat is
 // as for release.
 func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string, h handover, after *round, lat []time.Duration) *quorum.Round {
@@ -111,21 +111,21 @@ func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string,
 			rel.Keys = cmdKeys(cmd)
 			cmd = c.proto.Release(rel)
 		}
-		if after != nil && granted(after.calls.Outcome(i)) && after.tookOver(i) {
+		if after != nil && granted(after.calls.Outcome(i)) && after.tookHandover(i) {
 			return errSkipped // the keys hold after's token, or after released them
 		}
 		return c.nodes[i].Release(ctx, cmd, h.TTL, name)
 	}))
 }
 
-// tookOver reports whether r's acquire on node i, where it was granted,
-// took over every key of the handed-over lock. It did when that lock's
+// tookHandover reports whether r's acquire on node i, where it was
+// granted, took every key of the handed-over lock. It did when that lock's
 // acquire had been granted on the node before r's was sent, or made no
 // calls (a lock handed off on the nodes). Otherwise the older acquire may
 // have landed after r's, on a key that r took while free and perhaps
 // released since.
-func (r *round) tookOver(i int) bool {
-	return r.inherited == nil || i < 64 && r.inheritedGranted.Load()&(1<<i) != 0
+func (r *round) tookHandover(i int) bool {
+	return r.handedOver == nil || i < 64 && r.handedOverGranted.Load()&(1<<i) != 0
 }
 
 // detach returns ctx without its cancellation and deadline: a release

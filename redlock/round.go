@@ -49,14 +49,14 @@ type round struct {
 	decidedMu sync.Mutex
 	decidedCh chan struct{} // made on demand by Decided, closed by decide
 
-	// inherited is the acquire round of the lock that Unlock handed over
-	// to this round's caller, whose keys this round takes over (see
-	// attempt), or nil. Bit i of inheritedGranted is set when inherited had
-	// been granted on node i before this round's acquire was sent there.
-	// Only then does this round's grant there mean that nothing is left of
-	// that lock on the node (see tookOver).
-	inherited        *quorum.Round
-	inheritedGranted atomic.Uint64
+	// handedOver is the acquire round of the lock that Unlock handed over
+	// to this round's caller, whose keys this round takes (see attempt), or
+	// nil. Bit i of handedOverGranted is set when handedOver had been granted
+	// on node i before this round's acquire was sent there. Only then does
+	// this round's grant there mean that nothing is left of that lock on
+	// the node (see tookHandover).
+	handedOver        *quorum.Round
+	handedOverGranted atomic.Uint64
 
 	// background is set for a round that nobody waits for (see topUp).
 	background bool
@@ -125,7 +125,7 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	if rec != nil && est != nil && est[0].Establish {
 		r.report = rec
 	}
-	r.inherited = prev.Acquire
+	r.handedOver = prev.Acquire
 	r.start = c.cfg.clock.Now()
 	r.callTimeout = c.callTimeout()
 	// The calls outlive ctx: a caller that cancels ctx once Lock has
@@ -196,19 +196,19 @@ func (r *round) acquire(ctx context.Context, i int) error {
 	if r.background {
 		d = nil // nobody waits for it: sent even to a busy node
 	}
-	if r.inherited != nil {
+	if r.handedOver != nil {
 		// Wait for the handed-over lock's acquire to answer here: sent
-		// before, this one could overtake it (see tookOver). Not sent when
+		// before, this one could overtake it (see tookHandover). Not sent when
 		// the round's time runs out first.
-		if _, done := r.inherited.Result(i); !done {
+		if _, done := r.handedOver.Result(i); !done {
 			select {
-			case <-r.inherited.Done(i):
+			case <-r.handedOver.Done(i):
 			case <-ctx.Done():
 				return node.ErrNotSent
 			}
 		}
-		if res, _ := r.inherited.Result(i); granted(res) && i < 64 {
-			r.inheritedGranted.Or(1 << i)
+		if res, _ := r.handedOver.Result(i); granted(res) && i < 64 {
+			r.handedOverGranted.Or(1 << i)
 		}
 	}
 	rep, err := r.c.nodes[i].Acquire(ctx, a, cmd, d)

@@ -60,9 +60,9 @@ type Turn[H any] struct {
 	// Guarded by Queue.mu:
 	held  bool      // the owner holds its lock
 	until time.Time // the end of its validity, when held
-	// inherit is the lock the previous owner handed over with the turn,
+	// handover is the lock the previous owner handed over with the turn,
 	// set before ready is closed.
-	inherit H
+	handover H
 }
 
 // New returns an empty queue that reads the time from clk.
@@ -89,11 +89,11 @@ func (q *Queue[H]) Wait(ctx context.Context, key string, giveUp func() <-chan ti
 		var err error
 		select {
 		case <-t.ready:
-			return t, t.inherit, nil
+			return t, t.handover, nil
 		case <-changed:
 			continue
 		case <-expiry:
-			q.takeOverExpired(k, t)
+			q.passExpired(k, t)
 			continue
 		case <-ctx.Done():
 			err = ctx.Err()
@@ -180,11 +180,11 @@ func (k *keyQueue[H]) notify() {
 	}
 }
 
-// takeOverExpired makes t the owner of k, ahead of the current one, if the
+// passExpired makes t the owner of k, ahead of the current one, if the
 // current owner's lock has expired and t is the first waiter (the others
 // watch the expiry too, and the first of them to run must not jump the
 // queue).
-func (q *Queue[H]) takeOverExpired(k *keyQueue[H], t *Turn[H]) {
+func (q *Queue[H]) passExpired(k *keyQueue[H], t *Turn[H]) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	o := k.owner
@@ -215,15 +215,15 @@ func (q *Queue[H]) Leave(t *Turn[H]) {
 	}
 }
 
-// leave is Leave, passing on the lock handed over to t when inherit is set
+// leave is Leave, passing on the lock handed over to t when handingOver is set
 // (a real release otherwise, which ends a run of handovers); it returns
 // that lock when no waiter is left to take it.
-func (q *Queue[H]) leave(t *Turn[H], inherit bool) H {
+func (q *Queue[H]) leave(t *Turn[H], handingOver bool) H {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var h, none H
-	if inherit {
-		h = t.inherit
+	if handingOver {
+		h = t.handover
 	}
 	k := q.keys[t.key]
 	switch {
@@ -235,7 +235,7 @@ func (q *Queue[H]) leave(t *Turn[H], inherit bool) H {
 		delete(q.keys, t.key)
 		return h
 	default:
-		if !inherit {
+		if !handingOver {
 			k.handovers = 0
 		}
 		q.pass(k, h)
@@ -248,7 +248,7 @@ func (q *Queue[H]) pass(k *keyQueue[H], h H) {
 	next := k.waiting[0]
 	k.waiting = k.waiting[1:]
 	k.owner = next
-	next.inherit = h
+	next.handover = h
 	close(next.ready)
 	k.notify() // the next waiter is first now
 }

@@ -388,10 +388,10 @@ func TestHandoverNotLostWhenWaiterGivesUp(t *testing.T) {
 	}
 }
 
-// TestFirstWaiterTakesOverExpiredHolder: when the owner's lock expires, the
+// TestExpiredTurnPassesToFirstWaiter: when the owner's lock expires, the
 // first waiter takes the turn over even if a later waiter notices the
 // expiry first.
-func TestFirstWaiterTakesOverExpiredHolder(t *testing.T) {
+func TestExpiredTurnPassesToFirstWaiter(t *testing.T) {
 	leakcheck.Check(t)
 	q, f := newQueue(t)
 	owner, _, err := q.Wait(t.Context(), "k", never)

@@ -145,9 +145,8 @@ end
 local establish, over = ARGV[4 + argc] or '', ARGV[5 + argc]
 if over == '' then over = nil end
 
--- A round that another token refuses on any key, unless the single key
--- was set above. Only a round still free keeps each key's mark, rest and
--- whether it holds the token, for the grant: a refused one makes no table.
+-- Refused if another token holds a key (the single key set above holds
+-- ours). Only a round still free keeps what its grant needs of each key.
 local wait, marks, rests, mine = 0
 if first ~= false then
   if type(first) ~= 'string' then first = nil end
@@ -172,9 +171,8 @@ if first ~= false then
   end
 end
 
--- The grant's functions are made only past a refusal: closures that
--- capture the script's locals cost a refused round about a sixth of its
--- instructions (bench/README.md).
+-- Made only past a refusal: closures of the script's locals cost a
+-- refused round a tenth of its instructions (bench/README.md).
 -- newState, shared by acquire.lua and extend.lua (inserted in their text
 -- when the scripts are loaded):
 -- record in state, a node's missing state, that the node lost its data and
