@@ -1,13 +1,13 @@
-// Package quorum fans one call out over N nodes in parallel and decides as
-// soon as the outcome is known: a quorum of nodes succeeded, or so many failed
-// that a quorum can no longer be reached.
+// Package quorum runs one call on N nodes in parallel and decides at a quorum.
+// A round is decided as soon as a quorum of nodes succeeded, or as soon as so
+// many failed that a quorum is out of reach.
 //
-// A [Round] returns its decision without waiting for the slowest node, yet it
-// keeps track of every call it started: [Round.Outcome] waits for one node's
-// call and returns its result, so that a follow-up to that node (for example a
-// release after a failed acquire) can be ordered after it, and [Round.Wait]
-// waits for all of them. [Workers] runs the calls of many rounds on goroutines
-// kept between rounds and waits for every call in flight ([Workers.Wait],
-// [Workers.Close]). Per-node failures are gathered with go-multierror into an
-// [*Error]. The package knows nothing about Redis or locks.
+// A [Round] decides without waiting for the slowest node, yet it tracks every
+// call it started. [Round.Outcome] waits for one node's call and returns its
+// result. This orders a follow-up to that node after the call, such as a
+// release after a failed acquire. [Round.Wait] waits for all of the calls.
+// [Workers] runs the calls of many rounds on goroutines kept between rounds,
+// and [Workers.Wait] and [Workers.Close] wait for every call in flight.
+// Per-node failures are gathered with go-multierror into an [*Error].
+// The package knows nothing about Redis or locks.
 package quorum

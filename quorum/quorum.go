@@ -13,8 +13,8 @@ import (
 	"github.com/redquorum/redquorum/internal/alloc"
 )
 
-// ErrTimeout is the per-node error of a node that had not answered when the
-// round's timeout passed.
+// ErrTimeout is the per-node error of a node that had not answered by the
+// round's timeout.
 var ErrTimeout = errors.New("quorum: node did not answer within the timeout")
 
 // NodeError is the failure of one node in a round.
@@ -26,9 +26,9 @@ type NodeError struct {
 func (e *NodeError) Error() string { return fmt.Sprintf("node %d: %v", e.Node, e.Err) }
 func (e *NodeError) Unwrap() error { return e.Err }
 
-// Error reports a round that did not reach its quorum. [Error.Nodes]
-// returns one [*NodeError] per node that failed or had not answered at the
-// decision; errors.Is and errors.As see each of them.
+// Error reports a round that did not reach its quorum.
+// [Error.Nodes] returns one [*NodeError] per node that failed or had not
+// answered at the decision. errors.Is and errors.As see each of them.
 type Error struct {
 	OK    int   // nodes that succeeded before the decision
 	Need  int   // the quorum
@@ -109,30 +109,26 @@ type outcome struct {
 	done     chan struct{} // made by Outcome on demand (guarded by Round.mu); closed when the call returns
 }
 
-// Start calls fn(nctx, i) for every i in [0, n) in its own goroutine and
-// returns at once. nctx is derived from ctx and expires after timeout, which
-// must be positive. The goroutines belong to the Round: [Round.Wait] waits
-// for them.
+// Start calls fn(nctx, i) for every i in [0, n), each in its own goroutine,
+// and returns at once. nctx is derived from ctx and expires after timeout,
+// which must be positive. The goroutines belong to the Round, and
+// [Round.Wait] waits for them.
 func Start(ctx context.Context, n int, timeout time.Duration, fn func(ctx context.Context, node int) error) *Round {
 	return (*Workers)(nil).Start(ctx, n, timeout, fn)
 }
 
-// Workers runs the calls of rounds on goroutines that outlive a round, which
-// saves starting a goroutine per call (and the allocation each go statement
-// makes). A call is handed to an idle worker if there is one, else to a new
-// worker; a worker waits for its next call once its call has returned, until
-// [Workers.Close]. There are about as many workers as calls that ran at once:
-// a call can also find a worker whose call has returned but that is not yet
-// waiting again, and then starts one more.
+// Workers runs the calls of rounds on goroutines that outlive a round,
+// saving a goroutine and its allocation per call. A call goes to an idle
+// worker if there is one, else to a new worker, which then waits for its
+// next call until [Workers.Close].
+// There are about as many workers as calls that ran at once, or a few more:
+// a worker whose call has just returned is not idle yet.
 // A nil *Workers starts a goroutine per call.
 //
-// Workers also counts the calls in flight of every round it started, late
-// answers included, so that their owner can wait for them ([Workers.Wait],
-// [Workers.Close]) without a goroutine per round.
-//
-// Workers is not a [golang.org/x/sync/errgroup.Group]: a round decides at a
-// quorum, not at the first error or once every call is done, and the
-// goroutines outlive the round to run the calls of the next ones.
+// Workers counts the calls in flight of its rounds, late answers included.
+// [Workers.Wait] and [Workers.Close] wait for them, with no goroutine per round.
+// It is not a [golang.org/x/sync/errgroup.Group]: a round decides at a quorum,
+// not at the first error or the last call.
 type Workers struct {
 	jobs  chan job      // unbuffered: a send succeeds only to an idle worker
 	quit  chan struct{} // closed by Close
@@ -152,8 +148,8 @@ func NewWorkers() *Workers {
 }
 
 // Wait blocks until every call of the rounds started so far has returned.
-// Start must not run concurrently with a Wait that could find no call in
-// flight (the rule of [sync.WaitGroup]).
+// As with [sync.WaitGroup], Start must not run concurrently with a Wait
+// that could find no call in flight.
 func (w *Workers) Wait() { w.calls.Wait() }
 
 // Close waits for every call in flight to return, then stops the workers
@@ -229,14 +225,13 @@ func (r *Round) run(i int) {
 	}
 }
 
-// Await blocks until need nodes have succeeded (it returns nil), until so
-// many have failed that need can no longer be reached, until the round's
-// timeout has passed since Start, or until ctx is done; in those cases it
-// returns an [*Error]. It never waits for a node whose answer cannot change the
-// outcome. Calls still outstanding keep running until they return or their
-// context expires; use [Round.Outcome] or [Round.Wait] to wait for them.
-//
-// Await returns the number of nodes that had succeeded at the decision.
+// Await blocks until the round is decided and returns how many nodes had
+// succeeded by then. It returns a nil error once need nodes have succeeded.
+// It returns an [*Error] once so many failed that need is out of reach,
+// once the round's timeout has passed since Start, or once ctx is done.
+// It never waits for a node whose answer cannot change the outcome.
+// Calls still outstanding keep running until they return or their context
+// expires. [Round.Outcome] and [Round.Wait] wait for them.
 func (r *Round) Await(ctx context.Context, need int) (int, error) {
 	var (
 		ok, failed int
@@ -327,8 +322,8 @@ func (r *Round) AllDone() bool { return r.left.Load() == 0 }
 // Wait blocks until every call of the round has returned.
 func (r *Round) Wait() { r.wg.Wait() }
 
-// Run is Start followed by Await: it returns when the outcome is decided, and
-// the Round for the calls that may still be outstanding.
+// Run is Start followed by Await. It returns once the outcome is decided,
+// with the Round for the calls that may still be outstanding.
 func Run(ctx context.Context, n, need int, timeout time.Duration, fn func(ctx context.Context, node int) error) (*Round, int, error) {
 	r := Start(ctx, n, timeout, fn)
 	ok, err := r.Await(ctx, need)
