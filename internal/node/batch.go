@@ -8,32 +8,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// batcher sends one node's lock commands (acquires and releases) one batch
-// at a time. A command that finds the node idle is sent at once, alone;
-// commands that arrive while a batch is in flight wait for it and are then
-// sent together as one pipeline (one write from us, one read and one write
-// on the node) by the first of them. Under concurrency this saves most of
-// the system calls and wake-ups on both sides, which are most of a round's
-// cost; a command alone pays a mutex. Commands to one node are also sent in
-// the order in which they were queued.
+// batcher sends one node's lock commands, acquires and releases, one batch at
+// a time. A command that finds the node idle is sent at once, alone. Commands
+// that arrive while a batch is in flight wait for it, and the first of them
+// then sends them as one pipeline: one write from us, one read and one write
+// on the node. Under load this saves most system calls and wake-ups on both
+// sides, most of a round's cost; a command alone pays a mutex. Commands to one
+// node are sent in the order in which they were queued.
 //
-// Commands queue only behind a batch sent less than the batch window ago
-// (Config.BatchWindow): behind
-// a node that is slow or failing (a stalled socket, a dial that go-redis
-// retries) they go out on their own, concurrently, as without batching, so
-// that one bad node does not serialise its commands and hold up the rounds
-// that still wait for its vote.
-//
-// A batch is bounded by the latest deadline among its commands: a command
-// may wait for the batch ahead of it, so its own deadline could pass before
-// its batch is sent, and a pipeline cut short by the earliest deadline would
-// fail (and close the connection for) all the others. The rounds decide on
-// their own timeouts regardless.
-//
-// The window is measured on the system's monotonic clock, not a client's
-// configured one: it times socket I/O, and a test's fake clock must not
-// freeze it (a frozen window would queue commands behind a stalled node).
+// Commands queue only behind a batch sent less than Config.BatchWindow ago.
+// Behind a slow or failing node (a stalled socket, a dial that go-redis
+// retries) they go out on their own, concurrently, as without batching. So one
+// bad node does not hold up the rounds that still wait for its vote.
 type batcher struct {
+	// window is Config.BatchWindow, measured on the system's monotonic clock,
+	// not the client's configured one. It times socket I/O, and a test's fake
+	// clock must not freeze it: a frozen window would queue commands behind a
+	// stalled node.
 	window time.Duration
 	reqs   sync.Pool // of *batchReq
 
@@ -156,12 +147,12 @@ func (b *batcher) next(done []*batchReq) {
 	leader.wake <- struct{}{}
 }
 
-// run sends batch, as one pipeline unless it has one command, and wakes its
-// commands but the first (the caller's).
+// run sends batch, as one pipeline unless it has one command. It then wakes
+// its commands but the first, which is the caller's.
 //
 // A command whose context ended while it waited is not sent: it fails with
-// the context's error. (An acquire whose round has timed out is then never
-// sent, rather than sent late.)
+// the context's error. So an acquire whose round has timed out is never sent,
+// rather than sent late.
 func (b *batcher) run(node redis.UniversalClient, batch []*batchReq) {
 	b.ctx = deadlineCtx{}
 	live := 0
@@ -193,7 +184,11 @@ func (b *batcher) run(node redis.UniversalClient, batch []*batchReq) {
 }
 
 // pipelineBatch sends the commands of batch whose context has not ended as
-// one pipeline, bounded by the latest of their deadlines.
+// one pipeline, bounded by the latest of their deadlines. A command may have
+// waited for the batch ahead of it, so its own deadline may pass before its
+// batch is sent. A pipeline cut short by the earliest deadline would fail all
+// the others, and close their connection. The rounds decide on their own
+// timeouts regardless.
 func (b *batcher) pipelineBatch(node redis.UniversalClient, batch []*batchReq) {
 	var ctx context.Context = context.Background()
 	if !b.ctx.deadline.IsZero() {
@@ -226,11 +221,11 @@ func (b *batcher) pipeliner(node redis.UniversalClient) redis.Pipeliner {
 	return b.pipe
 }
 
-// deadlineCtx is a context with a deadline and nothing else: no
-// cancellation, so no timer and no allocation. go-redis (with
-// ContextTimeoutEnabled) turns the deadline into socket deadlines. Its Err
-// reads the system clock, not the configured one: a context's deadline is
-// a wall-clock time by definition, and the sockets apply it so.
+// deadlineCtx is a context with a deadline and nothing else. It has no
+// cancellation, so no timer and no allocation. go-redis, with
+// ContextTimeoutEnabled, turns the deadline into socket deadlines. Its Err
+// reads the system clock, not the configured one. A context's deadline is a
+// wall-clock time by definition, and the sockets apply it so.
 type deadlineCtx struct {
 	deadline time.Time
 }

@@ -14,18 +14,18 @@ import (
 	"github.com/redquorum/redquorum/internal/protocol"
 )
 
-// connCheck is the check that every new connection of a plain node's client
-// runs on its server before any lock command (check.lua): it refuses a
-// replica, and starts the restart guard on a server whose data may have
-// come from elsewhere since the node's state was recorded (another process:
-// a restarted master, a promoted replica; or a process that was a replica
-// since), since such a server may lack lock keys it granted.
+// connCheck is the connection check (check.lua). Every new connection of a
+// plain node's client runs it on its server before any lock command. It
+// refuses a replica. It starts the restart guard on a server whose data may
+// have come from elsewhere since the node's state was recorded: another
+// process (a restarted master, a promoted replica), or a process that was a
+// replica since. Such a server may lack lock keys it granted.
 //
-// A connection stays with one server for its life, so every server a lock
-// command reaches through the client has been checked in its current role:
-// a replica promoted while a connection to it stays open is the exception,
-// and the check refuses every connection to a replica (Sentinel also closes
-// the client connections of a server it promotes).
+// A connection stays with one server for its life. So every server that a lock
+// command reaches through the client has been checked in its current role.
+// A replica promoted while a connection to it stays open would be the
+// exception. But the check refuses every connection to a replica, and
+// Sentinel closes the client connections of a server it promotes.
 type connCheck struct {
 	n        *Node
 	stateKey string // the node's state key as stored
@@ -34,11 +34,11 @@ type connCheck struct {
 	unchecked, refused atomic.Bool
 }
 
-// checks are the connection checks of one *redis.Client: its OnConnect
-// runs the OnConnect it had before, then the check of every node made on it
-// whose lock client has not begun to close. Every node made on the client
-// shares one, so the client's OnConnect stays one call deep however many
-// lock clients were made on it.
+// checks are the connection checks of one *redis.Client. Its OnConnect runs
+// the client's previous OnConnect, then the check of every node made on the
+// client whose lock client has not begun to close. Every node made on the
+// client shares one checks. So the client's OnConnect stays one call deep,
+// however many lock clients were made on it.
 type checks struct {
 	prev func(context.Context, *redis.Conn) error // the OnConnect before
 
@@ -106,9 +106,9 @@ func checksOf(f func(context.Context, *redis.Conn) error) *checks {
 }
 
 // OwnOnConnect returns the OnConnect that a client had before nodes added
-// their connection checks to it, given the client's OnConnect f: f itself
-// when it has no checks. A client made from a copy of another's options
-// starts from it, so that it runs the other's own OnConnect but not the
+// their connection checks to it. f is the client's OnConnect, returned as it
+// is when it holds no checks. A client made from a copy of another's options
+// starts from the result. It then runs the other's own OnConnect, but not the
 // checks of the nodes made on the other.
 func OwnOnConnect(f func(context.Context, *redis.Conn) error) func(context.Context, *redis.Conn) error {
 	if cs := checksOf(f); cs != nil {
@@ -128,10 +128,10 @@ func (cc *connCheck) closing() bool {
 	}
 }
 
-// run checks the server of cn. It returns an error, which closes cn, when the
-// server is a replica, does not answer, or is one that another node of the
-// client reaches too (a *SameServerError); the command that opened cn fails
-// with it.
+// run checks the server of cn. It returns an error when the server is a
+// replica, does not answer, or is reached by another node of the client too
+// (a *SameServerError). The error closes cn, and the command that opened cn
+// fails with it.
 func (cc *connCheck) run(ctx context.Context, cn *redis.Conn) error {
 	v, err := cc.n.cfg.Protocol.Run(ctx, cn, cc.n.cfg.Protocol.Check(cc.stateKey))
 	if err != nil {

@@ -1,8 +1,8 @@
-// Package node is one lock node as a client sees it: its go-redis client, its
-// name and kind (a plain master, a Redis Cluster, a Ring), its request slots,
-// the batching of its commands, the redelivery of its releases left in doubt
-// and the naming of its state key. Its calls (acquire, release, extend,
-// fence) speak the [protocol] and return typed replies.
+// Package node is one lock node as a client sees it. A [Node] has a go-redis
+// client, a name, a [Kind] (a plain master, a Redis Cluster, a Ring) and
+// request slots. It batches its commands, redelivers its releases left in
+// doubt and names its state key. Its calls (acquire, release, extend, fence)
+// speak the [protocol] and return typed replies.
 package node
 
 import (
@@ -26,7 +26,7 @@ var (
 	// ErrNotOurs is the outcome of a release, extend or fence on a node
 	// whose keys are gone or hold another token.
 	ErrNotOurs = errors.New("key missing or held by another token")
-	// ErrNotSent is the outcome of an acquire that was never sent: its
+	// ErrNotSent is the outcome of an acquire that was never sent. Its
 	// round was decided, or its time ran out, while the node's requests in
 	// flight were at the limit. The node cannot hold the keys.
 	ErrNotSent = errors.New("not sent: the node was busy and the round did not need it")
@@ -111,11 +111,11 @@ type Node struct {
 const foundFor = 100 * time.Millisecond
 
 // pipelines reports whether the node's next acquire may go as the pipelined
-// one: a plain node, established at its last acquire script, where no
-// pipelined acquire found its key taken within foundFor. Elsewhere the
-// pipeline would mostly decide nothing and cost a round trip more: on a
-// new deployment, a node in its guard, or a key that others contend for
-// (whose refusal the script also tells the waiting strategy of).
+// one. That needs a plain node, established at its last acquire script, where
+// no pipelined acquire found its key taken within foundFor. Elsewhere the
+// pipeline would mostly decide nothing and cost a round trip more: on a new
+// deployment, a node in its guard, or a key that others contend for. The
+// script also tells the waiting strategy of such a key's refusal.
 func (n *Node) pipelines() bool {
 	if n.kind != Plain || n.cfg.ScriptAcquires || !n.established.Load() {
 		return false
@@ -154,10 +154,9 @@ func (n *Node) Name() string { return n.name }
 func (n *Node) Kind() Kind { return n.kind }
 
 // ScriptKeys returns the KEYS of the acquire, extend and fence scripts on
-// this node, given akeys: the lock keys as stored followed by the plain
-// state key ([protocol.StateKey] after the prefix). On a Cluster node the
-// state key is the one in the first key's hash slot; elsewhere akeys is
-// used as it is.
+// this node. akeys holds the lock keys as stored, then the plain state key
+// ([protocol.StateKey] after the prefix). On a Cluster node the state key is
+// the one in the first key's hash slot. Elsewhere akeys is used as it is.
 func (n *Node) ScriptKeys(akeys []string) []string {
 	if n.kind != Cluster {
 		return akeys
@@ -176,11 +175,11 @@ type Decider interface {
 }
 
 // Acquire asks the node for the lock in a, whose Keys end with the plain
-// state key. shared, when not nil, is a's command as built once for every
-// node that uses the plain state key; d is the acquire's round (see
-// [Node.enter]). An acquire that [protocol.Protocol.Pipelined] allows goes
-// as the pipelined acquire first where the node [Node.pipelines], and as
-// the script when the pipeline's replies decide nothing.
+// state key. shared, when not nil, is a's command, built once for every node
+// that uses the plain state key. d is the acquire's round (see [Node.enter]).
+// An acquire that [protocol.Protocol.Pipelined] allows goes as the pipelined
+// acquire first where the node [Node.pipelines]. It goes as the script when
+// the pipeline's replies decide nothing.
 func (n *Node) Acquire(ctx context.Context, a *protocol.Acquire, shared protocol.Cmd, d Decider) (protocol.AcquireReply, error) {
 	if err := n.enter(ctx, d); err != nil {
 		return protocol.AcquireReply{}, err
@@ -248,8 +247,8 @@ func (n *Node) Release(ctx context.Context, cmd protocol.Cmd, ttl time.Duration,
 }
 
 // Extend sets the TTL of the lock with token on akeys (as for Acquire) to
-// ttl, if the node still holds it; for the lock of a semaphore or a
-// read-write lock, within its limit layer l (zero for a lock).
+// ttl, if the node still holds it. For a semaphore or a read-write lock, it
+// extends within the limit layer l, which is zero for a lock.
 func (n *Node) Extend(ctx context.Context, akeys []string, l protocol.Layer, token string, ttl time.Duration) error {
 	return n.call(ctx, n.cfg.Protocol.ExtendIn(l, n.ScriptKeys(akeys), token, ttl))
 }
@@ -296,19 +295,16 @@ func held(v int64) error {
 	return nil
 }
 
-// enter takes one of the node's request slots, which keep the requests in
-// flight within its connection pool. Beyond the pool, requests wait for a
-// connection and a slow node's wait outlasts the node timeout: the request
-// is abandoned mid-read, its connection closed and redialled, and every
-// later request pays for it. So a request waits for a slot instead, and an
-// acquire (d not nil) waits only while its round still needs it: once the
-// round is decided, or its time runs out, it returns ErrNotSent without
-// having been sent. An acquire not sent cannot have set the keys, so
-// leaving it out never weakens the lock; it only spares a slow or saturated
-// node work whose answer would come after the decision. An acquire that
-// finds a free slot is always sent, so that a healthy node holds the lock
-// as well (and an extension survives the loss of a node). Other requests
-// (d nil) wait until ctx is done.
+// enter takes one of the node's request slots, which keep its requests in
+// flight within its connection pool. An acquire (d not nil) that finds a free
+// slot is always sent, so that a healthy node holds the lock as well and an
+// extension survives the loss of a node. Otherwise it waits only while its
+// round needs it: once the round is decided or ctx is done, enter returns
+// ErrNotSent. An acquire not sent cannot have set the keys, so leaving it out
+// never weakens the lock. Other requests (d nil) wait for a slot until ctx is
+// done, then return ctx.Err(). Beyond the pool, a slow node's requests would
+// wait for a connection past the node timeout. Each would be abandoned
+// mid-read and its connection redialled, at a cost to every later request.
 func (n *Node) enter(ctx context.Context, d Decider) error {
 	s := n.slots
 	if s == nil {

@@ -34,9 +34,9 @@ type Guard struct {
 // Read returns what the node holds at keys (as stored) and their TTLs, in
 // one pipeline. It changes nothing on the node.
 //
-// When state is not "", it is the plain state key as stored, and Read also
-// reads the node's restart guard (on a Cluster node, the one of the first
-// key's hash slot). A Ring's guard is not read: its state key lives on the
+// When state is not "", it is the plain state key as stored. Read then also
+// reads the node's restart guard: on a Cluster node, the one of the first
+// key's hash slot. A Ring's guard is not read. Its state key lives on the
 // shard of the lock's first key, which only a script reaches.
 func (n *Node) Read(ctx context.Context, keys []string, state string) ([]Value, Guard, error) {
 	if err := n.enter(ctx, nil); err != nil {
@@ -79,9 +79,9 @@ func (n *Node) Read(ctx context.Context, keys []string, state string) ([]Value, 
 	return vals, g, nil
 }
 
-// guardOf returns the guard of a node that answered guard, its state's
-// guard field ("0" out of the guard, else its end in the node's
-// milliseconds), and now, its time.
+// guardOf returns the guard of a node from two replies. guard is its state's
+// guard field: "0" out of the guard, else its end in the node's milliseconds.
+// now is the node's time.
 func guardOf(guard *redis.StringCmd, now *redis.TimeCmd) (Guard, error) {
 	g, err := guard.Result()
 	switch {

@@ -13,29 +13,28 @@ import (
 )
 
 // A release that gets no answer from its node (a timeout, a refused or
-// broken connection) leaves the node in doubt: the keys may hold the token
+// broken connection) leaves the node in doubt. The keys may hold the token
 // until their TTL, and an acquire that the network still holds may land
-// later. So the release is sent again in the background until the node
+// later. So the release is sent again in the background, until the node
 // answers it or the lock's TTL has passed since it first failed. An answer
-// settles the node either way: the release deletes the keys that hold the
-// token, and where a key is missing it leaves a tombstone that refuses this
-// token's late SET for the TTL (release.lua). Without this, a partition that
-// swallows a failed round's release as well as its acquire leaves, once it
-// heals, a key that nobody holds until its TTL.
+// settles the node either way. The release deletes the keys that hold the
+// token. Where a key is missing, it leaves a tombstone that refuses this
+// token's late SET for the TTL (release.lua). Without redelivery, a partition
+// that swallows a failed round's release as well as its acquire leaves a key
+// that nobody holds until its TTL, once it heals.
 //
-// Each node has one backlog and, while the backlog is not empty, one
-// goroutine that retries it with a doubling delay (Config.RedeliverFirst up
-// to Config.RedeliverMax); an answered or expired release leaves the
-// backlog, and the goroutine ends with the backlog. An attempt sends the
-// oldest release alone and, if the node answers it, the rest as one
-// pipeline; it takes one of the node's request slots (Node.enter), and a
-// node whose slots are all taken is left for the next attempt. When
-// Config.Closing is closed, the goroutine makes one last attempt for the
-// backlog, at once (bounded by Config.RedeliverTimeout), and ends;
+// Each node has one backlog. While it is not empty, one goroutine retries it
+// with a doubling delay, from Config.RedeliverFirst up to Config.RedeliverMax.
+// An answered or expired release leaves the backlog, and the goroutine ends
+// with the backlog. An attempt sends the oldest release alone. If the node
+// answers it, the attempt sends the rest as one pipeline. It takes one of the
+// node's request slots (Node.enter); a node whose slots are all taken is left
+// for the next attempt. When Config.Closing is closed, the goroutine makes one
+// last attempt at once, bounded by Config.RedeliverTimeout, and ends.
 // [Node.Wait] waits for it. A release that fails after that makes its last
-// attempt at once, in its own call. What it could not deliver, and a
-// backlog that overflows (Config.RedeliveryLimit), are logged at Debug
-// level: the keys expire with their TTL, as they would without redelivery.
+// attempt at once, in its own call. What it could not deliver is logged at
+// Debug level, and so is a backlog that overflows (Config.RedeliveryLimit).
+// Their keys expire with their TTL, as they would without redelivery.
 
 // redelivery is one node's backlog of releases in doubt.
 type redelivery struct {
@@ -51,11 +50,11 @@ type pendingRelease struct {
 	until time.Time    // give up after this (the lock's TTL after the first failure)
 }
 
-// inDoubt reports whether err, a release's failure, leaves the node in
-// doubt: no answer came, or an error reply that says the script did not run
-// for now (a node loading its data, busy with a long script, or a Cluster
-// between states). Other error replies (a missing ACL permission, say) are
-// answers: sending the release again would get the same.
+// inDoubt reports whether err, a release's failure, leaves the node in doubt.
+// It does when no answer came, or when an error reply says that the script
+// did not run for now. That is a node loading its data, busy with a long
+// script, or a Cluster between states. Other error replies, such as a missing
+// ACL permission, are answers: sending the release again would get the same.
 func inDoubt(err error) bool {
 	if err == nil || errors.Is(err, ErrNotOurs) {
 		return false
@@ -177,10 +176,10 @@ func (q *redelivery) putBack(left []pendingRelease, last bool) bool {
 }
 
 // redeliverBatch sends batch to the node and returns the releases still in
-// doubt. The first goes alone (it also loads the script on a node that lost
-// it); if the node answers it, the rest go as one pipeline, so that a slow
-// node drains its backlog in a round trip or two. The attempt's time is
-// bounded by Config.RedeliverTimeout.
+// doubt. The first goes alone, which also loads the script on a node that
+// lost it. If the node answers it, the rest go as one pipeline, so that a
+// slow node drains its backlog in a round trip or two. Config.RedeliverTimeout
+// bounds the attempt.
 func (n *Node) redeliverBatch(batch []pendingRelease, last bool) []pendingRelease {
 	if len(batch) == 0 {
 		return nil
@@ -223,8 +222,9 @@ func (n *Node) pipeline(ctx context.Context, rest []pendingRelease) []pendingRel
 	return left
 }
 
-// trySlot takes one of the node's request slots for a redelivery attempt:
-// at once or not at all, or, for the last attempt (wait), until ctx is done.
+// trySlot takes one of the node's request slots for a redelivery attempt,
+// and reports whether it did. It tries once, or, for the last attempt
+// (wait), waits until ctx is done.
 func (n *Node) trySlot(ctx context.Context, wait bool) bool {
 	if n.slots == nil {
 		return true
