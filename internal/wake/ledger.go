@@ -10,7 +10,7 @@ import (
 )
 
 // Ledger records the handoffs that the nodes announce on a client's hand
-// channel: a release hands a key off on the node to a waiter whose round
+// channel. A release hands a key off on the node to a waiter whose round
 // joined the key's line for it, and tells the waiter's client there. The
 // [Waker] given the Ledger subscribes to the hand channel and passes it
 // those announcements. A nil *Ledger has no channel and records nothing.
@@ -39,9 +39,9 @@ type hand struct {
 	nodes uint64 // a bit per node (by sub.idx) that handed the key off
 }
 
-// handoff is a handoff that a node announced: key (as stored) was handed
-// off to value, [protocol.HandPrefix] and a round's token. stray is set
-// when no waiter expects it: it passes the handoff to the stray function.
+// handoff is a handoff that a node announced. key (as stored) was handed
+// off to value, which is [protocol.HandPrefix] and a round's token. stray is
+// set when no waiter expects it, and passes the handoff to the stray function.
 type handoff struct {
 	key, value string
 	stray      func()
@@ -60,14 +60,14 @@ func NewLedger(handChannel string, stray func(node int, token, key string)) *Led
 }
 
 // Subscribed reports whether the client's hand channel is subscribed on
-// some node: the client's waiters may then join for handoffs, which each
-// node makes only while the channel is subscribed on it.
+// some node. The client's waiters may then join for handoffs. A node makes
+// handoffs only while the channel is subscribed on it.
 func (l *Ledger) Subscribed() bool { return l != nil && l.subscribedOn.Load() > 0 }
 
 // Expect notes that the round with token may join key's line (as stored)
-// for a handoff: an announcement that a node handed key off to it wakes
-// key's waits. Call it before the round is sent, and [Ledger.Forget] once
-// its waiter is done.
+// for a handoff. A node's announcement that it handed key off to the round
+// then wakes key's waits. Call it before the round is sent, and call
+// [Ledger.Forget] once its waiter is done.
 func (l *Ledger) Expect(token, key string) {
 	if l == nil {
 		return
@@ -78,8 +78,8 @@ func (l *Ledger) Expect(token, key string) {
 }
 
 // HandedNodes returns the nodes that announced that they handed a key off
-// to the round with token: a bit per node, by its place among the Waker's
-// nodes that are not Rings.
+// to the round with token. It has a bit per node, by the node's place among
+// the Waker's nodes that are not Rings.
 func (l *Ledger) HandedNodes(token string) uint64 {
 	if l == nil {
 		return 0
@@ -89,12 +89,13 @@ func (l *Ledger) HandedNodes(token string) uint64 {
 	return l.hands[token].nodes
 }
 
-// Forget drops what l knows of the handoffs to the round with token.
-// With sole, the round's lock is being released and the round was its
-// waiter's only one: if every node announced a handoff to it, each took
-// the round's entry off the key's line, and the client has none left
-// there. The next waiter's first round then learns so from Joining, while
-// the key stays subscribed. Forget reports whether it noted that.
+// Forget drops what l knows of the handoffs to the round with token. It
+// reports whether it noted that the client has no entry left in the key's
+// line. sole means that the round's lock is being released, and that the
+// round was its waiter's only one. If every node then announced a handoff to
+// it, each took the round's entry off the key's line, and Forget notes so.
+// The next waiter's first round learns it from [Ledger.Joining], while the
+// key stays subscribed.
 func (l *Ledger) Forget(token string, sole bool) bool {
 	if l == nil {
 		return false
@@ -114,12 +115,11 @@ func (l *Ledger) Forget(token string, sole bool) bool {
 }
 
 // Joining notes that a waiter's first round for key (as stored) is about
-// to be sent. It reports, when key is subscribed (a wait for it began
-// less than the Waker's idle time ago), that the client's earlier waiters
-// may have left entries in the key's line on the nodes (entries), or
-// that those are known to be gone (cleared, see Forget); when key is not
-// subscribed, neither. That knowledge is reported once: the round may
-// join the line again.
+// to be sent. entries reports that the client's earlier waiters may have
+// left entries in the key's line on the nodes. cleared reports that those
+// are known to be gone (see [Ledger.Forget]). Both are false when key is not
+// subscribed, that is when no wait for it began within the Waker's idle
+// time. cleared is reported once, since the round may join the line again.
 func (l *Ledger) Joining(key string) (entries, cleared bool) {
 	if l == nil {
 		return false, false
@@ -133,12 +133,13 @@ func (l *Ledger) Joining(key string) (entries, cleared bool) {
 	return subscribed && !cleared, cleared
 }
 
-// handed records that node handed a key off to a round, as payload says
-// (see release.lua: the hand value's length, ':', the value, which is
-// protocol.HandPrefix and the round's token, and the key). It returns the
-// handoff, with its stray call when no waiter expects it (a round that
-// obtained the lock, or gave up, while its entry was still in a node's
-// line), or false for a payload it cannot read.
+// handed records that node handed a key off to a round, as payload says.
+// The payload (see release.lua) is the hand value's length, ':', the hand
+// value and the key. The hand value is protocol.HandPrefix and the round's
+// token. handed returns the handoff, or false for a payload it cannot read.
+// When no waiter expects the handoff, the handoff carries a stray call;
+// without a stray function, handed returns false. No waiter expects a handoff
+// to a round that obtained the lock, or gave up, while its entry was in a line.
 func (l *Ledger) handed(node int, payload string) (handoff, bool) {
 	n, rest, ok := strings.Cut(payload, ":")
 	size, err := strconv.Atoi(n)

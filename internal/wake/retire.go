@@ -7,22 +7,21 @@ import (
 )
 
 // retireWait bounds how long retire waits for a node to confirm that it
-// stopped telling the client of handoffs: a node that is down fails the
-// unsubscription at once, one that is slow is left to its connection's
-// close.
+// stopped telling the client of handoffs. A node that is down fails the
+// unsubscription at once. A slow one is left to its connection's close.
 const retireWait = time.Second
 
-// retire closes subs, the connections of a Client that closes or of keys
-// that went idle, without losing a handoff: a release hands a key off only
-// to a waiter whose client's hand channel has a subscriber on the node,
-// and announces it there. So retire first unsubscribes the hand channel on
-// each connection and waits, up to retireWait, for the node's
-// confirmation. From then on the node hands nothing off to the client, and the
-// announcements of the handoffs it made before came in ahead of the
-// confirmation, on the same connection, to the listener, which passes
-// those that no waiter expects to the stray function for release. Closing
-// the connection at once instead loses the announcements still on their
-// way, and the keys that they handed off stay held for their TTL.
+// retire closes subs without losing a handoff. subs are the connections of
+// a Client that closes, or of keys that went idle. retire first unsubscribes
+// the hand channel on each connection and waits, up to retireWait, for the
+// node's confirmation. A release hands a key off only to a waiter whose
+// client's hand channel has a subscriber on the node. So from the
+// confirmation on, the node hands nothing off to the client. The
+// announcements of its earlier handoffs came ahead of the confirmation, on
+// the same connection. The listener passed those that no waiter expects to
+// the stray function, for release. Closing the connection at once would lose
+// the announcements still on their way, and their keys would stay held for
+// their TTL.
 func (w *Waker) retire(subs []*sub) {
 	if w.handChannel != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), retireWait)

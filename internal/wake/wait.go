@@ -9,8 +9,8 @@ import (
 )
 
 // Wait is one wait for the release of a key. Its channel [Wait.C] is
-// closed when a node announces the release; [Wait.Close] ends the wait. A
-// nil *Wait never fires. A Wait is safe for concurrent use.
+// closed when a node announces the release, and [Wait.Close] ends the wait.
+// A nil *Wait never fires. A Wait is safe for concurrent use.
 type Wait struct {
 	w   *Waker
 	key string // as stored
@@ -33,20 +33,14 @@ type entry struct {
 // it if need be. It returns nil after Close, or when no node can be
 // subscribed. Close the Wait when it is over.
 //
-// since is when the caller last stopped listening (zero: it always
-// listened), typically because its round was out: an announcement heard
-// after since, the last one heard, closes the Wait at once, and
-// [Wait.Next] returns whom it named. A wait that begins only after its
-// round failed therefore still hears a release that came while the round
-// was out.
-//
-// When key was not subscribed, an announcement may also come before the
-// subscription is in place, and nobody hears it. For a since that is not
-// zero, the Wait then closes, naming nobody, once a majority of the nodes
-// have confirmed the subscription, so that the waiter tries again at once
-// instead of sleeping through a release it could not hear. A release
-// announces itself on every node that refused a waiter, so a waiter
-// refused by a majority hears it from one of the majority that confirmed.
+// since is when the caller last stopped listening, typically while its round
+// was out; zero means it always listened. If the last announcement heard came
+// after since, it closes the Wait at once, and [Wait.Next] returns whom it
+// named. Nobody hears a release that comes before a new subscription is in
+// place. So for a since that is not zero, the Wait closes, naming nobody,
+// once a majority of the nodes confirmed the key's new subscription. A
+// release announces itself on every node that refused the waiter, so a waiter
+// refused by a majority hears it from one of those that confirmed.
 func (w *Waker) Listen(key string, since time.Time) *Wait {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -87,8 +81,8 @@ func (wt *Wait) C() <-chan struct{} {
 }
 
 // Next returns the waiter that the announcement which closed C named as
-// next in line for the key: "" when it named nobody, or before C is
-// closed.
+// next in line for the key. It returns "" when the announcement named
+// nobody, or before C is closed.
 func (wt *Wait) Next() string {
 	if wt == nil {
 		return ""
@@ -131,10 +125,10 @@ func (w *Waker) wake(key, next string) {
 	}
 }
 
-// confirmed notes that s's node confirmed the subscription of channel,
-// and wakes the waits for a key whose subscription a majority of the
-// nodes have now confirmed, if it is in confirming (see Listen). Callers
-// hold w.mu.
+// confirmed notes that s's node confirmed the subscription of channel. If
+// the channel's key is in confirming (see Listen), and a majority of the
+// nodes have now confirmed it, confirmed wakes the key's waits. Callers hold
+// w.mu.
 func (w *Waker) confirmed(s *sub, channel string) {
 	key, ok := strings.CutPrefix(channel, protocol.ReleasedChannel)
 	nodes, pending := w.confirming[key]
@@ -150,11 +144,12 @@ func (w *Waker) confirmed(s *sub, channel string) {
 	w.wake(key, "")
 }
 
-// Named returns the waiter that the last announcement of key's release
-// (as stored) that named one named, among the last recentLimit, and when
-// it came; "" when none did since key was subscribed. A client that
-// has just released a key hears its own announcement, if it waited for the
-// key before: its next Lock can then let the named waiter go first.
+// Named returns the waiter named by the last announcement of key's release
+// (as stored) that named one, and when it came. It looks among the last
+// recentLimit announcements, and returns "" when none named a waiter since
+// key was subscribed. A client that has just released a key hears its own
+// announcement, if it waited for the key before. Its next Lock can then let
+// the named waiter go first.
 func (w *Waker) Named(key string) (next string, at time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -171,9 +166,10 @@ func (w *Waker) Named(key string) (next string, at time.Time) {
 const recentLimit = 16
 
 // NamedSince reports whether an announcement of key's release (as stored)
-// heard after since named next, among the last recentLimit: the nodes of
-// one release each name the first of their own line, and the first
-// announcement to arrive may name another waiter than a later one.
+// heard after since named next. It looks among the last recentLimit
+// announcements, not only the last. The nodes of one release each name the
+// first of their own line, so the first announcement to arrive may name
+// another waiter than a later one.
 func (w *Waker) NamedSince(key, next string, since time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -69,13 +69,14 @@ type named struct {
 }
 
 // New returns a Waker on nodes whose keys stay subscribed for idle after
-// their last wait. With a ledger, every connection also subscribes to the
-// ledger's hand channel, and the handoffs announced there go to l; l nil means
-// no handoffs. A ledger serves one Waker.
+// their last wait. With a Ledger l, every connection also subscribes to the
+// ledger's hand channel, and the handoffs announced there go to l. A nil l
+// means no handoffs. A Ledger serves one Waker: New panics on a Ledger given
+// to another.
 //
-// A go-redis Ring routes a channel by its name, not to the shard of the key
-// whose release is published there (and panics on a subscription without a
-// channel): Rings are left out, and their waiters rely on the other nodes
+// New leaves Rings out. A go-redis Ring routes a channel by its name, not to
+// the shard of the key whose release is published there. It also panics on
+// a subscription without a channel. A Ring's waiters rely on the other nodes
 // and the timed retry.
 func New(nodes []redis.UniversalClient, idle time.Duration, clk clock.Clock, l *Ledger) *Waker {
 	w := &Waker{idle: idle, clock: clk, ledger: l, handChannel: l.channel(), quit: make(chan struct{})}
@@ -124,11 +125,11 @@ func (w *Waker) connect() {
 	w.wg.Go(func() { w.idleLoop(subs) })
 }
 
-// reconcile brings s's subscriptions of keys in line with w.keys: it
+// reconcile brings s's subscriptions of keys in line with w.keys. It
 // subscribes to those still in w.keys and unsubscribes from the others.
-// Changes to one connection run one at a time, each deciding from w.keys as
-// they are when it runs, so that a subscription and an unsubscription of
-// one key started in quick succession cannot land in the wrong order.
+// Changes to one connection run one at a time. Each decides from w.keys as
+// they are when it runs. So a subscription and an unsubscription of one key,
+// started in quick succession, cannot land in the wrong order.
 func (w *Waker) reconcile(s *sub, keys []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -210,9 +211,9 @@ func (w *Waker) message(s *sub, msg *redis.Message) {
 }
 
 // handed passes a handoff that s's node announced on the hand channel to
-// the ledger. It wakes the key's waits, naming the hand value, or, for a
-// handoff that no waiter expects, calls the stray function in a goroutine
-// that Close waits for. Callers hold w.mu.
+// the ledger. It wakes the key's waits, naming the hand value. For a handoff
+// that no waiter expects, it calls the stray function instead, in a
+// goroutine that Close waits for. Callers hold w.mu.
 func (w *Waker) handed(s *sub, payload string) {
 	h, ok := w.ledger.handed(s.idx, payload)
 	switch {
@@ -241,10 +242,10 @@ func (w *Waker) idleLoop(subs []*sub) {
 	}
 }
 
-// dropIdle unsubscribes the keys that nobody waits for and none has waited
-// for in the idle time, and closes the connections subs when no key is
-// left. It returns when to look again, or done once subs are gone. The next
-// wait subscribes anew.
+// dropIdle unsubscribes the keys that have no wait and had none in the idle
+// time. When no key is left, it closes the connections subs.
+// It returns when to look again, or done once subs are gone. The next wait
+// subscribes anew.
 func (w *Waker) dropIdle(subs []*sub) (next time.Duration, done bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -282,10 +283,9 @@ func (w *Waker) dropIdle(subs []*sub) (next time.Duration, done bool) {
 	return next, false
 }
 
-// Close stops the listeners and waits for them, and for the stray
-// function's calls: a client's node hands nothing off to it once Close
-// returns (see retire). Waits are not woken. It is safe to call more than
-// once.
+// Close stops the listeners and waits for them and for the stray function's
+// calls. Once Close returns, no node hands anything off to the client (see
+// retire). Waits are not woken. It is safe to call more than once.
 func (w *Waker) Close() {
 	w.mu.Lock()
 	subs := w.subs
