@@ -1,14 +1,14 @@
-// Package queue is a client's local queue of lock callers, one per key: only
-// one caller per key per client runs lock rounds at a time; the others wait
-// in this process, in arrival order, and the caller that obtains the lock
-// keeps its turn until it unlocks, when the next waiter starts its rounds at
-// once. Callers of one client then never split the nodes' votes between
+// Package queue is a client's local queue of lock callers, one per key.
+// Only one caller per key per client runs lock rounds at a time. The others
+// wait in this process, in arrival order. The caller that obtains the lock
+// keeps its turn until it unlocks, and the next waiter then starts its rounds
+// at once. So callers of one client never split the nodes' votes between
 // them, and they share a busy key fairly. Safety does not depend on the
 // queue: it only decides who may send lock rounds, and every round is
 // decided on the nodes.
 //
 // A holder that never unlocks keeps its turn only until its lock's validity
-// has passed; the first waiter then takes the turn over.
+// has passed. The first waiter then gets the turn.
 package queue
 
 import (
@@ -71,13 +71,13 @@ func New[H any](clk clock.Clock) *Queue[H] {
 }
 
 // Wait returns the caller's turn for key, and the lock handed over with it
-// (the zero H if none): at once when nobody else of this client is contending for or
-// holding key, else when the previous owner unlocks, fails, or lets its
-// lock's validity run out. It returns ctx.Err(), ErrGaveUp when the channel
-// from giveUp fires, or ErrClosed, having left the queue. A lock handed
-// over to a caller that gives up at the same moment goes on to the next
-// waiter; when there is none, Wait returns it with the error, and the
-// caller must release it.
+// (the zero H if none). It returns at once when nobody else of this client
+// contends for or holds key. Otherwise it returns when the previous owner
+// unlocks, fails, or lets its lock's validity run out. It fails with
+// ctx.Err(), with ErrGaveUp when the channel from giveUp fires, or with
+// ErrClosed, having left the queue. A lock handed over to a caller that gives
+// up at the same moment goes on to the next waiter. When there is none, Wait
+// returns it with the error, and the caller must release it.
 func (q *Queue[H]) Wait(ctx context.Context, key string, giveUp func() <-chan time.Time) (*Turn[H], H, error) {
 	t, k := q.join(key)
 	if t.ready == nil {
@@ -106,14 +106,14 @@ func (q *Queue[H]) Wait(ctx context.Context, key string, giveUp func() <-chan ti
 	}
 }
 
-// giveUp takes t out of its queue, passing its turn on if it had become the
-// owner meanwhile, with any lock handed over to it. It returns that lock
+// giveUp takes t out of its queue. If t had become the owner meanwhile, it
+// passes the turn on, with any lock handed over to t. It returns that lock
 // when no waiter is left to take it.
 func (q *Queue[H]) giveUp(t *Turn[H]) H { return q.leave(t, true) }
 
-// TryJoin returns the caller's turn for key when nobody else of this
-// client is contending for or holding key, as Wait would at once, and nil
-// otherwise, without joining the queue.
+// TryJoin returns the caller's turn for key, as Wait would at once, when
+// nobody else of this client contends for or holds key. Otherwise it returns
+// nil without joining the queue.
 func (q *Queue[H]) TryJoin(key string) *Turn[H] {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -124,8 +124,8 @@ func (q *Queue[H]) TryJoin(key string) *Turn[H] {
 	return t
 }
 
-// join puts a new turn for key in its queue: as the owner (ready nil) when
-// the key has none, else as the last waiter.
+// join puts a new turn for key in its queue. The turn is the owner (ready
+// nil) when the key has none, else the last waiter.
 func (q *Queue[H]) join(key string) (*Turn[H], *keyQueue[H]) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -156,10 +156,11 @@ func (q *Queue[H]) joinLocked(key string) (*Turn[H], *keyQueue[H]) {
 	return t, k
 }
 
-// watch returns a channel closed when k's owner obtains or extends its lock
-// or the first waiter changes, and, for the first waiter, one that fires
-// when the owner's lock expires (nil while it has none). Only the first
-// waiter may take an expired owner's turn over, so only it watches.
+// watch returns changed, which is closed when k's owner obtains or extends
+// its lock, or when the first waiter changes. For the first waiter it also
+// returns expiry, which fires when the owner's lock expires. expiry is nil
+// while the owner holds no lock. Only the first waiter may take an expired
+// owner's turn, so only it watches.
 func (q *Queue[H]) watch(k *keyQueue[H], t *Turn[H]) (changed <-chan struct{}, expiry <-chan time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -180,10 +181,9 @@ func (k *keyQueue[H]) notify() {
 	}
 }
 
-// passExpired makes t the owner of k, ahead of the current one, if the
-// current owner's lock has expired and t is the first waiter (the others
-// watch the expiry too, and the first of them to run must not jump the
-// queue).
+// passExpired makes t the owner of k in place of the current owner, if that
+// owner's lock has expired and t is the first waiter. Other waiters may see
+// the expiry too, and the first of them to run must not jump the queue.
 func (q *Queue[H]) passExpired(k *keyQueue[H], t *Turn[H]) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -206,18 +206,19 @@ func remove[H any](ts []*Turn[H], t *Turn[H]) []*Turn[H] {
 	return ts
 }
 
-// Leave gives up t: it passes the turn on when t owns it and takes t out of
-// the queue otherwise. For a turn that lost its ownership (its lock expired
-// and a waiter took over) it does nothing. A nil t is ignored.
+// Leave gives up t. It passes the turn on when t owns it, and otherwise
+// takes t out of the queue. It does nothing for a turn that lost its
+// ownership, because its lock expired and a waiter got the turn. A nil t is
+// ignored.
 func (q *Queue[H]) Leave(t *Turn[H]) {
 	if t != nil {
 		q.leave(t, false)
 	}
 }
 
-// leave is Leave, passing on the lock handed over to t when handingOver is set
-// (a real release otherwise, which ends a run of handovers); it returns
-// that lock when no waiter is left to take it.
+// leave is Leave. With handingOver, it passes on the lock handed over to t,
+// and returns that lock when no waiter is left to take it. Without it, leave
+// counts as a real release, which ends a run of handovers.
 func (q *Queue[H]) leave(t *Turn[H], handingOver bool) H {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -254,15 +255,14 @@ func (q *Queue[H]) pass(k *keyQueue[H], h H) {
 }
 
 // HandOver passes t's turn, and its lock h, to the first waiter for the same
-// key, if t owns the turn, there is a waiter, and fewer than [MaxHandovers]
-// locks were handed over in a row. It reports whether it did.
+// key, and reports whether it did. It does so only if t owns the turn, there
+// is a waiter, and fewer than [MaxHandovers] locks were handed over in a row.
 //
-// This saves a release round and a lock round's worth of waiting between
-// two local holders. It does not weaken the lock: h's keys stay on the
-// nodes, as if h were still held, until the waiter's round replaces them
-// with its own token, atomically on each node, and that round obtains the
-// lock by the usual rule (a quorum, in time), on a monotonic clock of its
-// own.
+// This saves a release round, and a lock round's worth of waiting, between
+// two local holders. It does not weaken the lock. h's keys stay on the nodes,
+// as if h were still held, until the waiter's round replaces them with its
+// own token, atomically on each node. That round obtains the lock by the
+// usual rule, a quorum in time, on a monotonic clock of its own.
 func (q *Queue[H]) HandOver(t *Turn[H], h H) bool {
 	if t == nil {
 		return false
@@ -282,8 +282,8 @@ func (q *Queue[H]) HandOver(t *Turn[H], h H) bool {
 	return true
 }
 
-// Held records that t's owner holds its lock until until (and, called
-// again, that it extended it).
+// Held records that t's owner holds its lock until until. Called again, it
+// records that the owner extended its lock.
 func (q *Queue[H]) Held(t *Turn[H], until time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
