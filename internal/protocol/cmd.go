@@ -37,7 +37,7 @@ type Acquire struct {
 	// guarded state; the zero value for none.
 	Shortcut Shortcut
 	// Over is the token of an earlier lock of the same client whose keys
-	// this acquire takes over: keys that hold it count as free. "" for none.
+	// this acquire takes: keys that hold it count as free. "" for none.
 	Over string
 	// Join is the waiting strategy's part, for a round of a waiter.
 	Join Join
@@ -47,9 +47,10 @@ type Acquire struct {
 }
 
 // Shortcut is one node's part of a round of the new-deployment shortcut
-// (see acquire.lua and docs/SAFETY.md): the node's guarded state ID, when
-// it still has that id, is marked with Mark (Establish false), or ends its
-// guard if it carries Mark (Establish true).
+// (see acquire.lua and docs/SAFETY.md, "The new-deployment shortcut").
+// With Establish false, it marks the node's guarded state with Mark, if the
+// state still has the id ID. With Establish true, it ends the node's guard
+// if the state has the id ID and carries Mark.
 type Shortcut struct {
 	ID        string
 	Mark      string // [StateMark] of the ids seen
@@ -66,10 +67,10 @@ func (s Shortcut) arg() string {
 }
 
 // StateMark returns the mark of the state ids that a round saw on the
-// nodes, one per node in any order: 32 hex digits of the SHA-256 of the
-// sorted ids, repeats kept, so that every client that sees the same ids
-// computes the same mark, and a node's new state, whose id no node had
-// before, changes it.
+// nodes, one per node in any order. The mark is 32 hex digits of the SHA-256
+// of the sorted ids, repeats kept. So every client that sees the same ids
+// computes the same mark. A node's new state, whose id no node had before,
+// changes it.
 func StateMark(ids []string) string {
 	s := slices.Clone(ids)
 	slices.Sort(s)
@@ -78,7 +79,7 @@ func StateMark(ids []string) string {
 }
 
 // Join is what a waiter's round tells the waiting strategy on the node
-// (see inline.lua and handoff.lua); the zero Join is a round that does not
+// (see inline.lua and handoff.lua). The zero Join is a round that does not
 // wait. The Kernel and Announce strategies send none of it.
 type Join struct {
 	// Place is the waiter's id, to join the first key's line of waiters if
@@ -102,23 +103,23 @@ type Join struct {
 type Entries uint8
 
 const (
-	// NoWait: the client did not wait for the key lately; a round leaves
+	// NoWait: the client did not wait for the key lately. A round leaves
 	// the line alone, which saves an uncontended lock the calls.
 	NoWait Entries = iota
-	// MayHave: the client may have entries (its waiter's earlier rounds
-	// joined, or it waited for the key lately): a round that joins, or is
-	// granted, takes them off first.
+	// MayHave: the client may have entries, because its waiter's earlier
+	// rounds joined or it waited for the key lately. A round that joins, or
+	// is granted, takes them off first.
 	MayHave
 	// Cleared: the client waited for the key lately but has no entry left
-	// on any node; a grant still marks the keys when others are in line.
+	// on any node. A grant still marks the keys when others are in line.
 	Cleared
 )
 
-// AcquireCmd returns the command for a: ARGV token, ttl and guard, then the
-// strategy's arguments (for a round that joins), then the shortcut and over,
-// each "" when unset, and without the unset ones at the end. A node runs
-// about a thousand instructions more per argument, so the usual acquire
-// sends three or four.
+// AcquireCmd returns the command for a. Its ARGV are the token, ttl and
+// guard, then the strategy's arguments for a round that joins, then the
+// shortcut and over. Each is "" when unset, and the unset ones at the end are
+// left out. A node runs about a thousand instructions more per argument, so
+// the usual acquire sends three or four.
 func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 	var opt [7]any // ARGV[4..]: up to five of the strategy's, then two of the kernel's
 	n := 0
@@ -205,8 +206,8 @@ func (p *Protocol) Release(r Release) Cmd {
 }
 
 // ReleaseAfter returns r, the release of the lock that acq, an acquire's
-// command, asked for, sharing acq's boxed keys, token and ttl: r's Keys,
-// Token and TTL are not read.
+// command, asked for. It shares acq's boxed keys, token and ttl, so r's
+// Keys, Token and TTL are not read.
 func (p *Protocol) ReleaseAfter(acq Cmd, r Release) Cmd {
 	all := acq[2].(int)
 	nkeys := all - 1 - p.layerKeys(acq) // without the state key and the layer's keys
@@ -216,11 +217,11 @@ func (p *Protocol) ReleaseAfter(acq Cmd, r Release) Cmd {
 	return p.releaseArgs(cmd, acq[3+all], acq[3+all+1], r)
 }
 
-// releaseArgs appends the arguments of r to cmd: token, ttl (its
-// tombstones; 0 for none), then the strategy's for an announced release:
-// the state key, then for InLine the place that leaves the line, for
-// Handoff the client's channel to leave and "1" when the restart guard is
-// off.
+// releaseArgs appends the arguments of r to cmd: token, then ttl for its
+// tombstones (0 for none). An announced release then gets the strategy's
+// arguments, first the state key. For InLine, the place that leaves the line
+// follows. For Handoff, the client's channel to leave follows, and "1" when
+// the restart guard is off.
 func (p *Protocol) releaseArgs(cmd Cmd, token, ttl any, r Release) Cmd {
 	cmd = append(cmd, token, ttl)
 	if !r.Announce || p.strategy == Kernel {
@@ -247,13 +248,13 @@ func (p *Protocol) releaseArgs(cmd Cmd, token, ttl any, r Release) Cmd {
 }
 
 // Extend returns the command that sets the TTL of the lock with token on
-// keys (the lock keys as stored, then the node's state key) to ttl.
+// keys to ttl. keys are the lock keys as stored, then the node's state key.
 func (p *Protocol) Extend(keys []string, token string, ttl time.Duration) Cmd {
 	return newCmd(p.extend, keys, token, p.ttlArg(ttl), p.guard)
 }
 
 // ExtendIn is [Protocol.Extend] for a lock of the limit layer l (see
-// layer.lua), which also keeps l's limit record on the node for ttl; a
+// layer.lua). It also keeps l's limit record on the node for ttl. A
 // Writer's extend is the kernel's alone, since the record need only
 // outlive the reader slots.
 func (p *Protocol) ExtendIn(l Layer, keys []string, token string, ttl time.Duration) Cmd {
@@ -275,9 +276,10 @@ func (p *Protocol) Fence(keys []string, token string, fence int64) Cmd {
 }
 
 // Elect returns the command that writes record, an election's record, to
-// keys (the election's lock key and record key, as stored) if the lock key
-// holds token, or withdraws token's record when record is "" (see
-// elect.lua). announce publishes the change to the record's observers.
+// keys if the lock key holds token (see elect.lua). keys are the election's
+// lock key and record key, as stored. When record is "", the command
+// withdraws token's record instead. announce publishes the change to the
+// record's observers.
 func (p *Protocol) Elect(keys []string, token, record string, announce bool) Cmd {
 	a := "0"
 	if announce {
@@ -292,7 +294,7 @@ type Processor interface {
 }
 
 // Run sends cmd to node by SHA and returns its reply. When the node does not
-// have the script (NOSCRIPT: a restart, SCRIPT FLUSH) it sends the source
+// have the script (NOSCRIPT: a restart, SCRIPT FLUSH), Run sends the source
 // with EVAL, which also loads it.
 func (p *Protocol) Run(ctx context.Context, node Processor, cmd Cmd) (any, error) {
 	return run(ctx, p, node, cmd, redis.NewCmd)
@@ -327,15 +329,15 @@ func run[C interface {
 
 // Check returns the command that checks a new connection's server against
 // the node's state key (as stored): see check.lua and [DecodeCheck]. It
-// carries the script's source (see [Protocol.WithSource]): it runs once
-// per connection, and the first connection to a server that has just
-// started would otherwise pay a NOSCRIPT round trip.
+// carries the script's source (see [Protocol.WithSource]). It runs once per
+// connection, and the first connection to a server that has just started
+// would otherwise pay a NOSCRIPT round trip.
 func (p *Protocol) Check(stateKey string) Cmd {
 	return p.WithSource(newCmd(p.check, []string{stateKey}, p.guard))
 }
 
 // WithSource returns cmd as an EVAL that carries its script's source, for
-// a server that may not have loaded the script: it spares the round trip
+// a server that may not have loaded the script. This spares the round trip
 // of a NOSCRIPT answer and the EVAL after it. A cmd that is not one of p's
 // scripts is returned as it is. cmd itself is not modified.
 func (p *Protocol) WithSource(cmd Cmd) Cmd {

@@ -19,8 +19,8 @@ const (
 	// writer waits or holds.
 	Reader
 	// Writer is a round of a read-write lock's writer, on its writer key
-	// alone, refused while a reader slot is held; its refusal leaves its
-	// intent on the node.
+	// alone. It is refused while a reader slot is held, and its refusal
+	// leaves its intent on the node.
 	Writer
 )
 

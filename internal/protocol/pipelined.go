@@ -9,20 +9,20 @@ import (
 )
 
 // The pipelined acquire is the usual case of acquire.lua's fast path without
-// a script: SET key token NX PX ttl, then HGET state g when the restart
-// guard is on, sent together on one connection. The SET grants the key only
-// if the HGET, which the server runs after it, finds the node established:
-// a server that lost its data since has either dropped the connection, so
-// the HGET never answers, or has no state, so the HGET finds none. Any
-// other reply sends the script, which finds the key already holding the
-// token where the SET set it (and takes it back on a guarded node), or
-// does what a refusal does for the waiting strategy where the SET found a
-// value. docs/SAFETY.md, "The pipelined acquire", and model/redlock.pml
-// (PIPE) check the two steps. It saves the node the script's run.
+// a script: SET key token NX PX ttl, then HGET state g when the restart guard
+// is on, sent together on one connection. It saves the node the script's run.
+// The SET grants the key only if the HGET, which the server runs after it,
+// finds the node established. A server that lost its data since has either
+// dropped the connection, so the HGET never answers, or has no state, so the
+// HGET finds none. Any other reply sends the script. Where the SET set the
+// key, the script finds it holding the token, and takes it back on a guarded
+// node. Where the SET found a value, the script does what a refusal does for
+// the waiting strategy. docs/SAFETY.md, "The pipelined acquire", and
+// model/redlock.pml (PIPE) check the two steps.
 
-// Pipelined reports whether a may be sent as the pipelined acquire: one
-// key, a lock (no limit layer), no fence, no strategy part, no shortcut,
-// nothing taken over, and a token (not a hand value).
+// Pipelined reports whether a may be sent as the pipelined acquire. a must
+// be a lock (no limit layer) on one key, for a token (not a hand value). It
+// must have no fence, no strategy part, no shortcut and no Over.
 func (p *Protocol) Pipelined(a *Acquire) bool {
 	return !p.fencing && len(a.Keys) == 2 && a.Join == (Join{}) && a.Shortcut == (Shortcut{}) &&
 		a.Over == "" && a.Layer.Role == NoLayer && !strings.HasPrefix(a.Token, HandPrefix)
@@ -82,13 +82,13 @@ func (pa *PipelinedAcquire) Cmds() []redis.Cmder {
 	return pa.cmds[:]
 }
 
-// Reply returns the node's answer once the commands have run: granted, or
-// not, when the replies decide nothing and the acquire script must be
-// sent. found is set when the SET found a value (the key is taken, or
-// holds tombstones or the token itself). err is set when a reply did not
-// come: the node may hold the key. (SET without GET answers OK or nil,
-// and HGET the guard: an uncontended acquire meets no nil reply, which
-// go-redis's error checks would cost allocations.)
+// Reply returns the node's answer once the commands have run. granted is
+// false when the replies decide nothing and the acquire script must be sent.
+// found is set when the SET found a value: the key is taken, or holds
+// tombstones or the token itself. err is set when a reply did not come, and
+// the node may hold the key. SET without GET answers OK or nil, and HGET the
+// guard. So an uncontended acquire meets no nil reply, whose error checks in
+// go-redis would cost allocations.
 func (pa *PipelinedAcquire) Reply() (granted, found bool, err error) {
 	_, err = pa.set.Result()
 	switch {

@@ -1,8 +1,8 @@
 // Package protocol is everything a lock client and a Redis node say to each
-// other: the names of the keys and channels the scripts use, the Lua scripts
-// themselves, their arguments as typed commands and their replies as typed
-// values. Nothing else in the module spells a script argument, a reply code
-// or a reserved name.
+// other. It holds the names of the keys and channels the scripts use, and the
+// Lua scripts themselves. It gives their arguments as typed commands, and
+// their replies as typed values. Nothing else in the module spells a script
+// argument, a reply code or a reserved name.
 //
 // Every script is atomic on its node and guarded by the lock's token: none
 // of them touches a key that holds another owner's token. Each .lua file's
@@ -24,43 +24,45 @@ import (
 
 // The reserved names, each after the client's key prefix.
 const (
-	// StateKey is each node's state: a hash without expiry holding the
+	// StateKey is each node's state, a hash without expiry. It holds the
 	// restart guard ("g"), the id of the round that created it ("id"), the
-	// fence counter ("f"), the shortcut's mark ("v"), and the run_id and
-	// replication ID of the server process that last checked it ("p" and
-	// "r", see check.lua). On a Redis Cluster node there is one per hash
-	// slot (see [SlotStateKey]). Lock keys must not start with it.
+	// fence counter ("f") and the shortcut's mark ("v"). It also holds the
+	// run_id and replication ID of the server process that last checked it
+	// ("p" and "r", see check.lua). On a Redis Cluster node there is one per
+	// hash slot (see [SlotStateKey]). Lock keys must not start with it.
 	StateKey = "redquorum:node"
 	// CheckMark is the mark ("v" in the state) of a guard that the
-	// connection check started (check.lua): the server kept its data, so
-	// no new-deployment shortcut, whose marks are 32 hex digits, ends it.
+	// connection check started (check.lua). The server kept its data, so no
+	// new-deployment shortcut ends that guard; a shortcut's marks are 32 hex
+	// digits.
 	CheckMark = "x"
 	// TombstonePrefix, followed by a token, is the tombstone a release
-	// leaves on a key that does not hold the token, so that the token's
-	// late SET is refused. A key keeps its tombstones after its holder's
-	// token, each after a '\n' (see tombstone.lua); a key with no holder
-	// begins with the first of them, and counts as free.
+	// leaves on a key that does not hold the token. The token's late SET is
+	// then refused. A key keeps its tombstones after its holder's token,
+	// each after a '\n' (see tombstone.lua). A key with no holder begins
+	// with the first of them, and counts as free.
 	TombstonePrefix = "redquorum:gone:"
 	// ReleasedChannel, followed by a key as stored, is the channel on which
 	// an unlock announces the key's release. The message names the first
 	// waiter of the key's line, or is empty.
 	ReleasedChannel = "redquorum:released:"
 	// LinePrefix, after the client's key prefix and followed by a key
-	// without it, is the key's line: a sorted set that orders the waiters
-	// of separate clients, a hint for whom a release wakes first (see
-	// inline.lua). Lock keys must not start with it. Its value says
-	// "queue" because clients of the previous release use the same lines
-	// during a rolling deploy: it must not change.
+	// without it, is the key's line. The line is a sorted set that orders
+	// the waiters of separate clients: a hint for whom a release wakes
+	// first (see inline.lua). Lock keys must not start with it. Its value
+	// says "queue", and must not change: clients of the previous release
+	// use the same lines during a rolling deploy.
 	LinePrefix = "redquorum:queue:"
 	// LeaderPrefix, after the client's key prefix and followed by an
-	// election's name without it, is the election's record: its leader's
-	// term, value and token, written by the leader only while it holds the
-	// election's lock (see elect.lua). Lock keys must not start with it.
+	// election's name without it, is the election's record. The record is
+	// its leader's term, value and token. The leader writes it only while
+	// it holds the election's lock (see elect.lua). Lock keys must not
+	// start with it.
 	LeaderPrefix = "redquorum:leader:"
-	// SemaphorePrefix, after the client's key prefix and followed by a
-	// semaphore's name, then ":" and a slot number or "limit", names a
-	// semaphore's slot keys and its limit record (see layer.lua). Lock
-	// keys must not start with it.
+	// SemaphorePrefix names a semaphore's slot keys and its limit record
+	// (see layer.lua). It comes after the client's key prefix, and before
+	// the semaphore's name, ":" and a slot number or "limit". Lock keys
+	// must not start with it.
 	SemaphorePrefix = "redquorum:sem:"
 	// RWMutexPrefix is [SemaphorePrefix] for read-write locks, whose keys
 	// also include the writer's intent, ":writer". Lock keys must not start
@@ -70,23 +72,24 @@ const (
 
 // The waiting strategies (see announce.lua) use three more names, none a key.
 const (
-	// HandPrefix, followed by the token of a waiter's round, is the value
-	// a release sets a key to when it hands the lock off to that waiter.
-	// No token starts with it (tokens are base64url, without ':').
+	// HandPrefix, followed by the token of a waiter's round, is the hand
+	// value. A release sets a key to it when it hands the lock off to that
+	// waiter. No token starts with it (tokens are base64url, without ':').
 	HandPrefix = "h:"
 	// HandChannel, followed by a client's id, is the client's hand
-	// channel: each client that waits for handoffs subscribes to its own on
-	// every node for as long as it is connected. A release hands a key off
+	// channel. Each client that waits for handoffs subscribes to its own on
+	// every node, for as long as it is connected. A release hands a key off
 	// only to a waiter whose client is still subscribed, so never to one
 	// whose process is gone. Its value is shared with the previous
 	// release's clients too.
 	HandChannel = "redquorum:waiting:"
-	// WaitedPrefix, before a key's value, marks a key that a waiter found
-	// held: an acquire that the key refused sets it, keeping the value and
-	// its TTL, and a handoff sets it on the key it hands off. Only the
-	// release of a marked key looks at the key's line and announces
-	// itself; an uncontended unlock just deletes the key. Every script
-	// compares tokens without it. No token or hand value starts with it.
+	// WaitedPrefix, before a key's value, is the mark of a key that a
+	// waiter found held. An acquire that the key refused sets it, keeping
+	// the value and its TTL, and a handoff sets it on the key it hands off.
+	// Only the release of a marked key looks at the key's line and
+	// announces itself; an uncontended unlock just deletes the key. Every
+	// script compares tokens without it. No token or hand value starts with
+	// it.
 	WaitedPrefix = "w:"
 )
 
@@ -95,10 +98,11 @@ const (
 // first.
 const MaxTombstones = 8
 
-// Holding returns the token or hand value that value, read from a lock
-// key, holds, without the mark of [WaitedPrefix] and the tombstones that
-// follow it, and whether the mark was there. For a key that holds only
-// tombstones it returns the first of them ([TombstonePrefix]): free.
+// Holding returns the token or hand value held in value, read from a lock
+// key, and whether the mark of [WaitedPrefix] was there. The token comes
+// without the mark and without the tombstones that follow it. For a key
+// that holds only tombstones, it returns the first of them
+// ([TombstonePrefix]), which is free.
 func Holding(value string) (token string, waited bool) {
 	token, waited = strings.CutPrefix(value, WaitedPrefix)
 	token, _, _ = strings.Cut(token, "\n")
@@ -106,9 +110,9 @@ func Holding(value string) (token string, waited bool) {
 }
 
 // Reserved reports whether key, without the client's prefix, is one of
-// the library's own keys (a node state, a line of waiters, an election's
-// record, a semaphore's or a read-write lock's key) rather than a lock
-// key. Lock keys must not start with any of these names.
+// the library's own keys rather than a lock key. Those are a node state, a
+// line, an election's record, and a semaphore's or a read-write lock's key.
+// Lock keys must not start with any of these names.
 func Reserved(key string) bool {
 	for _, p := range [...]string{StateKey, LinePrefix, LeaderPrefix, SemaphorePrefix, RWMutexPrefix} {
 		if strings.HasPrefix(key, p) {
@@ -119,8 +123,8 @@ func Reserved(key string) bool {
 }
 
 // SlotStateKey returns the state key, after prefix, that lives in the hash
-// slot of key on a Redis Cluster node, where a script may only touch keys of
-// one slot.
+// slot of key on a Redis Cluster node. There a script may only touch keys
+// of one slot.
 func SlotStateKey(prefix, key string, tags *hashslot.Tags) string {
 	return prefix + StateKey + ":{" + tags.Tag(hashslot.Slot(key)) + "}"
 }
@@ -175,10 +179,10 @@ func newScript(parts ...string) script {
 	return script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
-// Protocol builds one client's commands: the scripts, and the arguments that
-// are the same for every lock of the client, boxed once (an interface
-// holding a string or a large integer costs an allocation per command). It
-// is safe for concurrent use.
+// Protocol builds one client's commands. It holds the scripts. It boxes once
+// the arguments that are the same for every lock of the client, since an
+// interface holding a string or a large integer costs an allocation per
+// command. It is safe for concurrent use.
 type Protocol struct {
 	acquire, release, extend, fence, check, elect script
 	// slotAcquire, readAcquire, writeAcquire and limitExtend are acquire
@@ -200,9 +204,9 @@ type Protocol struct {
 	lastTicket atomic.Value
 }
 
-// New returns the protocol of a client whose nodes keep a restart guard of
-// guard (0: off), whose locks carry fences when fencing is set, which
-// waits with strategy s, and whose keys are stored after prefix.
+// New returns the protocol of a client. Its nodes keep a restart guard of
+// guard (0: off), and its locks carry fences when fencing is set. The
+// client waits with strategy s, and stores its keys after prefix.
 func New(guard time.Duration, fencing bool, s Strategy, prefix string) *Protocol {
 	fenced := strings.NewReplacer("@FENCED@", strconv.FormatBool(fencing))
 	hooks := strategyHooks(s)
@@ -238,9 +242,9 @@ type boxedTTL struct {
 	arg any
 }
 
-// ttlArg returns ttl in whole ms as a script argument, the same box as the
-// last command's when the ttl is the same (boxing an int64 above 255 costs
-// an allocation).
+// ttlArg returns ttl in whole ms as a script argument. When the ttl is the
+// last command's, it returns the same box: boxing an int64 above 255 costs
+// an allocation.
 func (p *Protocol) ttlArg(ttl time.Duration) any {
 	ms := ttl.Milliseconds()
 	if b := p.lastTTL.Load(); b != nil && b.ms == ms {

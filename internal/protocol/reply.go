@@ -78,9 +78,9 @@ func DecodeAcquire(v any) (AcquireReply, error) {
 	return AcquireReply{}, fmt.Errorf("unexpected reply %v from the acquire script", v)
 }
 
-// Held decodes the reply of a token-guarded script (release, extend, fence):
-// 1 when every key held the token and the script did its work, 0 when a key
-// is gone or holds another token.
+// Held reports whether v, the reply of a token-guarded script (release,
+// extend, fence), is 1: every key held the token and the script did its
+// work. The reply is 0 when a key is gone or holds another token.
 func Held(v int64) bool { return v == 1 }
 
 // CheckKind is what the connection check found on a server.
@@ -91,8 +91,8 @@ const (
 	// was recorded (the state now holds the server's run_id and
 	// replication ID).
 	Same CheckKind = iota
-	// Changed: the server's data may have come from elsewhere (another
-	// process, or a process that was a replica since): the restart guard
+	// Changed: the server's data may have come from elsewhere: another
+	// process, or a process that was a replica since. The restart guard
 	// now runs on the server, and its fence counter is unknown.
 	Changed
 	// NotMaster: the server is a replica; nothing was written.

@@ -2,9 +2,9 @@ package protocol
 
 import "strings"
 
-// Strategy is the part of a waiting strategy that runs on the nodes: code
-// for the hooks of the kernel's acquire and release scripts, each strategy
-// over the one before it (see announce.lua).
+// Strategy is the part of a waiting strategy that runs on the nodes. It is
+// code for the hooks of the kernel's acquire and release scripts, each
+// strategy over the one before it (see announce.lua).
 type Strategy uint8
 
 const (
@@ -17,7 +17,7 @@ const (
 	// InLine also keeps each key's waiters in line on the node, and the
 	// announcement names the first in line (inline.lua).
 	InLine
-	// Handoff also hands a released key over on the node to the first in
+	// Handoff also hands a released key off on the node to the first in
 	// line whose client listens (handoff.lua).
 	Handoff
 )
@@ -26,8 +26,8 @@ const (
 type hooks map[string]string
 
 // strategyHooks returns the hooks of s: the sections of its file and of
-// the files of the strategies below it, in order, each added to the code
-// of its name, or replacing it when its name ends with "!".
+// the files of the strategies below it, in order. Each section is added to
+// the code of its name, or replaces it when its name ends with "!".
 func strategyHooks(s Strategy) hooks {
 	h := hooks{}
 	for _, file := range []string{announceLua, inLineLua, handoffLua}[:s] {
@@ -47,8 +47,8 @@ func strategyHooks(s Strategy) hooks {
 }
 
 // fill returns lua with each hook mark, a line "--@name", replaced by the
-// hook's code (nothing for a hook without code), indented as the mark,
-// with the marks in that code filled in the same way.
+// hook's code, or by nothing for a hook without code. The code is indented
+// as the mark, and the marks in it are filled in the same way.
 func (h hooks) fill(lua string) string {
 	lines := strings.Split(lua, "\n")
 	out := make([]string, 0, len(lines))

@@ -6,11 +6,11 @@ import (
 	"strings"
 )
 
-// A token is what a lock's keys hold on the nodes: 128 random bits from
-// crypto/rand as TokenRandomLen characters of unpadded URL-safe base64,
-// then, when the client names an owner, "." and the owner. The scripts
-// compare whole tokens, so the owner costs nothing beyond its bytes, and
-// whoever reads a key learns who holds it.
+// A token is what a lock's keys hold on the nodes. It is 128 random bits
+// from crypto/rand, as TokenRandomLen characters of unpadded URL-safe
+// base64. When the client names an owner, "." and the owner follow. The
+// scripts compare whole tokens, so the owner costs nothing beyond its bytes,
+// and whoever reads a key learns who holds it.
 const TokenRandomLen = 22
 
 // NewToken returns a new token for owner ("" for none), in one allocation.
