@@ -58,9 +58,9 @@ type caller struct {
 	First   string          `json:"first_error,omitempty"`
 }
 
-// Hold is one hold of a hot key, in wall-clock Unix nanoseconds (which
-// separate processes on one machine share): when Lock returned it, and when
-// Unlock was called.
+// Hold is one hold of a hot key: when Lock returned it, and when Unlock was
+// called. Both are wall-clock Unix nanoseconds, which separate processes on
+// one machine share.
 type Hold struct {
 	Obtained int64 `json:"obtained"`
 	Released int64 `json:"released"`

@@ -13,9 +13,9 @@ import (
 )
 
 // Commands counts the commands the nodes ran during a measured phase, by
-// name, summed over the nodes: what INFO commandstats reports after a
-// CONFIG RESETSTAT at the phase's start. Commands a script calls count
-// under their own names as well as under the script's (evalsha).
+// name, summed over the nodes. The counts are what INFO commandstats reports
+// after a CONFIG RESETSTAT at the phase's start. Commands a script calls
+// count under their own names as well as under the script's (evalsha).
 type Commands struct {
 	Calls map[string]int64   `json:"calls"`
 	Usec  map[string]int64   `json:"usec"` // the servers' own time in each
@@ -24,8 +24,8 @@ type Commands struct {
 }
 
 // String lists the calls per operation, most frequent first, as
-// "evalsha 10.0 (4.1 µs), publish 2.5 (0.9 µs)": the count per operation
-// summed over the nodes, and the servers' time per call.
+// "evalsha 10.0 (4.1 µs), publish 2.5 (0.9 µs)". Each is the count per
+// operation summed over the nodes, then the servers' time per call.
 func (c *Commands) String() string {
 	if c == nil || c.Ops == 0 {
 		return "-"
@@ -90,10 +90,10 @@ func resetCommands(ctx context.Context, addrs []string) error {
 	return nil
 }
 
-// readCommands sums INFO commandstats over the nodes at addrs, leaving out
-// the commands it and resetCommands send themselves: CONFIG RESETSTAT,
-// INFO and the HELLO of the connection that reads. (A HELLO counted is a
-// connection that a client under test opened.)
+// readCommands sums INFO commandstats over the nodes at addrs. It leaves out
+// the commands that it and resetCommands send themselves: CONFIG RESETSTAT,
+// INFO and the HELLO of the connection that reads. A HELLO counted is a
+// connection that a client under test opened.
 func readCommands(ctx context.Context, addrs []string) (calls, usec map[string]int64, err error) {
 	calls, usec = map[string]int64{}, map[string]int64{}
 	for _, a := range addrs {

@@ -5,12 +5,12 @@ import (
 	"time"
 )
 
-// holdFor keeps a lock for sc.Hold. A Go timer (time.Sleep) waits in whole
-// milliseconds once something else wakes the process during the sleep
-// (runtime/netpoll_epoll.go rounds a wait under 1 ms up to 1 ms), so a
-// 1 ms sleep lasts up to 2 ms in a process that reads a message meanwhile.
-// With sc.HoldBlocking the thread blocks in nanosleep instead, which ends
-// on time whatever the process reads.
+// holdFor keeps a lock for sc.Hold. With sc.HoldBlocking the thread blocks
+// in nanosleep, which ends on time whatever the process reads. Otherwise it
+// sleeps on a Go timer (time.Sleep). That timer waits in whole milliseconds
+// once something else wakes the process during the sleep:
+// runtime/netpoll_epoll.go rounds a wait under 1 ms up to 1 ms. So a 1 ms
+// sleep lasts up to 2 ms in a process that reads a message meanwhile.
 func holdFor(sc Scenario) {
 	if !sc.HoldBlocking {
 		time.Sleep(sc.Hold)

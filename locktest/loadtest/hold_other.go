@@ -4,6 +4,6 @@ package loadtest
 
 import "time"
 
-// holdFor keeps a lock for sc.Hold; HoldBlocking needs Linux's nanosleep
-// (see hold_linux.go), and elsewhere a holder sleeps.
+// holdFor keeps a lock for sc.Hold. HoldBlocking needs Linux's nanosleep
+// (see hold_linux.go), so elsewhere a holder sleeps.
 func holdFor(sc Scenario) { time.Sleep(sc.Hold) }

@@ -1,12 +1,12 @@
 // Package loadtest runs the lock benchmarks of the redlock command and of the
-// side-by-side comparison in bench/: the same scenarios through any lock
-// implementation ([Locker]), measuring lock+unlock latency percentiles,
-// throughput, hot-key contention (waits and each contender's share) and
-// allocations, and reports them as a table, JSON or an SVG plot.
+// side-by-side comparison in bench/. It runs the same scenarios through any
+// lock implementation ([Locker]). It measures lock+unlock latency
+// percentiles, throughput, hot-key contention (waits and each contender's
+// share) and allocations. It reports them as a table, JSON or an SVG plot.
 //
 // It measures speed and fairness, where its parent package locktest checks
 // safety under faults. It depends on redlock, whose [Redquorum] adapter it
-// provides; its API serves the redlock command and bench/ first and may
+// provides. Its API serves the redlock command and bench/ first, and may
 // change between releases.
 package loadtest
 
@@ -60,14 +60,14 @@ type Scenario struct {
 	HoldBlocking bool
 }
 
-// Scenarios returns the standard set: lock+unlock on distinct keys by one
-// caller and by callers concurrent callers, one hot key with callers
-// contenders holding it 1 ms (in one client, in a client each, and in a
-// process each), callers
-// separate clients locking random keys of a pool of sharedKeys and holding
-// each 1 ms (occasional contention, as many service instances over many
-// keys), and, when slow > 0, one caller with the first node slow by that
-// much each way.
+// Scenarios returns the standard set, each measured for d. Lock+unlock runs
+// on distinct keys, by one caller and by callers concurrent callers. On one
+// hot key, callers contenders hold it 1 ms each time: in one client, in a
+// client each, and in a process each. In the shared-keys scenario, callers
+// separate clients lock random keys of a pool of sharedKeys, holding each
+// 1 ms. That is occasional contention, as many service instances over many
+// keys. When slow > 0, one caller runs with the first node slow by that much
+// each way.
 func Scenarios(d time.Duration, callers int, slow time.Duration) []Scenario {
 	s := []Scenario{
 		{ID: "distinct-1", Title: "lock+unlock, 1 caller", Callers: 1, Duration: d, TTL: 10 * time.Second},
@@ -115,10 +115,10 @@ type Runner struct {
 	CountCommands bool
 }
 
-// Run measures impl in sc on the nodes at addrs. It returns an error only
-// when the implementation or the slow-node proxy cannot be set up, or the
-// CPU time of r.NodePIDs cannot be read; lock failures are counted in the
-// Result.
+// Run measures impl in sc on the nodes at addrs. Lock failures are counted
+// in the Result. Run returns an error only when the implementation or the
+// slow-node proxy cannot be set up, or when the CPU time of r.NodePIDs
+// cannot be read.
 func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string) (Result, error) {
 	nodes := addrs
 	addrs = slices.Clone(addrs)
@@ -205,9 +205,9 @@ func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string
 	return res, nil
 }
 
-// progress reports a run on r.Progress: on a terminal a line rewritten
-// each second until the returned function is called, elsewhere (a log, a
-// CI job's output) one line when it is.
+// progress reports a run on r.Progress until the returned function is
+// called. On a terminal it rewrites a line each second. Elsewhere, such as
+// a log or a CI job's output, it writes one line when the function is called.
 func (r *Runner) progress(name string, sc Scenario) (stop func()) {
 	if r.Progress == nil {
 		return func() {}

@@ -14,8 +14,8 @@ import (
 const clockTick = 10 * time.Millisecond
 
 // CoarseTicks is the number of clock ticks below which a node CPU figure is
-// coarse: each tick is 10 ms, so fewer than this many make the figure
-// uncertain by more than 1%, and reports mark it.
+// coarse. Each tick is 10 ms, so fewer than this many make the figure
+// uncertain by more than 1%. Reports mark such a figure.
 const CoarseTicks = 100
 
 // nodeTicks returns the CPU time (user and system) that the processes pids
@@ -40,9 +40,9 @@ func nodeTicks(pids []int) (int64, error) {
 	return sum, nil
 }
 
-// statTicks returns utime+stime from the text of /proc/PID/stat: fields 14
-// and 15, counted after the command name in parentheses (which may hold
-// spaces and parentheses itself).
+// statTicks returns utime+stime from the text of /proc/PID/stat. They are
+// fields 14 and 15, counted after the command name in parentheses, which may
+// hold spaces and parentheses itself.
 func statTicks(stat string) (int64, error) {
 	i := strings.LastIndexByte(stat, ')')
 	if i < 0 {

@@ -169,9 +169,9 @@ type ticksOrError struct {
 	err error
 }
 
-// nodeCPUBetween reads the CPU time of r.NodePIDs at from and at to, and
-// sends the difference on the returned channel (buffered) at to, or when
-// ctx ends.
+// nodeCPUBetween reads the CPU time of r.NodePIDs at from and at to. It
+// sends the difference on the returned channel, which is buffered, at to or
+// when ctx ends.
 func (r *Runner) nodeCPUBetween(ctx context.Context, from, to time.Time) <-chan ticksOrError {
 	ch := make(chan ticksOrError, 1)
 	go func() {

@@ -9,11 +9,11 @@ import (
 	"github.com/redquorum/redquorum/redlock"
 )
 
-// ProxyNode starts a proxy to the node at addr, host:port or a redis:// or
-// rediss:// URL, and returns it with addr pointed at the proxy: the URL's
-// credentials, DB and options stay, only its host:port changes. With
-// rediss://, the server's certificate is then checked against the proxy's
-// address. On failure it returns an error and starts nothing.
+// ProxyNode starts a proxy to the node at addr, and returns it with addr
+// pointed at the proxy. addr is host:port or a redis:// or rediss:// URL.
+// The URL's credentials, DB and options stay; only its host:port changes.
+// With rediss://, the server's certificate is then checked against the
+// proxy's address. On failure it returns an error and starts nothing.
 func ProxyNode(addr string) (*faultproxy.Proxy, string, error) {
 	o, err := redlock.ParseNode(addr)
 	if err != nil {

@@ -12,10 +12,10 @@ import (
 	"github.com/redquorum/redquorum/redlock"
 )
 
-// QuorumLatency is, for the lock rounds that obtained a lock in one
-// scenario, each node's latency and how often it decided the round, and
-// the round's latency beside the answer of the quorum-th fastest node:
-// the node that decided it.
+// QuorumLatency describes the lock rounds that obtained a lock in one
+// scenario. It holds each node's latency and how often it decided the round.
+// It also holds the round's latency beside the answer of the quorum-th
+// fastest node, the node that decided it.
 type QuorumLatency struct {
 	Quorum int           `json:"quorum"`
 	Rounds int           `json:"rounds"`
@@ -32,8 +32,8 @@ type NodeLatency struct {
 }
 
 // QuorumRecorder collects a [QuorumLatency] from the events of a
-// [redlock.Observer]: set its End as the Observer's End (or call it from
-// yours). Its methods are safe for concurrent use.
+// [redlock.Observer]. Set its End as the Observer's End, or call it from
+// yours. Its methods are safe for concurrent use.
 type QuorumRecorder struct {
 	mu      sync.Mutex
 	quorum  int
@@ -112,9 +112,9 @@ func sortedDist(s []time.Duration) Dist {
 	return dist(s)
 }
 
-// WriteQuorumTable writes, for each result with a [QuorumLatency], each
-// node's latency percentiles and the share of the rounds it decided, and
-// the rounds' latency beside the quorum-th fastest node's.
+// WriteQuorumTable writes a table for each result with a [QuorumLatency].
+// It shows each node's latency percentiles and the share of the rounds it
+// decided, and the rounds' latency beside the quorum-th fastest node's.
 func WriteQuorumTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	found := false

@@ -60,10 +60,10 @@ func (r redquorumLocker) Lock(ctx context.Context, key string, ttl time.Duration
 	return l, nil
 }
 
-// UserClients returns go-redis clients for addrs as a user who moves from
-// another Redlock library builds them for this one: go-redis's defaults
-// (RESP3, a pool of 10 per GOMAXPROCS, five dials per connection) with the
-// two settings that New warns about, MaxRetries -1 and
+// UserClients returns go-redis clients for addrs, as a user who moves from
+// another Redlock library builds them for this one. They have go-redis's
+// defaults: RESP3, a pool of 10 per GOMAXPROCS, five dials per connection.
+// They add the two settings that New warns about, MaxRetries -1 and
 // ContextTimeoutEnabled.
 func UserClients(addrs ...string) []redis.UniversalClient {
 	cs := make([]redis.UniversalClient, len(addrs))
@@ -95,9 +95,8 @@ func Ms(d time.Duration) string {
 	return fmt.Sprintf("%.3gms", float64(d)/float64(time.Millisecond))
 }
 
-// WriteTable prints one row per result, and, when the nodes' CPU time was
-// measured, a line under the table that explains it (and marks coarse
-// figures).
+// WriteTable prints one row per result. When the nodes' CPU time was
+// measured, a line under the table explains it and marks coarse figures.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "impl\tscenario\tops/s\tp50\tp90\tp99\tp99.9\tallocs/op\tnode µs/op\terrors\tnote")

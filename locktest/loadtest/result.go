@@ -96,9 +96,9 @@ func gather(callers []caller, sc Scenario, elapsed time.Duration) Result {
 	return res
 }
 
-// holdGaps returns, for holds of one key sorted by when they were obtained,
-// the time from each Unlock call to the next hold's start (sorted), and how
-// many holds began before an earlier one was released.
+// holdGaps sorts holds of one key by when they were obtained. It returns the
+// time from each Unlock call to the next hold's start, sorted, and how many
+// holds began before an earlier one was released.
 func holdGaps(holds []Hold) (gaps []time.Duration, overlaps int) {
 	slices.SortFunc(holds, func(a, b Hold) int { return cmp.Compare(a.Obtained, b.Obtained) })
 	var last int64
@@ -135,10 +135,10 @@ func quantile(s []time.Duration, q float64) time.Duration {
 }
 
 // Merge pools the results of several runs of one implementation in one
-// scenario (for example short runs alternated with another implementation's,
-// so that both see the same drift in machine load) into one Result: samples,
-// operations, errors, time and shares add up; allocations are averaged over
-// all operations.
+// scenario into one Result. The runs may be short ones alternated with
+// another implementation's, so that both see the same drift in machine load.
+// Samples, operations, errors, time and shares add up. Allocations are
+// averaged over all operations.
 func Merge(rs []Result) Result {
 	if len(rs) == 0 {
 		return Result{}

@@ -11,12 +11,12 @@ import (
 
 var palette = []string{"#d62728", "#1f77b4", "#2ca02c", "#9467bd"}
 
-// WriteSVG writes a plot with one panel per scenario: each implementation's
-// latency (wait, for a hot key) by percentile, on a logarithmic time axis,
-// with the tail (p90 to p99.9) stretched. A result with a [QuorumLatency]
-// adds a panel below them: each node's latency (p50 to p99) and share of
-// the rounds it decided, beside the quorum-th fastest node's and the
-// round's own.
+// WriteSVG writes a plot to path with one panel per scenario. A panel shows
+// each implementation's latency (wait, for a hot key) by percentile. Its
+// time axis is logarithmic, with the tail (p90 to p99.9) stretched. A result
+// with a [QuorumLatency] adds a panel below them. It shows each node's
+// latency (p50 to p99) and share of the rounds it decided. Beside them are
+// the quorum-th fastest node's latency and the round's own.
 func WriteSVG(path, title string, results []Result) error {
 	var scenarios []string
 	byScenario := map[string][]Result{}
@@ -117,9 +117,9 @@ func quorumPanelHeight(q *QuorumLatency) int {
 	return quorumHead + quorumRowH*(len(q.Nodes)+2) + quorumFoot
 }
 
-// writeQuorumPanel draws r.Quorum at y: for each row a bar from p50 to p99
-// on a logarithmic axis, a dot at p50 and a tick at p90, and on the right
-// the share of the rounds the node decided.
+// writeQuorumPanel draws r.Quorum at y. Each row has a bar from p50 to p99
+// on a logarithmic axis, a dot at p50 and a tick at p90. On the right is the
+// share of the rounds the node decided.
 func writeQuorumPanel(b *strings.Builder, y, width int, r Result) {
 	q := r.Quorum
 	type row struct {
