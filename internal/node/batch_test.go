@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
 // testWindow is the batch window of the tests' batchers.
@@ -55,17 +55,24 @@ func (h *pipeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 
-// gatedNode returns a miniredis node and a batcher with the given window on
-// a client of it whose INCR commands wait at the hook's gate until it is
-// closed.
-func gatedNode(t *testing.T, window time.Duration) (*miniredis.Miniredis, *pipeCounter, *batchedClient) {
+// newNode starts a redis-server and returns a client of it with options;
+// both end with the test.
+func newNode(t *testing.T) *redis.Client {
 	t.Helper()
-	m := miniredis.RunT(t)
-	n := redis.NewClient(options(m.Addr()))
+	s := redisproc.StartT(t, 1)
+	n := redis.NewClient(options(s.Addrs[0]))
 	t.Cleanup(func() { _ = n.Close() })
+	return n
+}
+
+// gatedNode returns a batcher with the given window on a client of a new
+// node whose INCR commands wait at the hook's gate until it is closed.
+func gatedNode(t *testing.T, window time.Duration) (*pipeCounter, *batchedClient) {
+	t.Helper()
+	n := newNode(t)
 	h := &pipeCounter{sizes: make(chan int, 10), gate: make(chan struct{})}
 	n.AddHook(h)
-	return m, h, &batchedClient{b: &batcher{window: window}, client: n}
+	return h, &batchedClient{b: &batcher{window: window}, client: n}
 }
 
 // TestBatcher: commands that arrive while one is in flight wait, and go
@@ -73,11 +80,10 @@ func gatedNode(t *testing.T, window time.Duration) (*miniredis.Miniredis, *pipeC
 // a command alone goes out alone.
 func TestBatcher(t *testing.T) {
 	leakcheck.Check(t)
-	m, h, bn := gatedNode(t, time.Hour) // the first command is held at a gate while the others queue
-	require.NoError(t, m.Set("text", "not a number"))
-
+	h, bn := gatedNode(t, time.Hour) // the first command is held at a gate while the others queue
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
+	require.NoError(t, bn.client.Set(ctx, "text", "not a number", 0).Err()) // not held: a SET
 	first := redis.NewIntCmd(ctx, "incr", "n")
 	done := make(chan error, 1)
 	go func() { done <- bn.Process(ctx, first) }() // held at the gate: in flight
@@ -133,9 +139,7 @@ func TestBatchDeadline(t *testing.T) {
 	defer cancel1()
 	late, cancel2 := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel2()
-	m := miniredis.RunT(t)
-	n := redis.NewClient(options(m.Addr()))
-	t.Cleanup(func() { _ = n.Close() })
+	n := newNode(t)
 	var seen time.Time
 	n.AddHook(deadlineSpy{&seen})
 	c1, c2 := redis.NewCmd(early, "ping"), redis.NewCmd(late, "ping")
@@ -160,9 +164,7 @@ func (s deadlineSpy) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // TestBatchSkipsEndedContexts: a command whose context ended while it
 // waited for its batch is not sent and fails with the context's error.
 func TestBatchSkipsEndedContexts(t *testing.T) {
-	m := miniredis.RunT(t)
-	n := redis.NewClient(options(m.Addr()))
-	t.Cleanup(func() { _ = n.Close() })
+	n := newNode(t)
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
 	live := context.Background()
@@ -176,8 +178,7 @@ func TestBatchSkipsEndedContexts(t *testing.T) {
 	assert.Equal(t, int64(1), c1.Val())
 	assert.ErrorIs(t, c2.Err(), context.Canceled)
 	assert.Equal(t, int64(2), c3.Val())
-	v, _ := m.Get("n")
-	assert.Equal(t, "2", v, "the ended command was sent")
+	assert.Equal(t, "2", n.Get(t.Context(), "n").Val(), "the ended command was sent")
 }
 
 // TestBatchBypassesSlowNode: behind a command in flight for longer than
@@ -185,12 +186,16 @@ func TestBatchSkipsEndedContexts(t *testing.T) {
 // out on their own at once.
 func TestBatchBypassesSlowNode(t *testing.T) {
 	leakcheck.Check(t)
-	_, h, bn := gatedNode(t, testWindow)
+	h, bn := gatedNode(t, testWindow)
 	ctx := t.Context()
 	stalled := make(chan error, 1)
 	go func() { stalled <- bn.Process(ctx, redis.NewIntCmd(ctx, "incr", "n")) }() // held at the gate
 	require.Eventually(t, func() bool { return h.singles.Load() == 1 }, 5*time.Second, time.Millisecond)
-	time.Sleep(2 * testWindow)
+	require.Eventually(t, func() bool { // in flight for longer than the window
+		bn.b.mu.Lock()
+		defer bn.b.mu.Unlock()
+		return time.Since(bn.b.since) > bn.b.window
+	}, 5*time.Second, time.Millisecond)
 
 	done := make(chan error, 1)
 	go func() { done <- bn.Process(ctx, redis.NewStatusCmd(ctx, "set", "other", "v")) }()

@@ -5,38 +5,36 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/hashslot"
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
 // TestRunInt runs a script by SHA, loads it after NOSCRIPT (first use, and
 // after SCRIPT FLUSH), and reports errors.
 func TestRunInt(t *testing.T) {
-	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	s := redisproc.StartT(t, 1)
+	c := redis.NewClient(&redis.Options{Addr: s.Addrs[0]})
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := t.Context()
 	p := New(0, false, Handoff, "")
-	require.NoError(t, m.Set("a", "tok"))
-	require.NoError(t, m.Set("b", "tok"))
+	require.NoError(t, c.MSet(ctx, "a", "tok", "b", "tok").Err())
 
 	v, err := p.RunInt(ctx, c, p.Release(Release{Keys: []string{"a", "b"}, Token: "other", TTL: time.Second, Announce: false}))
 	require.NoError(t, err, "first call: NOSCRIPT, then EVAL")
 	assert.False(t, Held(v), "another token: left alone")
-	assert.True(t, m.Exists("a"))
+	assert.Equal(t, int64(1), c.Exists(ctx, "a").Val())
 
 	require.NoError(t, c.ScriptFlush(ctx).Err())
 	v, err = p.RunInt(ctx, c, p.Release(Release{Keys: []string{"a", "b"}, Token: "tok", TTL: time.Second, Announce: true}))
 	require.NoError(t, err, "after SCRIPT FLUSH the script is loaded again")
 	assert.True(t, Held(v))
-	assert.False(t, m.Exists("a"))
-	assert.False(t, m.Exists("b"))
+	assert.Zero(t, c.Exists(ctx, "a", "b").Val())
 
-	m.Close()
+	s.Kill(0)
 	_, err = p.RunInt(ctx, c, p.Release(Release{Keys: []string{"a"}, Token: "tok", TTL: time.Second, Announce: true}))
 	assert.Error(t, err)
 }

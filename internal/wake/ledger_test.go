@@ -40,8 +40,7 @@ func handOff(l *Ledger, nodes uint64, token, key string) {
 // unsubscribes the channel and waits for each node's confirmation, which a
 // Redis server sends after every message published before it. Closing the
 // connections at once (the negative control, closeAtOnce) loses such
-// announcements. (On real servers: miniredis writes messages and replies
-// from different goroutines, in no set order.)
+// announcements.
 func TestCloseHearsHandoffs(t *testing.T) {
 	redisproc.Require(t)
 	srv, err := redisproc.Start(t.Context(), 3)
@@ -146,17 +145,17 @@ func TestHandoff(t *testing.T) {
 	l.Expect("tok", "k")
 	wt := listen(w, "k")
 	require.NotNil(t, wt)
-	waitSubscribed(t, c.srv, "k")
+	waitSubscribed(t, c.clients, "k")
 	require.Eventually(t, l.Subscribed, bound, time.Millisecond, "the client's hand channel is not subscribed")
-	for _, m := range c.srv {
-		require.Eventually(t, func() bool { return m.PubSubNumSub(ch)[ch] == 1 }, bound, time.Millisecond)
+	for _, n := range c.clients {
+		require.Eventually(t, func() bool { return n.PubSubNumSub(t.Context(), ch).Val()[ch] == 1 }, bound, time.Millisecond)
 	}
 
-	c.srv[1].Publish(ch, handPayload("stray", "k"))
+	c.publish(t, 1, ch, handPayload("stray", "k"))
 	assert.Equal(t, "1 stray k", <-strays)
 	assert.False(t, closed(wt.C()), "a stray handoff woke the wait")
 
-	c.srv[2].Publish(ch, handPayload("tok", "k"))
+	c.publish(t, 2, ch, handPayload("tok", "k"))
 	waitClosed(t, wt.C(), "the handoff did not wake the wait")
 	assert.Equal(t, protocol.HandPrefix+"tok", wt.Next())
 	assert.Equal(t, 1, bits.OnesCount64(l.HandedNodes("tok")))
@@ -165,7 +164,7 @@ func TestHandoff(t *testing.T) {
 
 	w.Close()
 	assert.False(t, l.Subscribed(), "subscribed after Close")
-	require.Eventually(t, func() bool { return channels(c.srv) == 0 }, bound, time.Millisecond, "subscriptions left on the nodes")
+	require.Eventually(t, func() bool { return channels(t, c.clients) == 0 }, bound, time.Millisecond, "subscriptions left on the nodes")
 }
 
 // TestLedgerHanded: the ledger counts each node that announced a handoff
@@ -237,8 +236,8 @@ func TestLedgerNil(t *testing.T) {
 	c := newCluster(t, 2)
 	w := newWaker(t, c.clients, long)
 	wt := listen(w, "k")
-	waitSubscribed(t, c.srv, "k")
-	assert.Equal(t, 2, channels(c.srv), "only the key's channel")
+	waitSubscribed(t, c.clients, "k")
+	assert.Equal(t, 2, channels(t, c.clients), "only the key's channel")
 	wt.Close()
 }
 

@@ -4,12 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redquorum/redquorum/clock"
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 )
@@ -55,9 +52,9 @@ func TestWaitNext(t *testing.T) {
 	c := newCluster(t, 2)
 	w := newWaker(t, c.clients, long)
 	a, b := listen(w, "k"), listen(w, "k")
-	waitSubscribed(t, c.srv, "k")
+	waitSubscribed(t, c.clients, "k")
 	assert.Empty(t, a.Next(), "before the announcement")
-	c.srv[1].Publish(protocol.ReleasedChannel+"k", "w1")
+	c.publish(t, 1, protocol.ReleasedChannel+"k", "w1")
 	waitClosed(t, a.C(), "no wake on k's release")
 	require.True(t, closed(b.C()), "the waits for one key woke apart")
 	assert.Equal(t, "w1", a.Next())
@@ -77,22 +74,17 @@ func TestWaitNext(t *testing.T) {
 // NamedSince finds a name in any of the announcements heard after since,
 // not only the last, and Named returns the last one that named a waiter.
 func TestNamedSince(t *testing.T) {
-	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	w := New([]redis.UniversalClient{c}, time.Minute, clock.Real{}, nil)
-	t.Cleanup(w.Close)
+	c := newCluster(t, 1)
+	w := newWaker(t, c.clients, time.Minute)
 	before := time.Now()
 	wt := w.Listen("k", time.Time{})
 	defer wt.Close()
-	require.Eventually(t, func() bool {
-		return !w.Confirming("k") && m.PubSubNumSub(protocol.ReleasedChannel + "k")[protocol.ReleasedChannel+"k"] == 1
-	}, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return !w.Confirming("k") && subscribers(t, c.clients, "k") == 1 }, bound, time.Millisecond)
 	for _, name := range []string{"a", "b", ""} {
-		m.Publish(protocol.ReleasedChannel+"k", name)
+		c.publish(t, 0, protocol.ReleasedChannel+"k", name)
 	}
 	// The announcements arrive in order: once b's is heard, a's was.
-	require.Eventually(t, func() bool { return w.NamedSince("k", "b", before) }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return w.NamedSince("k", "b", before) }, bound, time.Millisecond)
 	assert.True(t, w.NamedSince("k", "a", before), "an announcement before the last")
 	assert.False(t, w.NamedSince("k", "a", time.Now()), "not after since")
 	assert.False(t, w.NamedSince("k", "c", before), "never named")

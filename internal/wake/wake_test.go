@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/stretchr/testify/assert"
@@ -13,6 +12,7 @@ import (
 	"github.com/redquorum/redquorum/clock"
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
 // bound is how long a test waits for something that a working Waker does
@@ -22,27 +22,35 @@ const bound = 5 * time.Second
 // long is an idle time that no test outlasts: keys stay subscribed.
 const long = time.Hour
 
-// cluster is n miniredis nodes and a go-redis client on each.
+// cluster is n redis-server processes and a go-redis client on each.
 type cluster struct {
-	srv     []*miniredis.Miniredis
+	srv     *redisproc.Servers
 	clients []redis.UniversalClient
 }
 
 func newCluster(t *testing.T, n int) *cluster {
 	t.Helper()
-	c := &cluster{}
-	for range n {
-		m := miniredis.RunT(t)
-		cl := redis.NewClient(nodeOptions(m.Addr()))
+	c := &cluster{srv: redisproc.StartT(t, n)}
+	for _, addr := range c.srv.Addrs {
+		cl := redis.NewClient(nodeOptions(addr))
 		t.Cleanup(func() { _ = cl.Close() })
-		c.srv = append(c.srv, m)
 		c.clients = append(c.clients, cl)
 	}
 	return c
 }
 
-// nodeOptions are a client's options for a node: RESP2 and no handshake
-// extras, which miniredis does not all know.
+// publish publishes msg on channel from node i, as another client would,
+// and returns how many subscribers the node delivered it to.
+func (c *cluster) publish(t *testing.T, i int, channel, msg string) int64 {
+	t.Helper()
+	n, err := c.clients[i].Publish(t.Context(), channel, msg).Result()
+	require.NoError(t, err)
+	return n
+}
+
+// nodeOptions are a client's options for a node: RESP2, and no handshake
+// extras (Redis 7.0 rejects CLIENT SETINFO and has no maintenance
+// notifications).
 func nodeOptions(addr string) *redis.Options {
 	return &redis.Options{
 		Addr: addr, Protocol: 2, MaxRetries: -1, DisableIdentity: true, DialTimeout: time.Second,
@@ -50,10 +58,10 @@ func nodeOptions(addr string) *redis.Options {
 	}
 }
 
-// ring returns a go-redis Ring with one shard, on m.
-func ring(t *testing.T, m *miniredis.Miniredis) *redis.Ring {
+// ring returns a go-redis Ring with one shard, on the node at addr.
+func ring(t *testing.T, addr string) *redis.Ring {
 	t.Helper()
-	r := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": m.Addr()}, Protocol: 2, MaxRetries: -1, DisableIdentity: true})
+	r := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}, Protocol: 2, MaxRetries: -1, DisableIdentity: true})
 	t.Cleanup(func() { _ = r.Close() })
 	return r
 }
@@ -67,30 +75,41 @@ func newWaker(t *testing.T, nodes []redis.UniversalClient, idle time.Duration) *
 }
 
 // subscribers returns how many of the nodes have a subscriber on key's
-// release channel.
-func subscribers(srv []*miniredis.Miniredis, key string) int {
+// release channel (PUBSUB NUMSUB), or -1, which no test expects, when a
+// node does not answer.
+func subscribers(t *testing.T, nodes []redis.UniversalClient, key string) int {
 	ch, n := protocol.ReleasedChannel+key, 0
-	for _, m := range srv {
-		n += m.PubSubNumSub(ch)[ch]
+	for _, node := range nodes {
+		subs, err := node.PubSubNumSub(t.Context(), ch).Result()
+		if err != nil {
+			return -1
+		}
+		n += int(subs[ch])
 	}
 	return n
 }
 
-// channels returns how many channels the nodes have subscribers on, in all.
-func channels(srv []*miniredis.Miniredis) int {
+// channels returns how many channels the nodes have subscribers on, in all
+// (PUBSUB CHANNELS), or -1 when a node does not answer. The pattern "*"
+// makes go-redis send none; "" would match only the empty channel.
+func channels(t *testing.T, nodes []redis.UniversalClient) int {
 	n := 0
-	for _, m := range srv {
-		n += len(m.PubSubChannels(""))
+	for _, node := range nodes {
+		chs, err := node.PubSubChannels(t.Context(), "*").Result()
+		if err != nil {
+			return -1
+		}
+		n += len(chs)
 	}
 	return n
 }
 
-// waitSubscribed waits until each of srv has a subscriber on the release
+// waitSubscribed waits until each of nodes has a subscriber on the release
 // channel of every key: a release published earlier could be missed.
-func waitSubscribed(t *testing.T, srv []*miniredis.Miniredis, keys ...string) {
+func waitSubscribed(t *testing.T, nodes []redis.UniversalClient, keys ...string) {
 	t.Helper()
 	for _, k := range keys {
-		require.Eventually(t, func() bool { return subscribers(srv, k) == len(srv) }, bound, time.Millisecond, "%q not subscribed on every node", k)
+		require.Eventually(t, func() bool { return subscribers(t, nodes, k) == len(nodes) }, bound, time.Millisecond, "%q not subscribed on every node", k)
 	}
 }
 
@@ -122,8 +141,7 @@ func TestListenReleased(t *testing.T) {
 		publish func(t *testing.T, c *cluster, node int, key string) error
 	}{
 		{"server publishes on the first node", 0, func(t *testing.T, c *cluster, node int, key string) error {
-			c.srv[node].Publish(protocol.ReleasedChannel+key, "1")
-			return nil
+			return c.clients[node].Eval(t.Context(), "return redis.call('PUBLISH', ARGV[1], ARGV[2])", nil, protocol.ReleasedChannel+key, "1").Err()
 		}},
 		{"client publishes on the last node", 2, func(t *testing.T, c *cluster, node int, key string) error {
 			return c.clients[node].Publish(t.Context(), protocol.ReleasedChannel+key, "1").Err()
@@ -143,7 +161,7 @@ func TestListenReleased(t *testing.T) {
 			assert.Equal(t, 2, w.Waits())
 			assert.Equal(t, 2, w.Subscribed())
 			assert.Equal(t, 3, w.Connections())
-			waitSubscribed(t, c.srv, "k", "other")
+			waitSubscribed(t, c.clients, "k", "other")
 			assert.False(t, closed(k.C()))
 
 			require.NoError(t, tc.publish(t, c, tc.node, "k"))
@@ -182,14 +200,14 @@ func TestListenSince(t *testing.T) {
 	w := newWaker(t, c.clients, long)
 	k := listen(w, "k")
 	require.NotNil(t, k)
-	waitSubscribed(t, c.srv, "k")
-	c.srv[0].Publish(protocol.ReleasedChannel+"k", "first")
+	waitSubscribed(t, c.clients, "k")
+	c.publish(t, 0, protocol.ReleasedChannel+"k", "first")
 	waitClosed(t, k.C(), "no wake on k's release")
 	assert.Equal(t, "first", k.Next())
 	k.Close()
 
 	sent := time.Now() // a round goes out; nobody waits
-	c.srv[1].Publish(protocol.ReleasedChannel+"k", "second")
+	c.publish(t, 1, protocol.ReleasedChannel+"k", "second")
 	require.Eventually(t, func() bool { n, _ := w.Named("k"); return n == "second" }, bound, time.Millisecond)
 
 	plain := listen(w, "k")
@@ -207,7 +225,7 @@ func TestListenSince(t *testing.T) {
 	// A wait since a time hears the next announcement as one from the
 	// zero time does.
 	again := w.Listen("k", time.Now())
-	c.srv[0].Publish(protocol.ReleasedChannel+"k", "third")
+	c.publish(t, 0, protocol.ReleasedChannel+"k", "third")
 	waitClosed(t, again.C(), "no wake on k's third release")
 	assert.Equal(t, "third", again.Next())
 	again.Close()
@@ -223,18 +241,18 @@ func TestListenSince(t *testing.T) {
 func TestListenNewKey(t *testing.T) {
 	leakcheck.Check(t)
 	c := newCluster(t, 3)
-	c.srv[2].Close()
+	c.srv.Kill(2)
 	w := newWaker(t, c.clients, long)
 
 	plain := listen(w, "plain")
 	require.NotNil(t, plain)
-	waitSubscribed(t, c.srv[:2], "plain")
+	waitSubscribed(t, c.clients[:2], "plain")
 	assert.Never(t, func() bool { return closed(plain.C()) }, 100*time.Millisecond, time.Millisecond, "a wait from the zero time woken without an announcement")
 
 	k := w.Listen("k", time.Now())
 	require.NotNil(t, k)
 	waitClosed(t, k.C(), "a new subscription did not wake its wait")
-	assert.Equal(t, 2, subscribers(c.srv[:2], "k"), "woken before the majority confirmed")
+	assert.Equal(t, 2, subscribers(t, c.clients[:2], "k"), "woken before the majority confirmed")
 	assert.Empty(t, k.Next(), "the wake names nobody")
 	k.Close()
 	_, heard := w.Named("k")
@@ -242,7 +260,7 @@ func TestListenNewKey(t *testing.T) {
 
 	again := w.Listen("k", time.Now())
 	assert.Never(t, func() bool { return closed(again.C()) }, 100*time.Millisecond, time.Millisecond, "a subscribed key's wait woken without an announcement")
-	c.srv[0].Publish(protocol.ReleasedChannel+"k", "next")
+	c.publish(t, 0, protocol.ReleasedChannel+"k", "next")
 	waitClosed(t, again.C(), "no wake on k's release")
 	assert.Equal(t, "next", again.Next())
 	again.Close()
@@ -262,19 +280,19 @@ func TestCloseWaitAndIdle(t *testing.T) {
 	k := listen(w, "k")
 	other := listen(w, "other")
 	other2 := listen(w, "other")
-	waitSubscribed(t, c.srv, "k", "other")
+	waitSubscribed(t, c.clients, "k", "other")
 
 	other.Close()
 	assert.True(t, w.Waiting("other"), "one of two waits for other is left")
 	other2.Close()
 	assert.False(t, w.Waiting("other"))
 	assert.Equal(t, 1, w.Waits())
-	require.Eventually(t, func() bool { return subscribers(c.srv, "other") == 0 }, bound, time.Millisecond, "an idle key still subscribed on the nodes")
+	require.Eventually(t, func() bool { return subscribers(t, c.clients, "other") == 0 }, bound, time.Millisecond, "an idle key still subscribed on the nodes")
 	assert.Equal(t, 1, w.Subscribed())
 	// k, subscribed before other, is as idle: it stays, for several idle
 	// times, because a wait is under way.
-	assert.Never(t, func() bool { return subscribers(c.srv, "k") < 3 || w.Subscribed() != 1 }, 4*idle, idle/10, "unsubscribed while waited for")
-	assert.Equal(t, 3, channels(c.srv), "only the waited-for key")
+	assert.Never(t, func() bool { return subscribers(t, c.clients, "k") < 3 || w.Subscribed() != 1 }, 4*idle, idle/10, "unsubscribed while waited for")
+	assert.Equal(t, 3, channels(t, c.clients), "only the waited-for key")
 	assert.Equal(t, 3, w.Connections())
 	assert.Equal(t, 1, w.Subscribed())
 
@@ -282,13 +300,13 @@ func TestCloseWaitAndIdle(t *testing.T) {
 	assert.Zero(t, w.Waits())
 	require.Eventually(t, func() bool { return w.Connections() == 0 }, bound, time.Millisecond, "connections open with no key subscribed")
 	assert.Zero(t, w.Subscribed())
-	require.Eventually(t, func() bool { return channels(c.srv) == 0 }, bound, time.Millisecond, "subscriptions left on the nodes")
+	require.Eventually(t, func() bool { return channels(t, c.clients) == 0 }, bound, time.Millisecond, "subscriptions left on the nodes")
 
 	k = listen(w, "k")
 	require.NotNil(t, k)
 	assert.Equal(t, 3, w.Connections(), "the next wait connects again")
-	waitSubscribed(t, c.srv, "k")
-	c.srv[1].Publish(protocol.ReleasedChannel+"k", "1")
+	waitSubscribed(t, c.clients, "k")
+	c.publish(t, 1, protocol.ReleasedChannel+"k", "1")
 	waitClosed(t, k.C(), "no wake after subscribing again")
 	k.Close()
 }
@@ -309,10 +327,10 @@ func TestClose(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
 			c := newCluster(t, 3)
-			up := c.srv
+			up := c.clients
 			if tc.down {
-				c.srv[2].Close()
-				up = c.srv[:2]
+				c.srv.Kill(2)
+				up = c.clients[:2]
 			}
 			w := newWaker(t, c.clients, long)
 			var waits []*Wait
@@ -328,7 +346,7 @@ func TestClose(t *testing.T) {
 			}
 			assert.Nil(t, listen(w, "k"), "Listen after Close")
 			w.Close()
-			require.Eventually(t, func() bool { return channels(up) == 0 }, bound, time.Millisecond, "subscriptions left on the nodes")
+			require.Eventually(t, func() bool { return channels(t, up) == 0 }, bound, time.Millisecond, "subscriptions left on the nodes")
 		})
 	}
 }
@@ -340,30 +358,30 @@ func TestRingsLeftOut(t *testing.T) {
 	t.Run("among other nodes", func(t *testing.T) {
 		leakcheck.Check(t)
 		c := newCluster(t, 3)
-		nodes := []redis.UniversalClient{ring(t, c.srv[0]), c.clients[1], c.clients[2]}
+		nodes := []redis.UniversalClient{ring(t, c.srv.Addrs[0]), c.clients[1], c.clients[2]}
 		w := newWaker(t, nodes, long)
 		k := listen(w, "k")
 		require.NotNil(t, k)
 		assert.Equal(t, 2, w.Connections(), "a connection for each node but the Ring")
-		waitSubscribed(t, c.srv[1:], "k")
-		assert.Zero(t, subscribers(c.srv[:1], "k"), "the Ring's node is subscribed")
-		assert.Zero(t, c.srv[0].Publish(protocol.ReleasedChannel+"k", "1"), "a subscriber on the Ring's node")
+		waitSubscribed(t, c.clients[1:], "k")
+		assert.Zero(t, subscribers(t, c.clients[:1], "k"), "the Ring's node is subscribed")
+		assert.Zero(t, c.publish(t, 0, protocol.ReleasedChannel+"k", "1"), "a subscriber on the Ring's node")
 		assert.False(t, closed(k.C()))
-		c.srv[2].Publish(protocol.ReleasedChannel+"k", "1")
+		c.publish(t, 2, protocol.ReleasedChannel+"k", "1")
 		waitClosed(t, k.C(), "the other nodes still wake the wait")
 		k.Close()
 	})
 	t.Run("only Rings", func(t *testing.T) {
 		leakcheck.Check(t)
 		c := newCluster(t, 2)
-		w := newWaker(t, []redis.UniversalClient{ring(t, c.srv[0]), ring(t, c.srv[1])}, long)
+		w := newWaker(t, []redis.UniversalClient{ring(t, c.srv.Addrs[0]), ring(t, c.srv.Addrs[1])}, long)
 		wt := listen(w, "k")
 		assert.Nil(t, wt)
 		wt.Close() // what a caller does after a nil Listen
 		assert.Zero(t, w.Subscribed())
 		assert.Zero(t, w.Connections())
 		assert.Zero(t, w.Waits())
-		assert.Zero(t, channels(c.srv))
+		assert.Zero(t, channels(t, c.clients))
 	})
 }
 
@@ -379,20 +397,20 @@ func TestResubscribeRightAfterDrop(t *testing.T) {
 	for trial := range 200 {
 		// The last trial's connection may still be subscribed on the node
 		// for a moment after its Close: it must not count for this one.
-		require.Eventually(t, func() bool { return channels(c.srv) == 0 }, bound, time.Millisecond, "trial %d: subscriptions left from the last trial", trial)
+		require.Eventually(t, func() bool { return channels(t, c.clients) == 0 }, bound, time.Millisecond, "trial %d: subscriptions left from the last trial", trial)
 		f := clock.NewFake(time.Unix(0, 0))
 		w := New(c.clients, time.Second, f, nil)
 		keep := listen(w, "a") // keeps the connection open
-		waitSubscribed(t, c.srv, "a")
+		waitSubscribed(t, c.clients, "a")
 		listen(w, "k").Close() // its subscription may still be in flight
 		require.Eventually(t, func() bool { return f.Waiters() > 0 }, bound, time.Millisecond)
 		f.Advance(time.Second) // "k" is idle: dropped
 		require.Eventually(t, func() bool { return w.Subscribed() == 1 }, bound, time.Millisecond)
 		wt := listen(w, "k") // waited for again at once
-		require.Eventually(t, func() bool { return subscribers(c.srv, "k") == 1 }, bound, time.Millisecond, "trial %d: the node has no subscriber for k", trial)
+		require.Eventually(t, func() bool { return subscribers(t, c.clients, "k") == 1 }, bound, time.Millisecond, "trial %d: the node has no subscriber for k", trial)
 		time.Sleep(5 * time.Millisecond) // an unsubscription still in flight would land now
-		require.Equal(t, 1, subscribers(c.srv, "k"), "trial %d: unsubscribed after the new wait", trial)
-		c.srv[0].Publish(protocol.ReleasedChannel+"k", "")
+		require.Equal(t, 1, subscribers(t, c.clients, "k"), "trial %d: unsubscribed after the new wait", trial)
+		c.publish(t, 0, protocol.ReleasedChannel+"k", "")
 		waitClosed(t, wt.C(), "trial %d: the release did not wake the wait", trial)
 		keep.Close()
 		w.Close()
