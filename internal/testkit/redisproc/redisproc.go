@@ -228,12 +228,14 @@ func (s *Servers) restart(ctx context.Context, i int, keep bool) error {
 	return nil
 }
 
-// Stop terminates the servers, waits for them and removes their directory.
-// Calling it again does nothing.
+// Stop kills the servers, waits for them and removes their directory.
+// Calling it again does nothing. It sends SIGKILL: their data goes with the
+// directory, and Redis acts on SIGTERM only in its next serverCron, up to
+// 100 ms later at the default hz (server.c, sigShutdownHandler).
 func (s *Servers) Stop() {
 	for _, p := range s.procs {
 		if p != nil {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			_ = p.cmd.Process.Kill()
 		}
 	}
 	for _, p := range s.procs {
