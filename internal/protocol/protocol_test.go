@@ -17,7 +17,7 @@ import (
 // after SCRIPT FLUSH), and reports errors.
 func TestRunInt(t *testing.T) {
 	s := redisproc.StartT(t, 1)
-	c := redis.NewClient(&redis.Options{Addr: s.Addrs[0]})
+	c := redis.NewClient(&redis.Options{Addr: s.Addrs[0], MaxRetries: -1}) // the dead server's error at once
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := t.Context()
 	p := New(0, false, Handoff, "")
