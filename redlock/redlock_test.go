@@ -224,7 +224,7 @@ func runAcquire(ctx context.Context, n redis.UniversalClient, key, token string,
 }
 
 // TestAcquireFreesOnlyHandover: the acquire script counts a key as free when
-// it holds the token of the lock it takes over (Acquire.Over), and only then: another token,
+// it holds the token of the lock handed over (Acquire.Handover), and only then: another token,
 // and an empty value with no token handed over, still refuse.
 func TestAcquireFreesOnlyHandover(t *testing.T) {
 	c := newCluster(t, 1)

@@ -82,16 +82,16 @@ type round struct {
 
 // newRound returns a round for keys with j's token (a new one when "").
 // It sends est, the new-deployment shortcut's requests, when not nil, takes
-// over the keys of the lock with token over when not "", and tells the
-// waiting strategy j.
-func (c *Client) newRound(keys []string, ttl time.Duration, est []protocol.Shortcut, over string, j join) *round {
+// the keys of the lock handed over with token handover when not "", and
+// tells the waiting strategy j.
+func (c *Client) newRound(keys []string, ttl time.Duration, est []protocol.Shortcut, handover string, j join) *round {
 	r, replies := alloc.WithSlice[round, protocol.AcquireReply](len(c.nodes)) // one allocation for up to alloc.Small nodes
 	r.c, r.keys, r.replies, r.est, r.early = c, keys, replies, est, !c.inService.Load()
 	token := j.token
 	if token == "" {
 		token = protocol.NewToken(c.cfg.owner)
 	}
-	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Over: over, Join: j.on, Layer: j.layer}
+	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Handover: handover, Join: j.on, Layer: j.layer}
 	if est == nil {
 		r.cmd = c.proto.AcquireCmd(r.acq) // built once for the plain nodes
 		if !c.inService.Load() {

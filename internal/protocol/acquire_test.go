@@ -64,7 +64,7 @@ func TestAcquireCases(t *testing.T) {
 				if tc.value != "" {
 					require.NoError(t, node.Set(ctx, "k", tc.value, tc.ttl).Err())
 				}
-				cmd := p.AcquireCmd(Acquire{Keys: append(keys, StateKey), Token: token, TTL: 30 * time.Second, Over: prev,
+				cmd := p.AcquireCmd(Acquire{Keys: append(keys, StateKey), Token: token, TTL: 30 * time.Second, Handover: prev,
 					Join: Join{Place: "id", Ticket: 1, Channel: "chan", Prev: prevRound}})
 				v, err := p.Run(ctx, node, cmd)
 				require.NoError(t, err)
@@ -252,11 +252,11 @@ func TestKernelIgnoresWaiting(t *testing.T) {
 		{WaitedPrefix + "tok-other", WaitedPrefix + "tok-other", Taken},
 		{WaitedPrefix + "tok", WaitedPrefix + "tok", Granted},
 		{HandPrefix + "tok", HandPrefix + "tok", Taken},
-		{"tok-over", "tok", Granted},
-		{WaitedPrefix + "tok-over", WaitedPrefix + "tok", Granted},
+		{"tok-handover", "tok", Granted},
+		{WaitedPrefix + "tok-handover", WaitedPrefix + "tok", Granted},
 	} {
 		require.NoError(t, node.Set(ctx, "k", tc.value, time.Minute).Err())
-		cmd := p.AcquireCmd(Acquire{Keys: []string{"k", StateKey}, Token: "tok", TTL: time.Minute, Over: "tok-over",
+		cmd := p.AcquireCmd(Acquire{Keys: []string{"k", StateKey}, Token: "tok", TTL: time.Minute, Handover: "tok-handover",
 			Join: Join{Place: "tok", Ticket: 1, Entries: MayHave}})
 		v, err := p.Run(ctx, node, cmd)
 		require.NoError(t, err)

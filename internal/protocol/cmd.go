@@ -36,9 +36,10 @@ type Acquire struct {
 	// Shortcut is the new-deployment shortcut's request for the node's
 	// guarded state; the zero value for none.
 	Shortcut Shortcut
-	// Over is the token of an earlier lock of the same client whose keys
-	// this acquire takes: keys that hold it count as free. "" for none.
-	Over string
+	// Handover is the token of the lock that Unlock handed over to this
+	// round's caller, whose keys the acquire takes: keys that hold it count
+	// as free. "" for none.
+	Handover string
 	// Join is the waiting strategy's part, for a round of a waiter.
 	Join Join
 	// Layer is the limit layer's part, for a round of a semaphore or a
@@ -142,8 +143,8 @@ func (p *Protocol) AcquireCmd(a Acquire) Cmd {
 	if a.Shortcut.ID != "" {
 		opt[p.argc] = a.Shortcut.arg()
 	}
-	if a.Over != "" {
-		opt[p.argc+1] = a.Over
+	if a.Handover != "" {
+		opt[p.argc+1] = a.Handover
 	}
 	for i, v := range opt {
 		if v != nil {

@@ -10,7 +10,7 @@
 -- token of the waiter's previous round: a key that holds it (granted
 -- there, its clean-up still to come) or its hand value ("@HAND@" .. token:
 -- a release handed the key off to it) counts as free, and so does the
--- hand value of the lock taken over (acquire.lua). A round for a hand
+-- hand value of the lock handed over (acquire.lua). A round for a hand
 -- value (the lock a handoff gave, sent to the nodes that did not hand it
 -- off) never joins, and its grant marks the keys (a handoff means
 -- waiters).
@@ -44,7 +44,7 @@ local drop = entries == '1' and channel -- the channel whose entries a round tak
 
 --@@free
 if not free then
-  free = (channel ~= '' and before ~= '' and (h == before or h == '@HAND@' .. before)) or (over ~= nil and h == '@HAND@' .. over)
+  free = (channel ~= '' and before ~= '' and (h == before or h == '@HAND@' .. before)) or (handover ~= nil and h == '@HAND@' .. handover)
 end
 
 --@@drop

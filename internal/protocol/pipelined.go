@@ -25,7 +25,7 @@ import (
 // must have no fence, no strategy part, no shortcut and no Over.
 func (p *Protocol) Pipelined(a *Acquire) bool {
 	return !p.fencing && len(a.Keys) == 2 && a.Join == (Join{}) && a.Shortcut == (Shortcut{}) &&
-		a.Over == "" && a.Layer.Role == NoLayer && !strings.HasPrefix(a.Token, HandPrefix)
+		a.Handover == "" && a.Layer.Role == NoLayer && !strings.HasPrefix(a.Token, HandPrefix)
 }
 
 // PipelinedAcquire is one node's pipelined acquire: its commands, sent in

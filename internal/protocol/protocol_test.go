@@ -83,7 +83,7 @@ func TestAcquireArgs(t *testing.T) {
 		{"a waiter's later round", line, Acquire{Join: Join{Place: "id", Ticket: 5, Entries: MayHave}}, []any{int64(5), "id", "1"}},
 		{"establish", line, Acquire{Shortcut: Shortcut{ID: "id", Mark: "h", Establish: true}}, []any{"", "", "", "ehid"}},
 		{"mark, kernel", New(time.Minute, false, Kernel, ""), Acquire{Shortcut: Shortcut{ID: "id", Mark: "h"}}, []any{"mhid"}},
-		{"handed over", line, Acquire{Over: "old", Join: Join{Place: "tok", Ticket: 5}}, []any{int64(5), "", "", "", "old"}},
+		{"handed over", line, Acquire{Handover: "old", Join: Join{Place: "tok", Ticket: 5}}, []any{int64(5), "", "", "", "old"}},
 		{"for a handoff", hand, Acquire{Join: Join{Place: "id", Ticket: 5, Channel: "ch", Prev: "r0", Entries: MayHave}},
 			[]any{int64(5), "id", "1", "ch", "r0"}},
 		{"a first round for a handoff, cleared", hand, Acquire{Join: Join{Place: "tok", Ticket: 5, Channel: "ch", Entries: Cleared}},

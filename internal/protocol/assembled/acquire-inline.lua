@@ -16,10 +16,10 @@
 -- nothing while the guard lasts; "e" ends the guard at once if the state
 -- has that id and the mark h (docs/SAFETY.md, "The new-deployment
 -- shortcut"); and
--- ARGV[5+argc], the token of an earlier lock of the same client that this
--- round takes over: a key that holds it counts as free, as does one that
--- holds only tombstones (tombstone.lua). A key that the round sets keeps
--- its mark and its tombstones (value.lua).
+-- ARGV[5+argc], the token of the lock handed over to the round's caller,
+-- whose keys the round takes: a key that holds it counts as free, as does
+-- one that holds only tombstones (tombstone.lua). A key that the round
+-- sets keeps its mark and its tombstones (value.lua).
 -- Returns 0 when every key now holds our token (newly set, or already
 -- ours: a lost reply or a retry, which resets the TTL), or, for a fenced
 -- client, {0, f} (f = -1: unknown); the largest TTL in ms (≥ 1) left to the
@@ -152,8 +152,8 @@ local function bury(key, head, rest, ttl, add)
   return tail
 end
 
-local establish, over = ARGV[4 + argc] or '', ARGV[5 + argc]
-if over == '' then over = nil end
+local establish, handover = ARGV[4 + argc] or '', ARGV[5 + argc]
+if handover == '' then handover = nil end
 
 -- Refused if another token holds a key (the single key set above holds
 -- ours). Only a round still free keeps what its grant needs of each key.
@@ -165,7 +165,7 @@ if first ~= false then
     if i > 1 or not v then v = redis.call('GET', key) end
     local h, mark, rest = holder(v)
     if rest ~= '' and buried(rest, token) then return -3 end
-    local free = not h or h == token or h == over
+    local free = not h or h == token or h == handover
     if not free then
       local left = redis.call('PTTL', key)
       if left == -1 then return -1 end
