@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// Report is what the checkers found in a history, with the faults that
-// were injected meanwhile, which its timeline shows.
+// Report is what the checkers found in a history. It holds the faults
+// injected meanwhile, which its timeline shows.
 type Report struct {
 	History  []Attempt
 	Faults   []Fault
@@ -24,15 +24,15 @@ type Report struct {
 	Crowds []Crowd
 }
 
-// Check runs the checkers of a lock or a read-write lock on history:
-// [CheckOverlaps] and [CheckFences]. faults may be nil.
+// Check runs the checkers of a lock or a read-write lock on history. These
+// are [CheckOverlaps] and [CheckFences]. faults may be nil.
 func Check(history []Attempt, faults []Fault) *Report {
 	return &Report{History: history, Faults: faults, Overlaps: CheckOverlaps(history), Fences: CheckFences(history)}
 }
 
-// CheckSemaphore runs the checker of a semaphore of k permits on history:
-// [CheckLimit]. Its holds share no fencing order, so it runs no fence
-// check. faults may be nil.
+// CheckSemaphore runs [CheckLimit], the checker of a semaphore of k permits,
+// on history. A semaphore's holds share no fencing order, so it runs no
+// fence check. faults may be nil.
 func CheckSemaphore(history []Attempt, faults []Fault, k int) *Report {
 	return &Report{History: history, Faults: faults, Limit: k, Crowds: CheckLimit(history, k)}
 }
@@ -40,8 +40,8 @@ func CheckSemaphore(history []Attempt, faults []Fault, k int) *Report {
 // OK reports whether the checkers found nothing.
 func (r *Report) OK() bool { return len(r.Overlaps) == 0 && len(r.Fences) == 0 && len(r.Crowds) == 0 }
 
-// String is the report's summary line: holds, failed attempts, faults by
-// kind and violations.
+// String returns the report's summary line. It gives the holds, failed
+// attempts, faults by kind and violations.
 func (r *Report) String() string {
 	holds := 0
 	for _, a := range r.History {
@@ -68,11 +68,11 @@ func (r *Report) String() string {
 		holds, len(r.History)-holds, span, cmp.Or(strings.Join(kinds, " "), "none"), violations)
 }
 
-// Verify checks history as [Check] does and fails t, with the first few
-// violations, when a checker finds one. It then writes the timeline (see
-// [Report.WriteTimeline]) to a file that outlives the test, in the
-// directory of the environment variable LOCKTEST_DIR or else the system's
-// temporary directory, and names it in the failure.
+// Verify checks history as [Check] does, and logs the report's summary.
+// When a checker finds a violation, Verify fails t with the first few. It
+// then writes the timeline ([Report.WriteTimeline]) to a file that outlives
+// the test, and names it in the failure. The file is in the directory of
+// the environment variable LOCKTEST_DIR, or else the temporary directory.
 func Verify(t testing.TB, history []Attempt, faults []Fault) *Report {
 	t.Helper()
 	return verify(t, Check(history, faults))
@@ -85,8 +85,8 @@ func VerifySemaphore(t testing.TB, history []Attempt, faults []Fault, k int) *Re
 	return verify(t, CheckSemaphore(history, faults, k))
 }
 
-// verify logs r's summary, and fails t with the first few violations and
-// the timeline's path when r is not OK.
+// verify logs r's summary. When r is not OK, it fails t with the first few
+// violations and the timeline's path.
 func verify(t testing.TB, r *Report) *Report {
 	t.Helper()
 	t.Log("locktest: " + r.String())
@@ -111,8 +111,8 @@ func verify(t testing.TB, r *Report) *Report {
 	return r
 }
 
-// keepTimeline writes the timeline to a new file named after the test in
-// LOCKTEST_DIR or the temporary directory and returns its path.
+// keepTimeline writes the timeline to a new file named after the test, and
+// returns its path. The file is in LOCKTEST_DIR or the temporary directory.
 func (r *Report) keepTimeline(test string) (string, error) {
 	dir := os.Getenv("LOCKTEST_DIR")
 	if dir == "" {

@@ -14,8 +14,8 @@ import (
 	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
-// Cluster is N independent Redis masters, each a native redis-server
-// process without persistence behind an in-process proxy. Start it with
+// Cluster is N independent Redis masters. Each is a native redis-server
+// process without persistence, behind an in-process proxy. Start it with
 // [Start].
 type Cluster struct {
 	Nodes   []*Node
@@ -26,9 +26,9 @@ type Cluster struct {
 }
 
 // Node is one node of a [Cluster]. Clients reach it at [Node.Addr], the
-// address of its proxy, which the network faults act on. Its methods are
-// safe for concurrent use, though two faults on one node at once rarely
-// make sense.
+// address of its proxy, where the network faults act. Its methods are safe
+// for concurrent use. Two faults on one node at once rarely make sense,
+// though.
 type Node struct {
 	name  string
 	proxy *faultproxy.Proxy
@@ -40,14 +40,14 @@ type Node struct {
 	paused  bool
 }
 
-// master returns the node's current master server; n.mu is held, or the
+// master returns the node's current master server. n.mu is held, or the
 // node is not shared yet.
 func (n *Node) master() *redisproc.Servers { return n.servers[n.cur] }
 
-// Start starts n redis-server processes on free ports of 127.0.0.1 and a
-// proxy in front of each, as [New] does, and stops them in t.Cleanup, also
-// when the test fails. When redis-server is not installed, Start skips t,
-// or fails it when the environment variable CI is "true".
+// Start starts n nodes as [New] does, and stops them in t.Cleanup, also when
+// the test fails. It fails t when New fails. When redis-server is not
+// installed, Start skips t, or fails it when the environment variable CI is
+// "true".
 func Start(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
 	redisproc.Require(t)
@@ -59,11 +59,10 @@ func Start(t testing.TB, n int, opts ...Option) *Cluster {
 	return c
 }
 
-// New starts n redis-server processes on free ports of 127.0.0.1, without
-// persistence, and a proxy in front of each; stop them with
-// [Cluster.Close]. On Linux the kernel kills the servers when the process
-// that started them dies, so none outlives a killed test binary. On failure New
-// stops what it started.
+// New starts n redis-server processes without persistence on free ports of
+// 127.0.0.1, with a proxy in front of each. Stop them with [Cluster.Close].
+// On failure New stops what it started. On Linux none outlives a killed
+// test binary: the kernel kills the servers when their parent dies.
 func New(ctx context.Context, n int, opts ...Option) (*Cluster, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("locktest: %d nodes; want at least 1", n)
@@ -139,10 +138,10 @@ func (c *Cluster) Targets() []Target {
 	return ts
 }
 
-// View returns one client's own way to the nodes: an address per node,
-// through a proxy of the view's own in front of the node's, and the links a
-// ClientPartition cuts (see Schedule.Views). The proxies are closed with the
-// cluster. On failure it closes what it opened.
+// View returns one client's own way to the nodes. That is an address per
+// node, through a proxy of the view's own in front of the node's. It also
+// returns the links a ClientPartition cuts (see Schedule.Views). The proxies
+// are closed with the cluster. On failure View closes what it opened.
 func (c *Cluster) View() (addrs []string, links []Link, err error) {
 	var opened []*faultproxy.Proxy
 	for _, n := range c.Nodes {
@@ -180,17 +179,18 @@ func (n *Node) Kill(context.Context) error {
 }
 
 // Start starts the node's server again, without its data, and waits until
-// it accepts connections; a server that is up is killed first. On failure
+// it accepts connections. A server that is up is killed first. On failure
 // the node is left down.
 func (n *Node) Start(ctx context.Context) error {
 	return n.Restart(ctx, false)
 }
 
-// Restart restarts the node's server. With keepData the server writes a
-// snapshot first and loads it again, as a clean restart with persistence
-// would (keys whose TTL ran out meanwhile are gone); without it the server
-// is killed and comes back empty, as after a crash without persistence.
-// Either way it has a new replication ID. On failure the node is left down.
+// Restart restarts the node's server, which then has a new replication ID.
+// With keepData the server, which must be up, writes a snapshot and loads it
+// again. That is a clean restart with persistence: keys whose TTL ran out
+// meanwhile are gone. Without keepData the server is killed and comes back
+// empty, as after a crash without persistence. On failure the node is left
+// down.
 func (n *Node) Restart(ctx context.Context, keepData bool) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -208,7 +208,7 @@ func (n *Node) Restart(ctx context.Context, keepData bool) error {
 	return nil
 }
 
-// Pause stops the node's server (SIGSTOP): connections stay open and
+// Pause stops the node's server (SIGSTOP). Connections stay open and
 // requests wait, as during a long garbage collection or a frozen VM.
 func (n *Node) Pause() error { return n.signal(syscall.SIGSTOP, true) }
 
@@ -233,7 +233,7 @@ func (n *Node) signal(sig syscall.Signal, pause bool) error {
 	return nil
 }
 
-// cont resumes the server if it is paused; n.mu is held.
+// cont resumes the server if it is paused. n.mu is held.
 func (n *Node) cont() {
 	if pid := n.master().PIDs()[0]; n.paused && pid != 0 {
 		_ = syscall.Kill(pid, syscall.SIGCONT)
@@ -241,15 +241,15 @@ func (n *Node) cont() {
 	n.paused = false
 }
 
-// Partition cuts the node off from every client: new connections are
+// Partition cuts the node off from every client. New connections are
 // accepted but not forwarded, and bytes on open ones are held until
 // [Node.Heal]. Clients see timeouts, never errors.
 func (n *Node) Partition() { n.proxy.Partition() }
 
-// Heal ends a partition: held bytes are delivered in order.
+// Heal ends a partition. Held bytes are delivered in order.
 func (n *Node) Heal() { n.proxy.Heal() }
 
-// SetLatency delays the node's traffic by d each way; 0 removes the delay.
+// SetLatency delays the node's traffic by d each way. 0 removes the delay.
 func (n *Node) SetLatency(d time.Duration) { n.proxy.SetLatency(d, d) }
 
 // SetLatencies delays the node's traffic by up on the way to the server and

@@ -11,8 +11,8 @@ import (
 
 // Attempt is one call of Lock by one client, and, when it succeeded, the
 // hold that followed. Times are wall-clock UnixNano readings, so that
-// histories recorded in several processes on one machine can be merged; a
-// clock step during a run can produce a false report, never hide a real
+// histories recorded in several processes on one machine can be merged. A
+// clock step during a run can produce a false report. It never hides a real
 // overlap longer than the step.
 //
 // Attempt is encoded as JSON between processes: add fields, never rename or
@@ -42,16 +42,16 @@ type Recorder struct {
 	history []Attempt
 }
 
-// Start records that client is about to call Lock for key and returns the
-// attempt's [Span]. Call exactly one of [Span.Failed] or [Span.Obtained]
-// when Lock returns, and after Obtained, [Span.End] when the client stops
+// Start records that client is about to call Lock for key, and returns the
+// attempt's [Span]. When Lock returns, call exactly one of [Span.Failed] or
+// [Span.Obtained]. After Obtained, call [Span.End] when the client stops
 // relying on the lock.
 func (r *Recorder) Start(client int, key string) *Span {
 	return &Span{r: r, a: Attempt{Key: key, Client: client, Call: time.Now().UnixNano()}}
 }
 
-// StartShared is [Recorder.Start] for a read lock of a read-write lock:
-// the attempt is recorded as Shared.
+// StartShared is [Recorder.Start] for a read lock of a read-write lock. It
+// records the attempt as Shared.
 func (r *Recorder) StartShared(client int, key string) *Span {
 	s := r.Start(client, key)
 	s.a.Shared = true
@@ -65,8 +65,8 @@ func (r *Recorder) Add(attempts ...Attempt) {
 	r.history = append(r.history, attempts...)
 }
 
-// History returns a copy of the attempts recorded so far: the failed ones
-// and the holds that have ended.
+// History returns a copy of the attempts recorded so far. These are the
+// failed ones and the holds that have ended.
 func (r *Recorder) History() []Attempt {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -91,9 +91,10 @@ func (s *Span) Obtained(fence uint64) {
 	s.a.Obtained, s.a.OK, s.a.Fence = time.Now().UnixNano(), true, fence
 }
 
-// End records that the holder stops relying on the lock now, or at until
-// (the lock's validity end, [redlock.Lock.Until]) if that came first. Call
-// it before Unlock: a hold ends when its release starts.
+// End records that the holder stops relying on the lock now. If until came
+// first, the hold ends at until, the lock's validity end
+// ([redlock.Lock.Until]). Call End before Unlock: a hold ends when its
+// release starts.
 //
 // [redlock.Lock.Until]: https://pkg.go.dev/github.com/redquorum/redquorum/redlock#Lock.Until
 func (s *Span) End(until time.Time) {
@@ -124,11 +125,10 @@ func mode(a Attempt) string {
 }
 
 // CheckOverlaps returns every pair of holds of one key where the later one
-// was obtained before the earlier one ended, unless both are Shared: no
-// writer may overlap anyone, readers may overlap each other. A hold that
+// was obtained before the earlier one ended, unless both are Shared. No
+// writer may overlap anyone, and readers may overlap each other. A hold that
 // ends when another is obtained does not overlap it. Each later hold is
-// reported once, against the earlier hold it conflicts with that ends
-// last.
+// reported once, against the conflicting earlier hold that ends last.
 func CheckOverlaps(history []Attempt) []Overlap {
 	var found []Overlap
 	for key, holds := range holdsByKey(history) {
@@ -147,8 +147,8 @@ func CheckOverlaps(history []Attempt) []Overlap {
 	return found
 }
 
-// Crowd is a hold obtained while Limit holds of its key, or more, were
-// inside their validity: more holders at once than a semaphore of Limit
+// Crowd is a hold obtained while Limit or more holds of its key were inside
+// their validity. That is more holders at once than a semaphore of Limit
 // permits admits.
 type Crowd struct {
 	Key   string
@@ -169,11 +169,12 @@ func (c Crowd) String() string {
 		c.Key, len(c.Holds), c.Limit, last.Client, last.Obtained, strings.Join(clients, ", "))
 }
 
-// CheckLimit returns every hold obtained while k holds of its key, or
-// more, were inside their validity: the violations of a semaphore of k
+// CheckLimit returns every hold obtained while k or more holds of its key
+// were inside their validity. These are the violations of a semaphore of k
 // permits. A hold that ends when another is obtained is no longer inside
-// it. For k = 1 it reports the same later holds as [CheckOverlaps] on a
-// history without shared holds. Shared is ignored: every hold counts.
+// its validity. Shared is ignored: every hold counts. For k = 1 CheckLimit
+// reports the same later holds as [CheckOverlaps] on a history without
+// shared holds.
 func CheckLimit(history []Attempt, k int) []Crowd {
 	var found []Crowd
 	for key, holds := range holdsByKey(history) {
@@ -186,9 +187,9 @@ func CheckLimit(history []Attempt, k int) []Crowd {
 	return found
 }
 
-// sweep calls visit for each of holds, sorted by Obtained, with the holds
-// inside their validity when it was obtained: those obtained before it that
-// end after its Obtained, and then itself, last.
+// sweep calls visit for each of holds, which are sorted by Obtained. It
+// passes the holds inside their validity when that one was obtained. These
+// are the holds obtained before it that end after its Obtained, then itself.
 func sweep(holds []Attempt, visit func(active []Attempt, h Attempt)) {
 	var active []Attempt
 	for _, h := range holds {
@@ -198,10 +199,10 @@ func sweep(holds []Attempt, visit func(active []Attempt, h Attempt)) {
 	}
 }
 
-// FenceRegression is a hold of a key whose fencing token is not above that
-// of a hold of the key that ended before it was obtained: a store that
-// checks fences would refuse its writes, and one that does not would take
-// writes out of order.
+// FenceRegression is a hold whose fencing token is not above that of an
+// earlier hold of its key, one that ended before it was obtained. A store
+// that checks fences would refuse its writes. A store that does not would
+// take writes out of order.
 type FenceRegression struct {
 	Key           string
 	Before, After Attempt // Before ended before After was obtained
@@ -212,9 +213,10 @@ func (f FenceRegression) String() string {
 		f.Key, f.After.Client, f.After.Obtained, f.After.Fence, f.Before.Fence, f.Before.Client, f.Before.End)
 }
 
-// CheckFences returns every hold with a fencing token that is not above the
-// highest token of the holds of its key that ended before it was obtained.
-// Holds without a token (0) are left out.
+// CheckFences returns every hold whose fencing token is not above the
+// highest token of the earlier holds of its key. An earlier hold is one
+// that ended before this one was obtained. Holds without a token (0) are
+// left out.
 func CheckFences(history []Attempt) []FenceRegression {
 	var found []FenceRegression
 	for key, holds := range holdsByKey(history) {

@@ -18,16 +18,16 @@ type options struct {
 	replicas bool
 }
 
-// WithReplicas gives each node a replica: a second redis-server that
-// replicates from the master through a proxy of its own, which clients do
-// not reach, so that [Node.Failover] can fail the node over to a replica
-// that lacks the newest writes.
+// WithReplicas gives each node a replica, so that [Node.Failover] can fail
+// the node over to a replica that lacks the newest writes. The replica is a
+// second redis-server. It replicates from the master through a proxy of its
+// own, which clients do not reach.
 func WithReplicas() Option { return func(o *options) { o.replicas = true } }
 
 // ErrNoReplica is returned by [Node.Failover] on a node without a replica.
 var ErrNoReplica = errors.New("locktest: the node has no replica to fail over to")
 
-// addReplica starts the node's replica and waits until it is in sync; the
+// addReplica starts the node's replica and waits until it is in sync. The
 // node is not shared yet.
 func (n *Node) addReplica(ctx context.Context) error {
 	s, err := redisproc.Start(ctx, 1)
@@ -76,14 +76,14 @@ func (n *Node) ReplicaAddr() string {
 	return ""
 }
 
-// Failover fails the node over to its replica, losing the newest writes,
-// as a failover to an asynchronous replica that lags does: replication is
-// held back for lag while clients keep writing to the master, then the
-// master is killed, the replica is promoted (REPLICAOF NO ONE), and the
-// node's address leads to it. The old master starts again, empty, as the
-// new replica, so the next Failover swaps the two back. Pause, Kill and
-// Restart act on the current master. It returns [ErrNoReplica] without
-// [WithReplicas]. On failure the node may be left down.
+// Failover fails the node over to its replica, losing the writes made in
+// the last lag. It returns [ErrNoReplica] without [WithReplicas]. On failure the
+// node may be left down. Failover acts as a failover to a lagging
+// asynchronous replica. Replication is held back for lag while clients keep
+// writing to the master. Then the master is killed, the replica is promoted
+// (REPLICAOF NO ONE), and the node's address leads to it. The old master
+// starts again, empty, as the new replica. The next Failover swaps the two
+// back. Pause, Kill and Restart act on the current master.
 func (n *Node) Failover(ctx context.Context, lag time.Duration) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -15,7 +15,7 @@ import (
 type FaultKind string
 
 const (
-	// Kill kills the node's server (SIGKILL); it stays down for
+	// Kill kills the node's server (SIGKILL). It stays down for
 	// Schedule.KillDowntime and then starts again, empty.
 	Kill FaultKind = "kill"
 	// Pause freezes the node's server (SIGSTOP, or docker pause).
@@ -54,20 +54,21 @@ type Target interface {
 }
 
 // Link is one client's own way to one node, which a ClientPartition cuts.
-// The links of [Cluster.View] are.
+// The links that [Cluster.View] returns are Links.
 type Link interface {
 	Partition()
 	Heal()
 }
 
-// Schedule is a random fault schedule. At most MaxFaulty nodes are faulted
-// at once; a fault lasts 100 ms to 1 s, and a new one is considered every
-// Gap on average. Kinds are dealt like cards: each kind comes once, in a
-// random order, in every len(Kinds) faults, so that a run of a few dozen
-// faults injects every kind several times. Two runs with one Seed draw the same faults in the same
-// order, on the same nodes, with the same durations; when each one
-// happens also depends on how fast the faults before it were repaired.
-// The zero value of a field means its default.
+// Schedule is a random fault schedule. The zero value of a field means its
+// default. At most MaxFaulty nodes are faulted at once. A new fault is
+// considered every Gap on average. A pause, partition or latency lasts
+// 100 ms to 1 s, and a kill KillDowntime. Kinds are dealt like cards: each
+// comes once, in a random order, in every len(Kinds) faults. So a run of a
+// few dozen faults injects every kind several times. Two runs with one Seed
+// draw the same faults in the same order, on the same nodes, with the same
+// durations. When each happens also depends on how fast the faults before
+// it were repaired.
 type Schedule struct {
 	Seed      uint64      // the random source's seed; 0 draws one (see [Chaos.Seed])
 	Kinds     []FaultKind // the kinds to pick from ([AllFaults], without ClientPartition when Views is empty)
@@ -76,8 +77,8 @@ type Schedule struct {
 	// Nodes limits the schedule to these nodes (indices); all when empty.
 	Nodes []int
 	// KillDowntime is how long a killed node stays down (1s). Make it
-	// longer than the TTL, so that a lost lock key never matters, or, to
-	// test a node that forgets a held lock, shorter; negative means zero.
+	// longer than the TTL, so that a lost lock key never matters. Make it
+	// shorter to test a node that forgets a held lock. Negative means zero.
 	KillDowntime time.Duration
 	MaxLatency   time.Duration // 100ms
 	FailoverLag  time.Duration // 500ms
@@ -111,15 +112,15 @@ func (s *Schedule) defaults(nodes int) {
 	s.KillDowntime = max(s.KillDowntime, 0)
 }
 
-// Fault is one fault a schedule injected: on which node, of what kind, from
-// when to when (wall-clock UnixNano), and how it went.
+// Fault is one fault a schedule injected. It says on which node, of what
+// kind, from when to when (wall-clock UnixNano), and how it went.
 type Fault struct {
 	Node       int
 	Name       string
 	Kind       FaultKind
 	Start, End int64
-	// Refused is set when the backend refused the fault (Docker's freezer
-	// sometimes refuses a pause under load); it then never took effect.
+	// Refused is set when the backend refused the fault, which then never
+	// took effect. Docker's freezer sometimes refuses a pause under load.
 	Refused bool
 	Err     string // a failure to inject or repair the fault
 }
@@ -140,10 +141,11 @@ type Chaos struct {
 	faults []Fault
 }
 
-// Run starts the schedule s on nodes and returns at once. The faults it
-// injects use contexts of their own: the schedule runs until [Chaos.Stop],
-// or until ctx is done. It panics, as on a programming error, when s names
-// a node that nodes lack or has a negative duration or MaxFaulty.
+// Run starts the schedule s on nodes and returns at once. The schedule runs
+// until [Chaos.Stop], or until ctx is done. The faults it injects use
+// contexts of their own. Run panics, as on a programming error, when s names
+// a node that nodes lack. It also panics on a negative Gap, MaxLatency,
+// FailoverLag or MaxFaulty.
 func (s Schedule) Run(ctx context.Context, nodes ...Target) *Chaos {
 	for _, d := range []struct {
 		name string
@@ -169,10 +171,9 @@ func (s Schedule) Run(ctx context.Context, nodes ...Target) *Chaos {
 	return c
 }
 
-// Start is [Schedule.Run] for a test: the schedule stops in t.Cleanup, a
-// fault that could not be injected or repaired fails t, and when t has
-// failed, the seed is logged, so that a rerun with the seed draws the same
-// faults.
+// Start is [Schedule.Run] for a test. The schedule stops in t.Cleanup. A
+// fault that could not be injected or repaired fails t. When t has failed,
+// Start logs the seed, so that a rerun with the seed draws the same faults.
 func (s Schedule) Start(t testing.TB, nodes ...Target) *Chaos {
 	t.Helper()
 	c := s.Run(context.WithoutCancel(t.Context()), nodes...)
@@ -192,8 +193,8 @@ func (s Schedule) Start(t testing.TB, nodes ...Target) *Chaos {
 // Seed returns the schedule's seed.
 func (c *Chaos) Seed() uint64 { return c.s.Seed }
 
-// Stop stops the schedule, waits until every fault it injected has been
-// repaired, and returns the faults in the order they started. Calling it
+// Stop stops the schedule and waits until every fault it injected has been
+// repaired. It returns the faults in the order they started. Calling it
 // again returns the same faults.
 func (c *Chaos) Stop() []Fault {
 	c.cancel()
@@ -202,7 +203,7 @@ func (c *Chaos) Stop() []Fault {
 	return c.Faults()
 }
 
-// Faults returns the faults injected so far; those still running have End 0.
+// Faults returns the faults injected so far. Those still running have End 0.
 func (c *Chaos) Faults() []Fault {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -240,7 +241,7 @@ func (c *Chaos) run(ctx context.Context) {
 	}
 }
 
-// draw picks a free node and a fault for it, or reports false when
+// draw picks a free node and a fault for it. It reports false when
 // MaxFaulty nodes are faulted already or no node is free.
 func (c *Chaos) draw() (plan, bool) {
 	c.mu.Lock()
@@ -266,8 +267,8 @@ func (c *Chaos) draw() (plan, bool) {
 	return p, true
 }
 
-// deal returns the next kind from the deck, shuffling a new deck of
-// Kinds when it is empty. Only the loop calls it.
+// deal returns the next kind from the deck. When the deck is empty, it
+// shuffles a new deck of Kinds. Only the loop calls it.
 func (c *Chaos) deal() FaultKind {
 	if len(c.deck) == 0 {
 		c.deck = slices.Clone(c.s.Kinds)
@@ -347,8 +348,8 @@ func retry(op func() error) error {
 	return err
 }
 
-// Count returns how many faults of each kind took effect (refused ones
-// left out), with an entry for every kind of kinds even when none did.
+// Count returns how many faults of each kind took effect, leaving out
+// refused ones. It has an entry for every kind of kinds, even when none did.
 func Count(faults []Fault, kinds ...FaultKind) map[FaultKind]int {
 	n := make(map[FaultKind]int, len(kinds))
 	for _, k := range kinds {

@@ -28,12 +28,12 @@ func faultColors() map[FaultKind]string {
 	}
 }
 
-// WriteTimeline writes r's timeline as an SVG picture to path: one row per
-// client with its holds (a bar per hold, coloured by key; failed attempts as
-// grey ticks), one row per node with its faults (coloured by kind), and
-// each violation in red: an overlap as a red band over the time both holds
-// overlap, with both holds outlined; a fence regression as a red outline of
-// the later hold; a crowd as a red band over the time all its holds
+// WriteTimeline writes r's timeline as an SVG picture to path. Each client
+// has a row with a bar per hold, coloured by key, and failed attempts as
+// grey ticks. Each node has a row with its faults, coloured by kind. Each
+// violation is in red. An overlap is a red band over the time both holds
+// overlap, with both holds outlined. A fence regression is a red outline of
+// the later hold. A crowd is a red band over the time all its holds
 // overlap, with each outlined.
 func (r *Report) WriteTimeline(path string) error {
 	f, err := os.Create(path)
@@ -155,8 +155,8 @@ func (r *Report) writeViolations(w io.Writer, tl *timeline, height int) {
 	}
 }
 
-// band draws a violation from t0 to t1 as a red band across every row,
-// with a tooltip.
+// band draws a violation from t0 to t1 as a red band across every row, with
+// a tooltip.
 func band(w io.Writer, tl *timeline, height int, t0, t1 int64, title string) {
 	fmt.Fprintf(w, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="red" opacity="0.3"><title>%s</title></rect>`+"\n",
 		tl.x(t0), tlHeader, max(tl.x(t1)-tl.x(t0), 2), height-30-tlHeader, html.EscapeString(title))

@@ -231,9 +231,10 @@ func (c *Client) watch(ctx context.Context, l *Lock, ttl time.Duration, stop <-c
 }
 
 // extensionFinal reports whether err, the failure of an extension, shows
-// the lock lost for good, so that a retry is pointless: the token is gone
-// from so many nodes that a quorum cannot hold it, the lock was unlocked
-// or its validity ran out, or the Client was closed.
+// the lock lost for good, so that a retry is pointless. That is so when the
+// token is gone from so many nodes that a quorum cannot hold it. It is so
+// too when the lock was unlocked, its validity ran out, or the Client was
+// closed.
 func (c *Client) extensionFinal(err error) bool {
 	var e *Error
 	if !errors.As(err, &e) || len(e.Nodes) == 0 {

@@ -28,9 +28,9 @@
 //
 // A node that restarts without persistence forgets the locks it granted, so
 // a second client could win a quorum while the first still holds the lock.
-// Each node therefore keeps a state key without expiry; a node whose state
-// is missing has lost its data, and refuses to grant for
-// Options.RestartGuard (1 minute by default, and at least every TTL) from
+// Each node therefore keeps a state key without expiry. A node whose state
+// is missing has lost its data. It refuses to grant for
+// Options.RestartGuard (1 minute by default, and at least every TTL), from
 // its first lock or extend request after the loss. A brand-new deployment, where a
 // round finds every node's guard just begun, skips the wait. See
 // [ErrGuarded].
@@ -45,9 +45,10 @@
 // # Leader election
 //
 // [Client.Election] elects one leader among the callers of
-// [Election.Campaign] in any number of processes, on a fenced lock kept by
-// Do's extensions: a [Leadership] carries its term (the lock's fence) and
-// ends as soon as the lock can no longer be shown to be held.
+// [Election.Campaign] in any number of processes. The leader holds a fenced
+// lock that Do's extensions keep. A [Leadership] carries its term, the
+// lock's fence. It ends as soon as the lock can no longer be shown to be
+// held.
 // [Election.Leader] and [Election.Observe] report the leader that a quorum
 // of nodes agree on.
 //
@@ -64,26 +65,29 @@
 //
 // # Assumptions
 //
-// Two clients never hold one lock within its validity provided that: the
-// nodes are independent (no replication between them; a node may be a
-// replicated group whose failover promotes a replica, which then refuses
-// locks for RestartGuard: see [New]), and every client of a lock uses the
-// same nodes with a majority quorum; a node loses a key before its TTL
-// passes only together with its state key (a restart without persistence,
-// FLUSHALL, FLUSHDB: lock nodes that set maxmemory use maxmemory-policy
-// noeviction, since eviction can drop one key and keep the other) or by
-// becoming another server (a failover, a restart from a persisted file),
-// and not every node loses its data within one TTL (see [ErrGuarded]);
-// every client of a
-// deployment uses the same RestartGuard; clocks on the client and the nodes
-// run at rates that differ by less than DriftFactor; and the holder stops
-// relying on the lock at [Lock.Until], which it cannot do through a process
-// pause it does not notice, so a resource that must never see two writers
-// also needs fencing.
+// Two clients never hold one lock within its validity, provided that:
 //
-// Each guarantee (mutual exclusion, fences, the restart guard, failover
-// detection, the new-deployment shortcut, tombstones, the handoff on the
-// node, no false lockout) is stated in docs/SAFETY.md with the assumptions
-// it needs, its proof, the model that checks it and the tests on real
-// servers that exercise it.
+//   - The nodes are independent, with no replication between them. A node
+//     may be a replicated group whose failover promotes a replica. That
+//     replica then refuses locks for RestartGuard (see [New]).
+//   - Every client of a lock uses the same nodes with a majority quorum.
+//   - A node loses a key before its TTL passes only together with its
+//     state key, or by becoming another server. The first is a restart
+//     without persistence, FLUSHALL or FLUSHDB. Lock nodes that set
+//     maxmemory use maxmemory-policy noeviction, since eviction can drop
+//     one key and keep the other. The second is a failover, or a restart
+//     from a persisted file.
+//   - Not every node loses its data within one TTL (see [ErrGuarded]).
+//   - Every client of a deployment uses the same RestartGuard.
+//   - Clocks on the client and the nodes run at rates that differ by less
+//     than DriftFactor.
+//   - The holder stops relying on the lock at [Lock.Until]. It cannot do so
+//     through a process pause it does not notice. So a resource that must
+//     never see two writers also needs fencing.
+//
+// docs/SAFETY.md states each guarantee with the assumptions it needs, its
+// proof, the model that checks it and the tests on real servers that
+// exercise it. The guarantees are mutual exclusion, fences, the restart
+// guard, failover detection, the new-deployment shortcut, tombstones, the
+// handoff on the node, and no false lockout.
 package redlock

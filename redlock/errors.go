@@ -105,10 +105,11 @@ type NodeResult struct {
 }
 
 // Error returns one line: the operation, the key (shortened when long),
-// the nodes' votes and the main cause. The cause is the first that applies:
-// errors no retry fixes, on so many nodes that no quorum remains; fence
-// counters unknown on as many; nodes that hold the key for another owner;
-// nodes in their restart guard, with the time left; or failed nodes. Then
+// the nodes' votes and the main cause. The cause is the first that applies.
+// Errors no retry fixes come first, when on so many nodes that no quorum
+// remains. Fence counters unknown on as many nodes come next. Then come
+// nodes that hold the key for another owner, nodes in their restart guard
+// with the time left, and failed nodes. Then
 // come the reason no node is to blame, and last the caller's context error.
 // When the context ended a round before any node told a cause, the causes
 // are the round before's. Nodes that had not answered at the decision do
@@ -224,9 +225,10 @@ func lasting(ns []NodeResult) (fixed, fence int, first error) {
 }
 
 // unfixable reports whether err, a node's outcome, is one that no retry
-// fixes: the node refused the client's credentials (NOAUTH, WRONGPASS) or
-// permissions (NOPERM), a key of the lock holds another type (WRONGTYPE),
-// or the node's host name does not exist (the DNS answer "no such host").
+// fixes. The node may have refused the client's credentials (NOAUTH,
+// WRONGPASS) or permissions (NOPERM). A key of the lock may hold another
+// type (WRONGTYPE). Or the node's host name may not exist: the DNS answer
+// "no such host".
 // errors.As finds the go-redis [redis.Error] or the [*net.DNSError].
 func unfixable(err error) bool {
 	var dns *net.DNSError
@@ -257,9 +259,9 @@ func (e *Error) final() bool {
 	return fixed > hopeless || fence > hopeless
 }
 
-// ctxEnded returns ctx's error, or context.DeadlineExceeded once ctx's
-// deadline has passed although its timer has not fired yet: a node call
-// bounded by that deadline can time out at the socket first, and its
+// ctxEnded returns ctx's error. Once ctx's deadline has passed, it returns
+// context.DeadlineExceeded even if ctx's timer has not fired yet. A node
+// call bounded by that deadline can time out at the socket first. Its
 // timeout is then the context's, not the node's.
 func ctxEnded(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {

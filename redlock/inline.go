@@ -17,10 +17,11 @@ type inLine struct {
 	*backoff
 }
 
-// refused returns, for a lock whose round joined the line where it was
-// refused, the release that takes its entry off there: a release there
-// would name a waiter that holds the lock, and the others would give it a
-// grace for nothing.
+// refused returns the release that takes a lock's entry off the line. The
+// lock's round joined the line on the nodes that refused it. refused reports
+// false when the round joined no line. Left there, the entry would let a
+// release name a waiter that holds the lock. The other waiters would then
+// give it a grace for nothing.
 func (s *inLine) refused(h handover) (protocol.Release, bool) {
 	if h.join.Place == "" {
 		return protocol.Release{}, false
@@ -132,10 +133,10 @@ func (s *inLine) direct(key string) bool {
 	return s.yieldFor(k) <= 0 && !wk.Listening(k)
 }
 
-// yieldFor returns how long a Lock call that begins now lets the waiter
-// of another client that the last release of key (as stored) named go
-// first: the rest of the yield window since this Client heard that
-// announcement, or 0.
+// yieldFor returns how long a Lock call that begins now lets another
+// client's waiter go first. That waiter is the one the last release of key
+// (as stored) named. The time is the rest of the yield window since this
+// Client heard that announcement, or 0.
 func (s *inLine) yieldFor(key string) time.Duration {
 	wk := s.wake
 	if !wk.Heard() {

@@ -41,12 +41,11 @@ const (
 	// guard.
 	plainRound roundKind = iota
 	// acquireRound: a guarded answer means the node is in its restart
-	// guard, any other answer that it is out of it. A guarded answer from
-	// a state that carries a new deployment's mark is a new deployment's
-	// (see newDeploymentMark), not a guard entered; so is an unmarked one
-	// in a round sent before the Client saw a node in service (its early
-	// answers may come from a new deployment that other Clients establish
-	// meanwhile).
+	// guard, any other answer that it is out of it. Two kinds of guarded
+	// answer are a new deployment's, not a guard entered. One comes from a
+	// state that carries a new deployment's mark (see newDeploymentMark).
+	// The other is an unmarked one in an early round. Its answers may come
+	// from a new deployment that other Clients establish meanwhile.
 	acquireRound
 	// shortcutRound: the observing or marking round of this Client's
 	// new-deployment shortcut. Its guarded answers are a new deployment's.

@@ -11,12 +11,13 @@ import (
 // ids it saw, then ends every guard that carries its mark (see attempt).
 
 // newDeployment returns the requests that mark the nodes' guarded states
-// when r, a round that failed with err, found a new deployment: this Client
-// has never seen a node out of its guard, and every node is guarded, its
-// guard begun within the new-deployment window, and either unmarked or
-// marked with the ids seen now. Otherwise it returns nil. When every node
-// that answered was guarded, it waits for the others' answers, late ones
-// included (see callTimeout), and reports them in err.
+// when r, a round that failed with err, found a new deployment. Otherwise it
+// returns nil. A round finds one when this Client has never seen a node out
+// of its guard, and every node is guarded. Each node's guard began within
+// the new-deployment window. Each state is unmarked, or marked with the ids
+// seen now. When every node that answered was guarded, newDeployment waits
+// for the others' answers, late ones included (see callTimeout). It reports
+// them in err.
 func (c *Client) newDeployment(r *round, err error) []protocol.Shortcut {
 	if err == nil || c.cfg.guard == 0 || c.inService.Load() {
 		return nil

@@ -12,10 +12,11 @@ import (
 	"github.com/redquorum/redquorum/internal/wake"
 )
 
-// waiter is how [Client.Lock] waits between its rounds: first for its turn
-// in the Client's local queue for the keys, then, after each failed round,
-// a jittered backoff that the Client's waiting strategy (s) may cut short,
-// within the caller's deadline or Options.MaxWait.
+// waiter is how [Client.Lock] waits between its rounds. It first waits for
+// its turn in the Client's local queue for the keys. After each failed
+// round it waits a jittered backoff, which the Client's waiting strategy
+// (s) may cut short. Each wait ends when ctx does. When ctx has no
+// deadline, a Lock call also gives up at Options.MaxWait (see waitFor).
 type waiter struct {
 	c        *Client
 	ctx      context.Context

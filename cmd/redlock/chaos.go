@@ -129,9 +129,9 @@ func chaosCheckFlags(duration, ttl, nodeTimeout, guard time.Duration, workers, k
 	return nil
 }
 
-// chaosStart starts the lock nodes of backend and returns them as schedule
-// targets, their addresses, the kinds of fault they support, and how to
-// stop them.
+// chaosStart starts the lock nodes of backend. It returns them as schedule
+// targets, with their addresses, the kinds of fault they support, and how
+// to stop them.
 func chaosStart(ctx context.Context, backend string, replicas bool) ([]locktest.Target, []string, []locktest.FaultKind, func(), error) {
 	if replicas && backend != "native" {
 		return nil, nil, nil, nil, usagef("--replicas needs --backend native, not %q", backend)
@@ -198,7 +198,7 @@ type chaosSession struct {
 	rec     locktest.Recorder
 }
 
-// dial makes one Client per node list; on failure it closes those made.
+// dial makes one Client per node list. On failure it closes those made.
 func (s *chaosSession) dial(ctx context.Context, lists [][]string, opts *redlock.Options) error {
 	for _, list := range lists {
 		c, err := redlock.New(redlock.NewNodes(list...), opts)
@@ -254,7 +254,7 @@ func (s *chaosSession) run(ctx context.Context, workers int, deadline time.Time)
 	wg.Wait()
 }
 
-// memNode is an embedded (in-process) node behind a fault proxy: a kill
+// memNode is an embedded (in-process) node behind a fault proxy. A kill
 // closes the server, and a start brings it back empty.
 type memNode struct {
 	name  string

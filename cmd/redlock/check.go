@@ -34,8 +34,8 @@ func (c nodeCheck) stateText() string {
 	return c.state.String()
 }
 
-// problem is why guard end must not touch the nodes, as far as this node
-// tells, in a few words; "" when it tells nothing against it.
+// problem returns, in a few words, why this node says guard end must not
+// touch the nodes. It returns "" when the node tells nothing against it.
 func (c nodeCheck) problem() string {
 	switch {
 	case c.err != nil:
@@ -48,8 +48,8 @@ func (c nodeCheck) problem() string {
 	return ""
 }
 
-// checkNodes checks each node: whether it is a Cluster node, its state,
-// and, when scan is set, whether it holds a live lock key under prefix.
+// checkNodes checks whether each node is a Cluster node, and reads its
+// state. When scan is set, it also looks for a live lock key under prefix.
 func checkNodes(ctx context.Context, nodes []redis.UniversalClient, prefix string, scan bool) []nodeCheck {
 	checks := make([]nodeCheck, len(nodes))
 	eachNode(len(nodes), func(i int) {
@@ -66,7 +66,7 @@ func checkNodes(ctx context.Context, nodes []redis.UniversalClient, prefix strin
 }
 
 // eachNode runs f(i) for every node i of n at once, and returns when all
-// have: each node's reads have their own timeout, so n unreachable nodes
+// have. Each node's reads have their own timeout, so n unreachable nodes
 // cost one timeout, not n. f records its node's result and error itself,
 // so that one node's failure stops none of the others.
 func eachNode(n int, f func(i int)) {
@@ -77,9 +77,9 @@ func eachNode(n int, f func(i int)) {
 	wg.Wait()
 }
 
-// isCluster reports whether n is a Redis Cluster node. A server that
-// answers INFO cluster with an error reply (miniredis, a proxy) is taken
-// for a plain master; a network error is returned.
+// isCluster reports whether n is a Redis Cluster node, or a network error.
+// A server that answers INFO cluster with an error reply, such as miniredis
+// or a proxy, is taken for a plain master.
 func isCluster(ctx context.Context, n redis.UniversalClient) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
@@ -94,9 +94,9 @@ func isCluster(ctx context.Context, n redis.UniversalClient) (bool, error) {
 	return strings.Contains(info, "cluster_enabled:1"), nil
 }
 
-// liveKey returns a key of n under prefix that has a TTL and is neither a
-// node state nor a tombstone, with its remaining TTL: a lock that may be
-// held. It returns "" when there is none.
+// liveKey returns a live lock key of n under prefix, with its remaining
+// TTL. Such a key has a TTL and is neither a node state nor a tombstone, so
+// a lock may be held. It returns "" when there is none.
 func liveKey(ctx context.Context, n redis.UniversalClient, prefix string) (string, time.Duration, error) {
 	match := globEscape(prefix) + "*"
 	var cursor uint64
@@ -154,8 +154,8 @@ func firstLive(ctx context.Context, n redis.UniversalClient, prefix string, keys
 	return "", 0, nil
 }
 
-// globEscape escapes the characters that SCAN's MATCH pattern gives a
-// meaning, so that the pattern matches prefix as it is.
+// globEscape escapes the characters that have a meaning in SCAN's MATCH
+// pattern. The pattern then matches prefix as it is.
 func globEscape(prefix string) string {
 	var b strings.Builder
 	for _, r := range prefix {
@@ -167,9 +167,9 @@ func globEscape(prefix string) string {
 	return b.String()
 }
 
-// reserved reports whether k, a key found on a node, is not a lock key but
-// one of the library's own: a node state or a line of waiters (lock keys
-// must not start with either).
+// reserved reports whether k, a key found on a node, is one of the
+// library's own and not a lock key. Such a key is a node state or a line
+// of waiters. Lock keys must not start with either.
 func reserved(prefix, k string) bool {
 	rest, ok := strings.CutPrefix(k, prefix)
 	return ok && protocol.Reserved(rest)

@@ -19,8 +19,8 @@ import (
 	"github.com/redquorum/redquorum/redlock"
 )
 
-// demo plays the oversell scenario: buyers check the stock, pay, and write
-// the stock back; without a lock concurrent buyers sell the same item.
+// demo plays the oversell scenario. Buyers check the stock, pay, and write
+// the stock back. Without a lock, concurrent buyers sell the same item.
 func demo(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlags("demo", "[--nodes NODE,...] [--stock N] [--buyers N] [--servers N]", out)
 	nodesFlag := fs.String("nodes", "", nodesUsage+" to use instead of five in-process nodes")
@@ -178,8 +178,9 @@ func demo(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-// shop is the shared resource: a stock count read and written in two steps,
-// as by a service that loads a row, calls a payment provider and saves it.
+// shop is the shared resource: a stock count read and written in two steps.
+// It models a service that loads a row, calls a payment provider and saves
+// it.
 type shop struct {
 	mu    sync.Mutex // makes each read and each write atomic, not the pair
 	stock int

@@ -11,8 +11,8 @@ import (
 )
 
 // election shows the leader of the election NAME as a quorum of nodes
-// agree: its owner, term, TTL and value, or that nobody leads. With
-// --watch it prints one line per change until interrupted.
+// agree. It shows the leader's owner, term, TTL and value, or that nobody
+// leads. With --watch it prints one line per change until interrupted.
 func election(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlags("election", "NAME --nodes NODE,... [--prefix P] [--watch]", out)
 	fs.about = "Shows the leader of an election as a quorum of nodes agree. It changes\nnothing on the nodes but what a new connection's check records.\n\n"

@@ -40,12 +40,12 @@ exits with status 1.
 
 `
 
-// maxFence is the largest fence the nodes count exactly: they count in Lua
-// numbers, exact up to 2^53.
+// maxFence is the largest fence the nodes count exactly. They count in Lua
+// numbers, which are exact up to 2^53.
 const maxFence = 1 << 53
 
 // raiseFence raises the fence counter f of the state key KEYS[1] to
-// ARGV[1] unless it is higher, and returns the counter it then has.
+// ARGV[1], unless it is higher. It returns the counter it then has.
 var raiseFence = redis.NewScript(`
 local f = redis.call('HGET', KEYS[1], 'f')
 if f and tonumber(f) >= tonumber(ARGV[1]) then return f end
@@ -53,8 +53,8 @@ redis.call('HSET', KEYS[1], 'f', ARGV[1])
 return ARGV[1]
 `)
 
-// guardFence reads every node's fence counter, then, with --yes, raises
-// it on each to one above every fence issued before.
+// guardFence reads every node's fence counter. With --yes it then raises
+// the counter on each node to one above every fence issued before.
 func guardFence(ctx context.Context, args []string, out io.Writer) error {
 	a, err := parseGuard("fence", guardFenceAbout, args, out)
 	if err != nil {
@@ -102,11 +102,11 @@ func guardFence(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-// raiseAll raises the fence counter of every plain master to target and
+// raiseAll raises the fence counter of every plain master to target. It
 // writes what it did on each node in actions. It leaves a Redis Cluster
-// node alone: its counters are one per hash slot, and once the plain
-// masters (a quorum of the nodes, which Options.Fencing requires) have
-// theirs, the next fenced lock on a slot sets that slot's counter.
+// node alone, whose counters are one per hash slot. Options.Fencing needs a
+// quorum of plain masters. Once these have their counters, the next fenced
+// lock on a slot sets that slot's counter.
 func raiseAll(ctx context.Context, names []string, nodes []redis.UniversalClient, checks []nodeCheck, key string, target uint64, actions []string) error {
 	errs := make([]error, len(nodes))
 	eachNode(len(nodes), func(i int) {
@@ -122,10 +122,10 @@ func raiseAll(ctx context.Context, names []string, nodes []redis.UniversalClient
 	return errors.Join(errs...)
 }
 
-// fenceTarget returns the fence to set: one above every node's known
-// counter, --at-least, and the time in microseconds on this machine's
-// clock and on the nodes'. It also returns, per node against the repair,
-// why.
+// fenceTarget returns the fence to set. It is one above every node's known
+// counter, above --at-least, and above the time in microseconds. That time
+// is read on this machine's clock and on the nodes'. It also returns why
+// each node that stands against the repair does.
 func fenceTarget(ctx context.Context, a guardArgs, nodes []redis.UniversalClient, checks []nodeCheck) (uint64, []string) {
 	hi := max(a.atLeast, uint64(time.Now().UnixMicro()))
 	var problems []string
@@ -165,7 +165,7 @@ func raiseOn(ctx context.Context, n redis.UniversalClient, key string, target ui
 	return "raised to " + got, nil
 }
 
-// fenceText is a node's fence counter as guard fence shows it.
+// fenceText returns a node's fence counter as guard fence shows it.
 func fenceText(c nodeCheck) string {
 	switch {
 	case c.err != nil || c.cluster:
@@ -176,8 +176,8 @@ func fenceText(c nodeCheck) string {
 	return c.state.fence
 }
 
-// printFenceRows prints one line per node: its fence counter and what
-// guard fence did or would do there.
+// printFenceRows prints one line per node. It shows the node's fence
+// counter, and what guard fence did or would do there.
 func printFenceRows(out io.Writer, names, fences, actions []string) error {
 	return printRows(out, "fence", names, fences, actions)
 }

@@ -98,9 +98,9 @@ type guardArgs struct {
 	prefix  string
 	yes     bool
 	atLeast uint64 // fence: the lowest counter to set, less one
-	// wait, timeout and fencing are status --wait's: wait until every node
-	// is in service (with fencing, its fence counter known), for at most
-	// timeout.
+	// wait, timeout and fencing are for status --wait. It waits at most
+	// timeout until every node is in service, and with fencing, until
+	// every node knows its fence counter.
 	wait    bool
 	timeout time.Duration
 	fencing bool
@@ -196,10 +196,11 @@ func guardStatus(ctx context.Context, args []string, out io.Writer) error {
 // guardWaitPoll is how often guard status --wait reads the nodes.
 const guardWaitPoll = 250 * time.Millisecond
 
-// waitInService waits until every node serves locks (see notInService), reading each every
-// poll. It returns nil then, or, once timeout has passed or ctx is done,
-// an error that names each node not in service and why. Each time the
-// nodes' reasons change it writes them to progress, one line.
+// waitInService waits until every node serves locks (see notInService),
+// reading each node every poll. It then returns nil. Once timeout has passed
+// or ctx is done, it returns an error that names each node not in service,
+// and why. Each time the nodes' reasons change, it writes them to progress
+// in one line.
 func waitInService(ctx context.Context, nodes []redis.UniversalClient, names []string, key string, fencing bool, timeout, poll time.Duration, progress io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -233,13 +234,13 @@ func waitInService(ctx context.Context, nodes []redis.UniversalClient, names []s
 	}
 }
 
-// notInService returns "" when node n serves locks, or why it does not:
-// its state key key is missing (the next lock request starts its guard),
-// its guard runs, its server changed since a lock client last checked it
-// (the next request starts the guard: the state records another run_id,
-// or, for a state without one, another replication ID), it is a replica,
-// or, with fencing, its fence counter is unknown. Where INFO cannot be
-// read, the server is taken for the one the state records.
+// notInService returns "" when node n serves locks, or else why it does
+// not. Its state key key may be missing: the next lock request starts its
+// guard. Its guard may run. Its server may have changed since a lock client
+// last checked it (see changedServer), so the next request starts the
+// guard. It may be a replica. With fencing, its fence counter may be
+// unknown. Where INFO cannot be read, the server is taken for the one the
+// state records.
 func notInService(ctx context.Context, n redis.UniversalClient, key string, fencing bool) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
@@ -274,10 +275,10 @@ func notInService(ctx context.Context, n redis.UniversalClient, key string, fenc
 }
 
 // changedServer reports whether the connection check (check.lua) will
-// start the guard of the server whose INFO fields are given, its state
-// being h: another process recorded the state (run_id p), or this one was
-// a replica since (r differs and master_replid2 is set). Unknown fields
-// change nothing.
+// start the guard of the server whose INFO fields are info. Its state is h.
+// The check starts it when another process recorded the state (run_id p).
+// It also starts it when this process was a replica since: r differs and
+// master_replid2 is set. Unknown fields change nothing.
 func changedServer(h, info map[string]string) bool {
 	run, id, id2 := info["run_id"], info["master_replid"], info["master_replid2"]
 	moved := h["p"] != "" && run != "" && h["p"] != run
@@ -296,7 +297,7 @@ func infoFields(info string) map[string]string {
 	return m
 }
 
-// guardEnd checks every node, then, with --yes, ends the guard on each.
+// guardEnd checks every node. With --yes it then ends the guard on each.
 func guardEnd(ctx context.Context, args []string, out io.Writer) error {
 	a, err := parseGuard("end", guardEndAbout, args, out)
 	if err != nil {
@@ -335,7 +336,7 @@ func guardEnd(ctx context.Context, args []string, out io.Writer) error {
 }
 
 // refusal returns why guard end must change nothing, naming each node
-// against it, or nil when every node passed its checks.
+// against it. It returns nil when every node passed its checks.
 func refusal(names []string, checks []nodeCheck) error {
 	var problems []string
 	live := false
@@ -394,10 +395,10 @@ func endGuards(ctx context.Context, out io.Writer, a guardArgs, nodes []redis.Un
 	return nil
 }
 
-// endGuard sets the node's state key serving, recorded under the server's
-// run_id and replication ID, so that the lock clients' connection check
-// takes the server for the one the state belongs to. Where INFO cannot
-// tell them, it removes the recorded ones, which the next check records.
+// endGuard sets the node's state key serving and clears its mark. It
+// records the server's run_id and replication ID in the state. The lock clients' connection check then
+// takes the server for the one the state belongs to. Where INFO cannot tell
+// them, endGuard removes the recorded ones, and the next check records them.
 func endGuard(ctx context.Context, n redis.UniversalClient, key string) error {
 	run, id := infoField(ctx, n, "server", "run_id"), infoField(ctx, n, "replication", "master_replid")
 	_, err := n.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -413,8 +414,8 @@ func endGuard(ctx context.Context, n redis.UniversalClient, key string) error {
 	return err
 }
 
-// infoField returns the field name of the INFO section of n, or "" when it
-// cannot be read.
+// infoField returns the field name of the INFO section of n. It returns ""
+// when the field cannot be read.
 func infoField(ctx context.Context, n redis.UniversalClient, section, name string) string {
 	info, err := n.Info(ctx, section).Result()
 	if err != nil {
@@ -428,9 +429,9 @@ func infoField(ctx context.Context, n redis.UniversalClient, section, name strin
 	return ""
 }
 
-// fenceNote warns, in a line, when a quorum of the nodes have unknown fence
-// counters, which guard end leaves unknown: fenced locks then fail until
-// an operator sets them. It returns "" otherwise.
+// fenceNote returns a warning line when a quorum of the nodes have unknown
+// fence counters. guard end leaves them unknown, and fenced locks then fail
+// until an operator sets them. It returns "" otherwise.
 func fenceNote(checks []nodeCheck) string {
 	unknown := 0
 	for _, c := range checks {
@@ -444,14 +445,14 @@ func fenceNote(checks []nodeCheck) string {
 	return fmt.Sprintf("note: %d of %d nodes have no fence counter, a quorum: fenced locks (Options.Fencing) fail until you run redlock guard fence (see redlock guard fence -h)\n", unknown, len(checks))
 }
 
-// printGuardRows prints one line per node: its state and what guard end
-// did or would do there.
+// printGuardRows prints one line per node. It shows the node's state, and
+// what guard end did or would do there.
 func printGuardRows(out io.Writer, names, states, actions []string) error {
 	return printRows(out, "state", names, states, actions)
 }
 
-// printRows prints a table of one line per node: its address, its value
-// in the column named column, and an action.
+// printRows prints a table of one line per node. A line holds the node's
+// address, its value in the column named column, and an action.
 func printRows(out io.Writer, column string, names, values, actions []string) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "node\t%s\taction\n", column)

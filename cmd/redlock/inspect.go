@@ -19,11 +19,11 @@ import (
 
 // inspect shows who holds KEY on each node, each node's restart guard, and
 // whether a quorum agrees on one holder. A node it cannot read gets an error
-// row; the verdict then says what the nodes it reached allow, and inspect
+// row, and the verdict says what the nodes it reached allow. inspect then
 // returns an error naming the nodes it could not read. With --semaphore or
-// --rw, KEY names a semaphore or a read-write lock, and inspect shows each
-// of its held keys so: the writer key, and each slot (a reader's, or a
-// semaphore's holder).
+// --rw, KEY names a semaphore or a read-write lock. inspect then shows each
+// held key of it: the writer key, and each slot, a reader's or a
+// semaphore's holder.
 func inspect(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlags("inspect", "KEY --nodes NODE,... [--prefix P] [--semaphore LIMIT | --rw]", out)
 	nodesFlag := fs.String("nodes", "", nodesUsage+" (required)")
@@ -75,9 +75,10 @@ func inspect(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-// inspectKeys returns the keys (as stored) that inspect reads for name
-// and a label for each: name itself, or with limit > 0 a semaphore's
-// slots, or with rw a read-write lock's writer key and reader slots.
+// inspectKeys returns the keys, as stored, that inspect reads for name, and
+// a label for each. By default that is name itself. With limit > 0 it is a
+// semaphore's slots. With rw it is a read-write lock's writer key and reader
+// slots. Bad flags give a usage error.
 func inspectKeys(prefix, name string, limit int, rw bool) (keys, labels []string, err error) {
 	switch {
 	case limit != 0 && rw:
@@ -108,8 +109,8 @@ type keyRow struct {
 	err    error // the node could not be read
 }
 
-// readKey reads key and the node's state (the state key stateKey and the
-// node's clock) from node n in one round trip.
+// readKey reads key and the node's state from node n in one round trip.
+// The state is the state key stateKey and the node's clock.
 func readKey(ctx context.Context, n redis.UniversalClient, key, stateKey string) keyRow {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
@@ -165,11 +166,11 @@ func printKeyRows(out io.Writer, names []string, rows []keyRow) error {
 	return tw.Flush()
 }
 
-// verdict says whether a quorum (N/2+1) of the nodes agrees on one holder
-// of key, as far as the nodes that could be read and are in service tell:
-// the nodes that could not be read may hold the key for anyone, and so may
-// those in their restart guard, whose data may lack the key or keep an old
-// holder's (the library's reads skip them too).
+// verdict says whether a quorum (N/2+1) of the nodes agrees on one holder of
+// key. It counts only the nodes that could be read and are in service. The
+// nodes that could not be read may hold the key for anyone. So may those in
+// their restart guard, whose data may lack the key or keep an old holder's.
+// The library's reads skip them too.
 func verdict(key string, rows []keyRow) string {
 	quorum := len(rows)/2 + 1
 	votes := map[string]int{}
@@ -218,8 +219,8 @@ func nodeCount(n int) string {
 	return fmt.Sprintf("%d nodes", n)
 }
 
-// notCounted names the nodes a verdict cannot count: down could not be
-// read, guarded are in their restart guard.
+// notCounted names the nodes a verdict cannot count. down could not be
+// read, and guarded are in their restart guard.
 func notCounted(down, guarded int) string {
 	switch {
 	case guarded == 0:
@@ -241,8 +242,8 @@ func short(tok string) string {
 	return tok[:8] + "…"
 }
 
-// parseOne parses args with fs for a command that takes exactly one
-// non-empty positional argument, called what in errors, and --nodes.
+// parseOne parses args with fs for a command that takes --nodes and
+// exactly one non-empty positional argument. Errors call that argument what.
 func parseOne(fs flags, args []string, what string, nodes *string) ([]string, error) {
 	pos, err := parse(fs, args)
 	switch {

@@ -11,8 +11,8 @@
 //
 // NODE is host:port, or redis://[user:password@]host[:port][/db], or
 // rediss://... for TLS. Without --nodes, demo and bench start five
-// in-process Redis-protocol nodes (miniredis). Errors are one line on stderr and a non-zero exit status: 2
-// for bad usage, 1 for everything else.
+// in-process Redis-protocol nodes (miniredis). An error is one line on
+// stderr. The exit status is then 2 for bad usage, and 1 for everything else.
 package main
 
 import (
@@ -77,7 +77,7 @@ type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
-// usageError is a mistake in the command line: exit status 2.
+// usageError is a mistake in the command line. Its exit status is 2.
 type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
@@ -135,7 +135,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-// flags is a command's flag set that reports errors instead of printing
+// flags is a command's flag set. It reports errors instead of printing
 // them, and prints its usage to out on -h.
 type flags struct {
 	*flag.FlagSet
@@ -150,8 +150,8 @@ func newFlags(name, synopsis string, out io.Writer) flags {
 	return flags{FlagSet: fs, out: out}
 }
 
-// parse parses args, allowing flags after positional arguments, and returns
-// the positional arguments.
+// parse parses args and returns the positional arguments. Flags may come
+// after positional arguments.
 func parse(fs flags, args []string) ([]string, error) {
 	var pos []string
 	for {

@@ -18,10 +18,10 @@ import (
 )
 
 // metrics turns a Client's Observer events into the metrics of
-// contrib/prometheus (the same names, labels and buckets) and serves them in
-// the Prometheus text format, so that this command needs no Prometheus
-// library: the core module, which holds the command, must not depend on one.
-// It is safe for concurrent use.
+// contrib/prometheus, with the same names, labels and buckets. It serves
+// them in the Prometheus text format, so this command needs no Prometheus
+// library. The core module, which holds the command, must not depend on
+// one. It is safe for concurrent use.
 type metrics struct {
 	mu         sync.Mutex
 	ops        map[string]float64    // by label set, as written
@@ -76,8 +76,8 @@ func labels(pairs ...string) string {
 	return b.String()
 }
 
-// escape writes v to b as a label value of the text format: with its
-// backslashes, double quotes and line feeds escaped.
+// escape writes v to b as a label value of the text format. It escapes
+// backslashes, double quotes and line feeds.
 func escape(b *strings.Builder, v string) {
 	for _, r := range v {
 		switch r {
@@ -223,9 +223,9 @@ func number(v float64) string {
 	return strconv.FormatFloat(v, 'g', -1, 64)
 }
 
-// serveMetrics serves m at http://addr/metrics until ctx ends, and returns
-// the address it listens on (addr may have port 0) and a function that stops
-// the server and waits for it.
+// serveMetrics serves m at http://addr/metrics until the function it
+// returns stops the server and waits for it. It also returns the address it
+// listens on, since addr may have port 0.
 func serveMetrics(ctx context.Context, addr string, m *metrics) (string, func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

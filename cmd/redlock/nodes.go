@@ -24,11 +24,11 @@ NODE is host:port, or redis://[user:password@]host[:port][/db], or
 rediss://... for TLS. The output names each node by its host:port.
 `
 
-// parseNodes splits a --nodes value into addresses, each host:port or a
-// redis:// or rediss:// URL, and checks each as redlock.Open does. It
-// returns the addresses, for redlock.NewNodes, with their names: each
-// node's host:port, which the output shows instead of a URL and its
-// password. Two addresses of one host:port are refused.
+// parseNodes splits a --nodes value into addresses, and checks each as
+// redlock.Open does. An address is host:port or a redis:// or rediss://
+// URL. It returns the addresses, for redlock.NewNodes, with their names.
+// A name is the node's host:port, which the output shows instead of a URL
+// and its password. Two addresses of one host:port are refused.
 func parseNodes(s string) (addrs, names []string, err error) {
 	seen := map[string]bool{}
 	for _, a := range strings.Split(s, ",") {
@@ -70,8 +70,8 @@ func stopAll(srvs []*miniredis.Miniredis) {
 	}
 }
 
-// dialNodes returns a node client per address after checking that every node
-// answers PING. An error names the node by its name in names.
+// dialNodes returns a node client per address after checking that every
+// node answers PING. An error names the node by its name in names.
 func dialNodes(ctx context.Context, addrs, names []string) ([]redis.UniversalClient, error) {
 	nodes := redlock.NewNodes(addrs...)
 	for i, n := range nodes {

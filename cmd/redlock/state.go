@@ -14,19 +14,19 @@ import (
 // opTimeout bounds each request the command sends to a node.
 const opTimeout = 2 * time.Second
 
-// nodeState is what a node's state key (see acquire.lua) says about its
-// restart guard and its fence counter.
+// nodeState is what a node's state key says about its restart guard and
+// its fence counter (see acquire.lua).
 type nodeState struct {
 	known     bool          // the state key has a guard field g
 	guardLeft time.Duration // while guarded, the time left on the node's clock
 	fence     string        // the field f; "" when the counter is unknown
 	bad       string        // a g that is not a time in ms, shown as it is
-	// changed is set when the guard was started by the connection check
-	// (check.lua): its mark is "x", which no round sets.
+	// changed is set when the connection check (check.lua) started the
+	// guard. Its mark is "x", which no round sets.
 	changed bool
 }
 
-// String is the state as inspect and guard show it.
+// String returns the state as inspect and guard show it.
 func (s nodeState) String() string {
 	switch {
 	case s.bad != "":
@@ -49,7 +49,7 @@ func seconds(d time.Duration) string {
 	return fmt.Sprintf("%ds", int64((d+time.Second-1)/time.Second))
 }
 
-// fenceColumn is the fence counter as the fence column shows it.
+// fenceColumn returns the fence counter as the fence column shows it.
 func (s nodeState) fenceColumn() string {
 	if s.fence == "" {
 		return "-"
@@ -57,8 +57,8 @@ func (s nodeState) fenceColumn() string {
 	return s.fence
 }
 
-// stateCmds reads a node's state key and the node's clock, queued on a
-// pipeline with other reads.
+// stateCmds reads a node's state key and the node's clock. They are queued
+// on a pipeline with other reads.
 type stateCmds struct {
 	hash *redis.MapStringStringCmd
 	now  *redis.TimeCmd
@@ -69,9 +69,9 @@ func queueState(ctx context.Context, p redis.Pipeliner, key string) stateCmds {
 	return stateCmds{hash: p.HGetAll(ctx, key), now: p.Time(ctx)}
 }
 
-// state decodes the replies of c once its pipeline has run. The guard
-// field holds a time on the node's clock, so the time left is taken from
-// the node's TIME, not from this machine's.
+// state decodes the replies of c once its pipeline has run. The guard field
+// holds a time on the node's clock, so the time left is taken from the
+// node's TIME, not from this machine's clock.
 func (c stateCmds) state() (nodeState, error) {
 	h, err := c.hash.Result()
 	if err != nil {

@@ -1,5 +1,5 @@
-// Package hashslot computes Redis Cluster hash slots, so that the lock client
-// can keep every key one script touches in one slot.
+// Package hashslot computes Redis Cluster hash slots. The lock client uses it
+// to keep every key that one script touches in one slot.
 package hashslot
 
 import (
@@ -11,14 +11,13 @@ import (
 // Count is the number of hash slots of a Redis Cluster.
 const Count = 16384
 
-// Slot returns the hash slot of key as Redis Cluster computes it: CRC16
-// (XMODEM) of the key's hash tag, the part between the first '{' and the
-// next '}' when that part is not empty, or else of the whole key, modulo
-// [Count].
+// Slot returns the hash slot of key as Redis Cluster computes it. That is
+// the CRC16 (XMODEM) of [Hashed](key), modulo [Count].
 func Slot(key string) int { return int(crc16(Hashed(key)) % Count) }
 
-// Hashed returns the part of key that Redis Cluster (and go-redis's Ring)
-// hashes: the hash tag when there is a non-empty one, else the whole key.
+// Hashed returns the part of key that Redis Cluster and go-redis's Ring hash.
+// That is the hash tag, the part between the first '{' and the next '}', when
+// it is not empty. Otherwise it is the whole key.
 func Hashed(key string) string {
 	if s := strings.IndexByte(key, '{'); s >= 0 {
 		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
@@ -44,16 +43,17 @@ func crc16(s string) uint16 {
 }
 
 // Tags finds, for each slot, a short string whose own slot it is. Its zero
-// value is ready to use; it is safe for concurrent use. The table is built
-// at the first call of [Tags.Tag] (16384 strings), so keep one Tags for
-// every use.
+// value is ready to use, and it is safe for concurrent use. The first call
+// of [Tags.Tag] builds a table of 16384 strings, so keep one Tags for every
+// use.
 type Tags struct {
 	once sync.Once
 	tags []string
 }
 
-// Tag returns a short string whose own slot is slot, the same for every
-// call: a key that contains "{" + t.Tag(Slot(k)) + "}" lives in the slot of k.
+// Tag returns a short string whose own slot is slot, the same at every call.
+// A key that contains "{" + t.Tag(Slot(k)) + "}" lives in the slot of k. Tag
+// panics unless 0 <= slot < [Count].
 func (t *Tags) Tag(slot int) string {
 	t.once.Do(func() {
 		t.tags = make([]string, Count)
