@@ -7,7 +7,12 @@ COMPOSE := $(shell command -v docker-compose 2>/dev/null || echo "docker compose
 
 ## demo: the oversell scenario on five embedded nodes (or NODES=host:port,...)
 demo:
-	$(GO) run ./cmd/redlock demo $(if $(NODES),--nodes $(NODES))
+	cd $(CLIMOD) && $(GO) run . demo $(if $(NODES),--nodes $(NODES))
+
+## CLIMOD: the nested module of the CLI, so that the library's module graph
+## holds no embedded server (miniredis). Its go.work builds it against this
+## checkout; scripts/tidy-cli.sh tidies it.
+CLIMOD := cmd/redlock
 
 ## CONTRIB: the nested modules of the metrics and tracing adapters, tested and
 ## vetted with the core module.
@@ -43,6 +48,7 @@ test: image
 gotests:
 	$(GO) test -race -count=1 -timeout 9m ./...
 	$(GO) test -count=1 -run 'TestLockUnlockAllocs|TestToken$$' ./redlock ./internal/protocol
+	cd $(CLIMOD) && $(GO) test -race -count=1 ./...
 	cd $(TESTMOD) && $(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/test/chaos$$')
 	for m in $(CONTRIB) $(KIT); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 	cd $(BENCHMOD) && $(GO) test -count=1 ./...
@@ -63,11 +69,12 @@ model:
 check: lint
 	./scripts/ensure-redis-server.sh
 	$(GO) test -count=1 ./...
+	cd $(CLIMOD) && $(GO) test -count=1 ./...
 
 ## lint: gofmt, go vet and staticcheck (STATICCHECK, installed by go
 ## install) on every module.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
-MODULES := . $(TESTMOD) $(BENCHMOD) $(CONTRIB) $(KIT)
+MODULES := . $(CLIMOD) $(TESTMOD) $(BENCHMOD) $(CONTRIB) $(KIT)
 lint:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: the files above are not formatted (make fmt)"; exit 1; }
 	$(GO) install $(STATICCHECK)
@@ -112,10 +119,10 @@ bench:
 	./scripts/ensure-redis-server.sh
 	cd bench && $(GO) run . $(BENCHFLAGS)
 
-## vet: the core module, TESTMOD, BENCHMOD and the CONTRIB and KIT modules.
+## vet: the core module, CLIMOD, TESTMOD, BENCHMOD and the CONTRIB and KIT modules.
 vet:
 	$(GO) vet ./...
-	for m in $(TESTMOD) $(BENCHMOD) $(CONTRIB) $(KIT); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	for m in $(CLIMOD) $(TESTMOD) $(BENCHMOD) $(CONTRIB) $(KIT); do (cd $$m && $(GO) vet ./...) || exit 1; done
 fmt:
 	gofmt -l -w .
 cover:
