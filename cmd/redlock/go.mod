@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/redquorum/redquorum v0.0.0-00010101000000-000000000000
+	github.com/redquorum/redquorum v0.0.0-20261129050759-333d697c3c58
 	github.com/stretchr/testify v1.12.1
 )
 
