@@ -29,13 +29,19 @@ type declIndex struct {
 	imports map[string]bool // the names under which the code imports packages
 }
 
-// indexDecls parses every .go file in fsys, test files and nested modules
-// included, except in the directories parseLibrary skips by name.
+// indexDecls parses every .go file in fsys (see eachGoFile).
 func indexDecls(fsys fs.FS) (*declIndex, error) {
 	ix := &declIndex{top: map[string]map[string]bool{}, types: map[string][]string{},
 		members: map[string]map[string]bool{}, embeds: map[string][]string{}, imports: map[string]bool{}}
-	fset := token.NewFileSet()
-	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+	err := eachGoFile(fsys, token.NewFileSet(), func(f *ast.File) { ix.add(f) })
+	return ix, err
+}
+
+// eachGoFile parses every .go file in fsys, test files and nested modules
+// included, except in the directories parseLibrary skips by name, and
+// calls fn with each.
+func eachGoFile(fsys fs.FS, fset *token.FileSet, fn func(*ast.File)) error {
+	return fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -53,10 +59,9 @@ func indexDecls(fsys fs.FS) (*declIndex, error) {
 		if err != nil {
 			return err
 		}
-		ix.add(f)
+		fn(f)
 		return nil
 	})
-	return ix, err
 }
 
 // add records the declarations and imports of f.

@@ -3,7 +3,6 @@ package arch
 import (
 	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
 	"io/fs"
 	"os"
@@ -101,24 +100,7 @@ func unusedWordsUsed(fsys fs.FS, doc string) ([]finding, error) {
 	}
 	var out []finding
 	fset := token.NewFileSet()
-	err = fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && p != "." && skippedDir(d.Name()) {
-			return fs.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(p, ".go") {
-			return nil
-		}
-		src, err := fs.ReadFile(fsys, p)
-		if err != nil {
-			return err
-		}
-		f, err := parser.ParseFile(fset, p, src, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	err = eachGoFile(fsys, fset, func(f *ast.File) {
 		seen := map[string]bool{} // report each identifier once a file
 		ast.Inspect(f, func(n ast.Node) bool {
 			id, ok := n.(*ast.Ident)
@@ -135,7 +117,6 @@ func unusedWordsUsed(fsys fs.FS, doc string) ([]finding, error) {
 			}
 			return true
 		})
-		return nil
 	})
 	return out, err
 }
