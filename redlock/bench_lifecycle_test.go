@@ -7,15 +7,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
 // BenchmarkLockUnlock measures TryLock followed by Unlock on five nodes:
-// in-process nodes, or the Redis servers listed in REDQUORUM_BENCH_ADDRS
-// (comma-separated host:port), for the default path, fencing and a
-// three-key lock. It reports the node commands per lock+unlock.
+// redis-server processes, or the Redis servers listed in
+// REDQUORUM_BENCH_ADDRS (comma-separated host:port), for the default path,
+// fencing and a three-key lock. It reports the node commands per
+// lock+unlock.
 func BenchmarkLockUnlock(b *testing.B) {
 	for _, bc := range []struct {
 		name string
@@ -65,9 +67,7 @@ func benchNodes(b *testing.B) ([]redis.UniversalClient, func() int64) {
 	if env := os.Getenv("REDQUORUM_BENCH_ADDRS"); env != "" {
 		addrs = strings.Split(env, ",")
 	} else {
-		for range 5 {
-			addrs = append(addrs, miniredis.RunT(b).Addr())
-		}
+		addrs = redisproc.StartT(b, 5).Addrs
 	}
 	var hooks []*faultHook
 	var nodes []redis.UniversalClient

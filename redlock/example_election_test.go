@@ -17,7 +17,7 @@ func ExampleElection() {
 	open := func(owner string) *redlock.Client {
 		c, err := redlock.Open(addrs, &redlock.Options{
 			Owner:       owner,
-			NodeTimeout: time.Second, // in-process example nodes run Lua slowly
+			NodeTimeout: time.Second, // generous for a loaded test machine
 		})
 		if err != nil {
 			panic(err)

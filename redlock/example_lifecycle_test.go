@@ -57,7 +57,7 @@ func (a *account) set(fence uint64, balance int) error {
 }
 
 func ExampleLock_Fence() {
-	_, addrs, stop := startServers(5)
+	addrs, stop := startNodes(5)
 	defer stop()
 	client, _ := redlock.New(redlock.NewNodes(addrs...), &redlock.Options{Fencing: true, NodeTimeout: time.Second})
 	defer client.Close()
@@ -91,44 +91,41 @@ func ExampleLock_Fence() {
 // restarted node has forgotten A's lock; its restart guard keeps it from
 // granting the lock to B while A's may still be valid.
 func Example_restartGuard() {
-	srv, addrs, stop := startServers(3)
-	defer stop()
-	client, _ := redlock.New(redlock.NewNodes(addrs...), &redlock.Options{RestartGuard: 30 * time.Second, NodeTimeout: time.Second})
-	defer client.Close()
+	cluster := startCluster(3)
+	defer cluster.Close()
 	ctx := context.Background()
+	opts := &redlock.Options{RestartGuard: 30 * time.Second, NodeTimeout: time.Second}
+	// A reaches the nodes through links of its own, so that node 2 can be
+	// cut off from A alone.
+	viewA, linksA, _ := cluster.View()
+	clientA, _ := redlock.New(redlock.NewNodes(viewA...), opts)
+	defer clientA.Close()
 
 	// On new nodes the first round finds all of them new and locks at once:
 	// no waiting after a fresh deployment.
-	first, err := client.TryLock(ctx, "warm-up", time.Second)
+	first, err := clientA.TryLock(ctx, "warm-up", time.Second)
 	fmt.Println("first lock:", err)
 	_ = first.Unlock(ctx)
 	// TryLock and Unlock return once a quorum answered. Let their requests
-	// reach node 2 too before it goes down, so that node 2 is established.
+	// reach node 2 too before it is cut off, so that node 2 is established.
 	time.Sleep(100 * time.Millisecond)
 
-	srv[2].Close() // node 2 is unreachable while A locks
-	a, err := client.TryLock(ctx, "job", 10*time.Second)
+	linksA[2].Partition() // node 2 is unreachable from A while A locks
+	a, err := clientA.TryLock(ctx, "job", 10*time.Second)
 	fmt.Println("A:", err)
-	// A returned once nodes 0 and 1 granted; its request to node 2 may not
-	// have been sent yet. Give it time to fail while node 2 is down, so that
-	// node 2 comes back without A's lock.
-	time.Sleep(100 * time.Millisecond)
-	_ = srv[2].Restart()
-	// Connections to node 2 from before its restart are dead; NewNodes'
-	// clients find that out once a connection has been idle for 100 ms.
-	// Without the wait, B's request could fail on one at once, and B would be
-	// decided (node 1 and node 2 refusing) before node 0 answers.
-	time.Sleep(150 * time.Millisecond)
 
-	srv[0].FlushAll() // node 0 restarts without persistence
-	_, err = client.TryLock(ctx, "job", 10*time.Second)
+	_ = cluster.Nodes[0].Restart(ctx, false) // node 0 restarts without persistence
+	clientB, _ := redlock.New(redlock.NewNodes(cluster.Addrs()...), opts)
+	defer clientB.Close()
+	_, err = clientB.TryLock(ctx, "job", 10*time.Second)
 	var e *redlock.Error
 	if errors.As(err, &e) {
 		fmt.Println("B: node 0 guarded:", errors.Is(e.Nodes[0].Err, redlock.ErrGuarded))
 		fmt.Println("B: node 1:", e.Nodes[1].Err)
 	}
-	_, err = client.TryLock(ctx, "job", time.Minute)
+	_, err = clientB.TryLock(ctx, "job", time.Minute)
 	fmt.Println(err)
+	linksA[2].Heal()
 	_ = a.Unlock(ctx)
 	// Output:
 	// first lock: <nil>

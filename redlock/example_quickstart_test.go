@@ -9,7 +9,7 @@ import (
 	"github.com/redquorum/redquorum/redlock"
 )
 
-// Example_quickStart is the quick start of the README, on in-process nodes.
+// Example_quickStart is the quick start of the README, on local nodes.
 // Apart from where the addresses come from, its body is the README's code.
 func Example_quickStart() {
 	addrs, stop := startNodes(5)

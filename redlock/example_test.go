@@ -6,35 +6,25 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-
+	"github.com/redquorum/redquorum/locktest"
 	"github.com/redquorum/redquorum/redlock"
 )
 
-// startNodes starts n in-process Redis-protocol servers for the examples; in
-// production these are independent Redis masters.
+// startNodes starts n independent Redis masters for the examples: local
+// redis-server processes (see [locktest.New]), which must be on PATH.
 func startNodes(n int) (addrs []string, stop func()) {
-	_, addrs, stop = startServers(n)
-	return addrs, stop
+	c := startCluster(n)
+	return c.Addrs(), c.Close
 }
 
-// startServers is startNodes that also returns the servers, whose keys
-// expire in real time.
-func startServers(n int) (srv []*miniredis.Miniredis, addrs []string, stop func()) {
-	for range n {
-		m := miniredis.NewMiniRedis()
-		if err := m.Start(); err != nil {
-			panic(err)
-		}
-		m.ClockTTL(true)
-		srv = append(srv, m)
-		addrs = append(addrs, m.Addr())
+// startCluster is startNodes that returns the nodes, for examples that
+// crash one or cut it off.
+func startCluster(n int) *locktest.Cluster {
+	c, err := locktest.New(context.Background(), n)
+	if err != nil {
+		panic(err) // redis-server is not installed: see scripts/ensure-redis-server.sh
 	}
-	return srv, addrs, func() {
-		for _, m := range srv {
-			m.Close()
-		}
-	}
+	return c
 }
 
 func Example() {
@@ -43,7 +33,7 @@ func Example() {
 
 	nodes := redlock.NewNodes(addrs...) // or your own go-redis clients: New locks through clients made from their options
 	client, err := redlock.New(nodes, &redlock.Options{
-		NodeTimeout: time.Second, // in-process example nodes run Lua slowly; real masters answer in µs
+		NodeTimeout: time.Second, // generous for a loaded test machine; the default suits most deployments
 	})
 	if err != nil {
 		panic(err)

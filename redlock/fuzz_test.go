@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
 // FuzzTryLock feeds arbitrary keys and TTLs to TryLock: it must never panic,
@@ -19,8 +21,12 @@ func FuzzTryLock(f *testing.F) {
 	f.Add("k", int64(3*time.Millisecond))
 	f.Add("\x00\xff{tag}", int64(500*time.Microsecond))
 	f.Add("k", int64(1<<62))
+	s := redisproc.StartT(f, 3) // shared by the inputs: a start per input would be most of the fuzzer's time
 	f.Fuzz(func(t *testing.T, key string, ttl int64) {
-		c := newCluster(t, 3)
+		c := clusterOn(t, s)
+		for _, m := range c.srv {
+			m.FlushAll() // the last input's tombstones and state
+		}
 		cl := c.client(t, &Options{KeyPrefix: "p:"})
 		l, err := cl.TryLock(t.Context(), key, time.Duration(ttl))
 		if err == nil {

@@ -3,27 +3,31 @@ package redlock
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
-// cluster is N in-process Redis-protocol nodes with a fault hook in front of
-// each client.
+// cluster is N redis-server processes with a fault hook in front of each
+// client.
 type cluster struct {
-	srv   []*miniredis.Miniredis
+	srv   []*server
 	nodes []redis.UniversalClient
 	hooks []*faultHook
 	fresh bool // client does not establish the nodes' state: they start as a new deployment
@@ -39,24 +43,40 @@ type cluster struct {
 // deployment had been bootstrapped long ago.
 func (c *cluster) establish(prefix string) {
 	for _, m := range c.srv {
-		if m.Exists(prefix + reservedKey) {
+		if m.down || m.Exists(prefix+reservedKey) {
 			continue
 		}
 		m.HSet(prefix+reservedKey, "g", "0", "id", "test", "f", "0")
 	}
 }
 
+// newCluster starts n redis-server processes, stopped when t ends, and
+// returns them as a cluster (see clusterOn). It skips t when redis-server
+// is not installed, as [redisproc.Require] does.
 func newCluster(t *testing.T, n int) *cluster {
 	t.Helper()
+	s := redisproc.StartT(t, n)
+	// Killed before Stop, whose SIGTERM a server acts on only at its next
+	// cron tick, up to 100 ms later: their data is thrown away anyway.
+	t.Cleanup(func() {
+		for i := range s.Addrs {
+			s.Kill(i)
+		}
+	})
+	return clusterOn(t, s)
+}
+
+// clusterOn returns a cluster of the running servers s, whose clients are
+// closed when t ends; the servers are the caller's.
+func clusterOn(t *testing.T, s *redisproc.Servers) *cluster {
+	t.Helper()
 	c := &cluster{}
-	for range n {
-		m := miniredis.RunT(t)
-		m.ClockTTL(true) // TTLs run down in real time
-		cl := redis.NewClient(NodeOptions(m.Addr()))
+	for i, addr := range s.Addrs {
+		cl := redis.NewClient(NodeOptions(addr))
 		h := &faultHook{}
 		cl.AddHook(h)
 		t.Cleanup(func() { _ = cl.Close() })
-		c.srv = append(c.srv, m)
+		c.srv = append(c.srv, newServer(t, s, i))
 		c.nodes = append(c.nodes, cl)
 		c.hooks = append(c.hooks, h)
 	}
@@ -75,8 +95,8 @@ func (c *cluster) client(t *testing.T, opts *Options) *Client {
 		c.establish(opts.KeyPrefix)
 	}
 	if opts.NodeTimeout == 0 {
-		// In-process nodes under the race detector on two cores answer in
-		// milliseconds, not microseconds.
+		// Under the race detector on two loaded cores, a round's
+		// goroutines can wait for the CPU for tens of milliseconds.
 		opts.NodeTimeout = 2 * time.Second
 	}
 	opts.NodeClientsAsGiven = true // through the fault hooks
@@ -111,16 +131,39 @@ func (c *cluster) hookedClient(t *testing.T, hook redis.Hook, opts *Options) *Cl
 	return cl
 }
 
-// setTime sets the time of every node (TIME and key expiry) to now.
-func (c *cluster) setTime(now time.Time) {
-	for _, m := range c.srv {
-		m.SetTime(now)
+// restart imitates a restart of node i without persistence: it comes back
+// with no data. The process and its connections stay.
+func (c *cluster) restart(i int) { c.srv[i].FlushAll() }
+
+// passGuards moves the restart guard of each of the given nodes (every
+// running node when none is given) d closer to its end, as if d had
+// passed on the node's clock: a guarded state's end g (node time in ms,
+// see internal/protocol/acquire.lua) comes d earlier. The nodes' own
+// clocks cannot be moved, so this is how a test lets a guard's time pass;
+// key TTLs are left alone. A node in service (g = 0) or without a state is
+// not changed.
+func (c *cluster) passGuards(d time.Duration, nodes ...int) {
+	if len(nodes) == 0 {
+		for i, m := range c.srv {
+			if !m.down {
+				nodes = append(nodes, i)
+			}
+		}
+	}
+	for _, i := range nodes {
+		m := c.srv[i]
+		g := m.HGet(reservedKey, "g")
+		if g == "" || g == "0" {
+			continue
+		}
+		end, err := strconv.ParseInt(g, 10, 64)
+		if err != nil {
+			m.t.Errorf("node %d: guard end %q: %v", i, g, err)
+			continue
+		}
+		m.HSet(reservedKey, "g", strconv.FormatInt(end-d.Milliseconds(), 10))
 	}
 }
-
-// restart imitates a restart of node i without persistence: it comes back
-// with no data.
-func (c *cluster) restart(i int) { c.srv[i].FlushAll() }
 
 // holders counts the nodes whose key holds want.
 func (c *cluster) holders(key, want string) int {
@@ -163,9 +206,19 @@ func (c *cluster) keys(key string) int {
 	return n
 }
 
+// assertMillis checks that got, a node time in ms as the scripts write it,
+// is between lo and hi.
+func assertMillis(t *testing.T, got string, lo, hi time.Time, msg string) {
+	t.Helper()
+	ms, err := strconv.ParseInt(got, 10, 64)
+	if assert.NoError(t, err, msg) {
+		assert.True(t, lo.UnixMilli() <= ms && ms <= hi.UnixMilli(), "%s: %d is not in [%d, %d]", msg, ms, lo.UnixMilli(), hi.UnixMilli())
+	}
+}
+
 // value returns what m holds at key, without the mark of a key waited
 // for (see internal/protocol/acquire.lua), and m.Get's error.
-func value(m *miniredis.Miniredis, key string) (string, error) {
+func value(m *server, key string) (string, error) {
 	v, err := m.Get(key)
 	v, _ = protocol.Holding(v)
 	return v, err
@@ -174,9 +227,179 @@ func value(m *miniredis.Miniredis, key string) (string, error) {
 // held reports whether key exists on m and is not a tombstone, which a
 // release leaves where the key was missing and which counts as free (see
 // internal/protocol/release.lua).
-func held(m *miniredis.Miniredis, key string) bool {
+func held(m *server, key string) bool {
 	v, err := value(m, key)
 	return err == nil && !strings.HasPrefix(v, "redquorum:gone:")
+}
+
+// server is one redis-server process of a cluster and a plain client to
+// it, through which a test reads and changes the node's data behind the
+// Client's back. Its methods fail the test when the server fails a
+// command, except those that return the error.
+type server struct {
+	t    testing.TB
+	s    *redisproc.Servers
+	i    int           // the server's index in s
+	rdb  *redis.Client // no fault hooks
+	down bool          // killed by Close
+}
+
+// newServer returns server i of s, with a client closed when t ends.
+func newServer(t testing.TB, s *redisproc.Servers, i int) *server {
+	rdb := redis.NewClient(&redis.Options{
+		Addr: s.Addrs[i], Protocol: 2, DisableIdentity: true, PoolSize: 4,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return &server{t: t, s: s, i: i, rdb: rdb}
+}
+
+// check fails the test when err is not nil.
+func (m *server) check(err error, op string) {
+	if err != nil {
+		m.t.Errorf("node %s: %s: %v", m.Addr(), op, err)
+	}
+}
+
+// Addr returns the server's address.
+func (m *server) Addr() string { return m.s.Addrs[m.i] }
+
+// Close kills the server (SIGKILL), as a crash would; it stays down.
+func (m *server) Close() {
+	m.down = true
+	m.s.Kill(m.i)
+}
+
+// FlushAll deletes every key.
+func (m *server) FlushAll() { m.check(m.rdb.FlushAll(context.Background()).Err(), "FLUSHALL") }
+
+// Keys returns every key, sorted.
+func (m *server) Keys() []string {
+	keys, err := m.rdb.Keys(context.Background(), "*").Result()
+	m.check(err, "KEYS")
+	slices.Sort(keys)
+	return keys
+}
+
+// Get returns the string at key; it fails with redis.Nil when key is
+// missing.
+func (m *server) Get(key string) (string, error) {
+	return m.rdb.Get(context.Background(), key).Result()
+}
+
+// Set sets key to v, without expiry.
+func (m *server) Set(key, v string) error { return m.rdb.Set(context.Background(), key, v, 0).Err() }
+
+// Exists reports whether key exists.
+func (m *server) Exists(key string) bool {
+	n, err := m.rdb.Exists(context.Background(), key).Result()
+	m.check(err, "EXISTS")
+	return n == 1
+}
+
+// Del deletes key and reports whether it existed.
+func (m *server) Del(key string) bool {
+	n, err := m.rdb.Del(context.Background(), key).Result()
+	m.check(err, "DEL")
+	return n == 1
+}
+
+// TTL returns the time key has left, 0 when it has no expiry or is
+// missing.
+func (m *server) TTL(key string) time.Duration {
+	d, err := m.rdb.PTTL(context.Background(), key).Result()
+	m.check(err, "PTTL")
+	return max(d, 0)
+}
+
+// SetTTL makes key expire in d.
+func (m *server) SetTTL(key string, d time.Duration) {
+	m.check(m.rdb.PExpire(context.Background(), key, d).Err(), "PEXPIRE")
+}
+
+// HGet returns field of the hash at key, "" when either is missing.
+func (m *server) HGet(key, field string) string {
+	v, err := m.rdb.HGet(context.Background(), key, field).Result()
+	if errors.Is(err, redis.Nil) {
+		return ""
+	}
+	m.check(err, "HGET")
+	return v
+}
+
+// HSet sets fields of the hash at key: field, value, field, value...
+func (m *server) HSet(key string, fv ...string) {
+	args := make([]any, len(fv))
+	for i, v := range fv {
+		args[i] = v
+	}
+	m.check(m.rdb.HSet(context.Background(), key, args...).Err(), "HSET")
+}
+
+// HDel deletes field of the hash at key.
+func (m *server) HDel(key, field string) {
+	m.check(m.rdb.HDel(context.Background(), key, field).Err(), "HDEL")
+}
+
+// ZMembers returns the members of the sorted set at key, by score; it
+// fails with redis.Nil when key is missing.
+func (m *server) ZMembers(key string) ([]string, error) {
+	members, err := m.rdb.ZRange(context.Background(), key, 0, -1).Result()
+	if err == nil && len(members) == 0 {
+		err = redis.Nil // a sorted set is never empty
+	}
+	return members, err
+}
+
+// ZScore returns the score of member in the sorted set at key.
+func (m *server) ZScore(key, member string) (float64, error) {
+	return m.rdb.ZScore(context.Background(), key, member).Result()
+}
+
+// ZAdd adds member with score to the sorted set at key and reports whether
+// it is new.
+func (m *server) ZAdd(key string, score float64, member string) (bool, error) {
+	n, err := m.rdb.ZAdd(context.Background(), key, redis.Z{Score: score, Member: member}).Result()
+	return n == 1, err
+}
+
+// ZRem removes member from the sorted set at key and reports whether it
+// was there.
+func (m *server) ZRem(key, member string) (bool, error) {
+	n, err := m.rdb.ZRem(context.Background(), key, member).Result()
+	return n == 1, err
+}
+
+// Publish publishes msg on channel and returns how many subscribers got it.
+func (m *server) Publish(channel, msg string) int {
+	n, err := m.rdb.Publish(context.Background(), channel, msg).Result()
+	m.check(err, "PUBLISH")
+	return int(n)
+}
+
+// PubSubNumSub returns the number of subscribers of each channel.
+func (m *server) PubSubNumSub(channels ...string) map[string]int {
+	subs, err := m.rdb.PubSubNumSub(context.Background(), channels...).Result()
+	m.check(err, "PUBSUB NUMSUB")
+	n := make(map[string]int, len(subs))
+	for ch, k := range subs {
+		n[ch] = int(k)
+	}
+	return n
+}
+
+// PubSubChannels returns the channels with a subscriber that match pattern.
+func (m *server) PubSubChannels(pattern string) []string {
+	chs, err := m.rdb.PubSubChannels(context.Background(), pattern).Result()
+	m.check(err, "PUBSUB CHANNELS")
+	return chs
+}
+
+// Time returns the server's clock (TIME), the one its scripts read.
+func (m *server) Time() time.Time {
+	now, err := m.rdb.Time(context.Background()).Result()
+	m.check(err, "TIME")
+	return now
 }
 
 // faultHook runs before each command on one node: it may block the command

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,7 +69,8 @@ func isScript(s testScript) func(redis.Cmder) bool {
 // three of five nodes, one of them restarts without its data, and B tries.
 // Without the guard B wins a quorum while A's lock is valid (the violation
 // the guard exists for); with it, the restarted node refuses until the
-// guard has passed on its own clock.
+// guard has passed on its own clock. The node's clock cannot be moved: the
+// test moves the guard's end to a second away instead, and waits for it.
 func TestRestartGuard(t *testing.T) {
 	const ttl = 10 * time.Second
 	for _, guard := range []bool{true, false} {
@@ -76,8 +78,6 @@ func TestRestartGuard(t *testing.T) {
 			leakcheck.Check(t)
 			c := newCluster(t, 5)
 			c.fresh = true // a deployment that came up a moment ago
-			now := time.Now()
-			c.setTime(now)
 			opts := &Options{UnsafeNoRestartGuard: !guard}
 			a, b := c.client(t, opts), c.client(t, opts)
 			warm, err := a.TryLock(t.Context(), "warm-up", ttl)
@@ -87,6 +87,7 @@ func TestRestartGuard(t *testing.T) {
 
 			la := lockOn(t, c, a, "k", ttl, 0, 1, 2)
 			c.restart(2)
+			before := c.srv[2].Time()
 			lb, err := b.TryLock(t.Context(), "k", ttl)
 			if !guard {
 				require.NoError(t, err, "without the guard B obtains the lock")
@@ -99,21 +100,28 @@ func TestRestartGuard(t *testing.T) {
 			errs := nodeErrs(t, err)
 			assert.ErrorIs(t, errs[2], ErrGuarded, "the restarted node")
 			assert.ErrorIs(t, errs[0], ErrTaken)
-			g := c.srv[2].HGet(reservedKey, "g")
-			assert.Equal(t, strconv.FormatInt(now.Add(DefaultRestartGuard).UnixMilli(), 10), g, "guarded until node time + guard")
-			// Let B's requests still in flight land before the clocks move.
+			// Let B's requests still in flight land before the guard moves.
 			require.NoError(t, b.Close())
+			after := c.srv[2].Time()
+			g := c.srv[2].HGet(reservedKey, "g")
+			assertMillis(t, g, before.Add(DefaultRestartGuard), after.Add(DefaultRestartGuard), "guarded until node time + guard")
 			b = c.client(t, opts)
 
-			// One millisecond before the guard ends, the node still refuses.
-			c.setTime(now.Add(DefaultRestartGuard - time.Millisecond))
+			// Shortly before the guard ends, the node still refuses.
+			end := c.srv[2].Time().Add(time.Second)
+			c.srv[2].HSet(reservedKey, "g", strconv.FormatInt(end.UnixMilli(), 10))
 			_, err = b.TryLock(t.Context(), "other", ttl)
 			require.NoError(t, err, "four nodes grant")
+			settle(b) // node 2's answer has come
+			require.True(t, c.srv[2].Time().Before(end), "the round outlasted the guard's last second")
 			assert.False(t, held(c.srv[2], "other"), "the guarded node granted")
 
-			// Once the guard has passed, A's keys have expired and the node
-			// grants again.
-			c.setTime(now.Add(DefaultRestartGuard))
+			// Once the guard has passed, A's keys have expired (their TTL is
+			// shorter than the guard) and the node grants again.
+			require.Eventually(t, func() bool { return !c.srv[2].Time().Before(end) }, 5*time.Second, 10*time.Millisecond)
+			for i := range 2 {
+				c.srv[i].Del("k")
+			}
 			lb, err = b.TryLock(t.Context(), "k", ttl)
 			require.NoError(t, err)
 			settle(b) // Close would release lb
@@ -126,19 +134,20 @@ func TestRestartGuard(t *testing.T) {
 
 // TestNewDeployment: a round that finds every node guarded establishes them
 // all and locks at once, and the nodes start with known fence counters,
-// from their time in microseconds.
+// from their time in microseconds (read before and after the round).
 func TestNewDeployment(t *testing.T) {
 	leakcheck.Check(t)
 	c := newCluster(t, 5)
 	c.fresh = true
-	now := time.Unix(1_800_000_000, 0)
+	before := make([]time.Time, len(c.srv))
 	for i, m := range c.srv {
-		m.SetTime(now.Add(time.Duration(i) * time.Microsecond))
+		before[i] = m.Time()
 	}
 	cl := c.client(t, &Options{Fencing: true})
 	l, err := cl.TryLock(t.Context(), "k", time.Second)
 	require.NoError(t, err)
-	assert.Greater(t, l.Fence(), uint64(now.UnixMicro()), "above the time the counters began")
+	began := slices.MinFunc(before, time.Time.Compare)
+	assert.Greater(t, l.Fence(), uint64(began.UnixMicro()), "above the time the counters began")
 	require.NoError(t, cl.Close())
 	written := 0
 	for i, m := range c.srv {
@@ -147,7 +156,9 @@ func TestNewDeployment(t *testing.T) {
 		if f == fmt.Sprint(l.Fence()) {
 			written++
 		} else {
-			assert.Equal(t, fmt.Sprint(now.Add(time.Duration(i)*time.Microsecond).UnixMicro()), f, "node %d", i)
+			n, err := strconv.ParseInt(f, 10, 64)
+			require.NoError(t, err, "node %d", i)
+			assert.True(t, n >= before[i].UnixMicro() && n <= m.Time().UnixMicro(), "node %d: counter %d is not its time in µs during the round (from %d)", i, n, before[i].UnixMicro())
 		}
 	}
 	// The write-back goes to the nodes that had granted when the first
@@ -159,6 +170,7 @@ func TestNewDeployment(t *testing.T) {
 // client cannot tell a new deployment from lost data. If the node comes up
 // within newDeploymentWindow, a round finds all five newly guarded and
 // locks; if later, the nodes serve once their own guards have run out.
+// Time passes for the guards only (see passGuards).
 func TestNewDeploymentNodeDown(t *testing.T) {
 	window := defaultTunables().newDeploymentWindow
 	for _, late := range []time.Duration{window - time.Second, window + time.Second} {
@@ -170,8 +182,6 @@ func testNewDeploymentNodeDown(t *testing.T, late time.Duration) {
 	leakcheck.Check(t)
 	c := newCluster(t, 5)
 	c.fresh = true
-	now := time.Now()
-	c.setTime(now)
 	cl := c.client(t, nil)
 	c.hooks[4].set(nil, errBroken)
 	_, err := cl.TryLock(t.Context(), "k", time.Second)
@@ -192,14 +202,14 @@ func testNewDeploymentNodeDown(t *testing.T, late time.Duration) {
 	}
 
 	c.hooks[4].set(nil, nil)
-	c.setTime(now.Add(late))
+	c.passGuards(late) // node 4 has no state yet: its guard begins now
 	_, err = cl.TryLock(t.Context(), "k", time.Second)
 	if late < defaultTunables().newDeploymentWindow {
 		require.NoError(t, err)
 		return
 	}
 	require.ErrorIs(t, err, ErrGuarded)
-	c.setTime(now.Add(DefaultRestartGuard))
+	c.passGuards(DefaultRestartGuard - late)
 	_, err = cl.TryLock(t.Context(), "k", time.Second)
 	require.NoError(t, err, "nodes 0-3 are out of their guard")
 }
@@ -209,7 +219,8 @@ func testNewDeploymentNodeDown(t *testing.T, late time.Duration) {
 // nodes that have not restarted yet, and then those restart too. When the
 // last one restarts every node is guarded, but not a new deployment: B,
 // even from a new Client, must not get C's lock. The negative control sets
-// new-deployment window to an hour, and B gets it.
+// new-deployment window to an hour, and B gets it. Time passes for the
+// guards only (see passGuards): the restarts wipe every key that matters.
 func TestRollingRestart(t *testing.T) {
 	t.Run("window 5s", func(t *testing.T) { testRollingRestart(t, false) })
 	t.Run("window 1h", func(t *testing.T) { testRollingRestart(t, true) })
@@ -221,23 +232,26 @@ func testRollingRestart(t *testing.T, violate bool) {
 	if violate {
 		c.tune = func(t *tunables) { t.newDeploymentWindow = time.Hour }
 	}
-	now := time.Now()
-	c.setTime(now)
+	var now time.Duration // the time the test has let pass
+	passTo := func(at time.Duration) {
+		c.passGuards(at - now)
+		now = at
+	}
 	traffic := c.client(t, nil)
 	tick := func(at time.Duration, restart int) {
-		c.setTime(now.Add(at))
+		passTo(at)
 		c.restart(restart)
 		_, _ = traffic.TryLock(t.Context(), "traffic", time.Second) // lock requests keep coming
 		settle(traffic)                                             // before the next restart
 	}
 	tick(0, 0)
 	tick(10*time.Second, 1)
-	c.setTime(now.Add(15 * time.Second))
+	passTo(15 * time.Second)
 	holder := c.client(t, nil)
 	lc := lockOn(t, c, holder, "k", 30*time.Second, 2, 3, 4)
 	tick(20*time.Second, 2)
 	tick(30*time.Second, 3)
-	c.setTime(now.Add(40 * time.Second))
+	passTo(40 * time.Second)
 	c.restart(4)
 
 	c.fresh = true        // the test's clients no longer set up the nodes' state
@@ -263,16 +277,15 @@ func testRollingRestart(t *testing.T, violate bool) {
 func TestExtendStartsGuard(t *testing.T) {
 	leakcheck.Check(t)
 	c := newCluster(t, 5)
-	now := time.Now()
-	c.setTime(now)
 	cl := c.client(t, nil)
 	l, err := cl.TryLock(t.Context(), "k", 10*time.Second)
 	require.NoError(t, err)
 	c.waitHolders(t, "k", l.Token(), 5) // the round returned at its quorum
 	c.restart(0)
+	before := c.srv[0].Time()
 	require.NoError(t, l.Extend(t.Context(), 10*time.Second))
 	require.NoError(t, cl.Close()) // node 0's answer has come
-	assert.Equal(t, strconv.FormatInt(now.Add(DefaultRestartGuard).UnixMilli(), 10), c.srv[0].HGet(reservedKey, "g"))
+	assertMillis(t, c.srv[0].HGet(reservedKey, "g"), before.Add(DefaultRestartGuard), c.srv[0].Time().Add(DefaultRestartGuard), "guarded until node time + guard")
 	assert.False(t, held(c.srv[0], "k"), "a failed extend sets nothing")
 	assert.Equal(t, "0", c.srv[1].HGet(reservedKey, "g"), "a node in service is left alone")
 
@@ -363,65 +376,88 @@ func TestConcurrentBootstrap(t *testing.T) {
 
 // TestGuardScript checks the acquire script's guard on one node: creation,
 // the time left, the shortcut's mark and establish, a stale establish
-// after another loss, and the end.
+// after another loss, and the end. The node's clock runs: time passes for
+// the guard by moving its end (see passGuards), and each time left is
+// checked against the node's time before and after the call.
 func TestGuardScript(t *testing.T) {
 	c := newCluster(t, 1)
 	m, n, ctx := c.srv[0], c.nodes[0], t.Context()
-	now := time.Unix(1_800_000_000, 0)
-	m.SetTime(now)
 	run := func(token, establish, fence string) any {
 		t.Helper()
 		v, err := kernelAcquire(fence == "1").Run(ctx, n, []string{"k", reservedKey}, token, 1000, 60_000, establish).Result()
 		require.NoError(t, err)
 		return v
 	}
+	// refused runs the script on a guarded state and checks its reply
+	// {-2, ms left, id, mark}, ms left being the guard's end less the
+	// node's time during the call.
+	refused := func(token, establish, fence, id, mark, msg string) {
+		t.Helper()
+		end, err := strconv.ParseInt(m.HGet(reservedKey, "g"), 10, 64)
+		require.NoError(t, err, msg)
+		before := m.Time().UnixMilli()
+		v := run(token, establish, fence)
+		after := m.Time().UnixMilli()
+		r, ok := v.([]any)
+		require.True(t, ok && len(r) == 4, "%s: %v", msg, v)
+		assert.Equal(t, []any{int64(-2), id, mark}, []any{r[0], r[2], r[3]}, msg)
+		left, _ := r[1].(int64)
+		assert.True(t, end-after <= left && left <= end-before, "%s: %d ms left of a guard that ends at %d, node time %d to %d", msg, left, end, before, after)
+	}
 	h := strings.Repeat("a", 32) // a mark, as protocol.StateMark makes them
 	assert.Equal(t, []any{int64(-2), int64(60_000), "t1", ""}, run("t1", "", "0"), "no state: guarded for the full guard")
-	m.SetTime(now.Add(20 * time.Second))
-	assert.Equal(t, []any{int64(-2), int64(40_000), "t1", ""}, run("t2", "", "0"))
-	assert.Equal(t, []any{int64(-2), int64(40_000), "t1", ""}, run("t2", "e"+h+"wrong", "0"), "establish needs the state's id")
-	assert.Equal(t, []any{int64(-2), int64(40_000), "t1", ""}, run("t2", "e"+h+"t1", "0"), "establish needs the mark")
-	assert.Equal(t, []any{int64(-2), int64(40_000), "t1", ""}, run("t2", "m"+h+"wrong", "0"), "a mark needs the state's id")
-	assert.Equal(t, []any{int64(-2), int64(40_000), "t1", h}, run("t2", "m"+h+"t1", "0"), "marked, nothing granted")
+	c.passGuards(20 * time.Second)
+	refused("t2", "", "0", "t1", "", "20 s later")
+	refused("t2", "e"+h+"wrong", "0", "t1", "", "establish needs the state's id")
+	refused("t2", "e"+h+"t1", "0", "t1", "", "establish needs the mark")
+	refused("t2", "m"+h+"wrong", "0", "t1", "", "a mark needs the state's id")
+	refused("t2", "m"+h+"t1", "0", "t1", h, "marked, nothing granted")
 	assert.False(t, held(m, "k"))
 	b := strings.Repeat("b", 32)
-	assert.Equal(t, []any{int64(-2), int64(40_000), "t1", h}, run("t2", "m"+b+"t1", "0"), "a mark is set once")
-	assert.Equal(t, []any{int64(-2), int64(40_000), "t1", h}, run("t2", "e"+b+"t1", "0"), "establish needs the same mark")
+	refused("t2", "m"+b+"t1", "0", "t1", h, "a mark is set once")
+	refused("t2", "e"+b+"t1", "0", "t1", h, "establish needs the same mark")
 
 	// The node loses its data after a client marked it as t1: the
 	// client's establish must not end the new guard.
 	m.FlushAll()
 	assert.Equal(t, []any{int64(-2), int64(60_000), "t3", ""}, run("t3", "e"+h+"t1", "0"))
 	assert.False(t, held(m, "k"))
-	assert.Equal(t, []any{int64(-2), int64(60_000), "t3", ""}, run("t4", "e"+h+"t3", "0"), "not marked")
-	assert.Equal(t, []any{int64(-2), int64(60_000), "t3", h}, run("t4", "m"+h+"t3", "0"))
-	assert.Equal(t, []any{int64(0), now.Add(20 * time.Second).UnixMicro()}, run("t4", "e"+h+"t3", "1"),
-		"established: granted, counter known, from the node's time in microseconds")
+	refused("t4", "e"+h+"t3", "0", "t3", "", "not marked")
+	refused("t4", "m"+h+"t3", "0", "t3", h, "marked")
+	before := m.Time().UnixMicro()
+	v := run("t4", "e"+h+"t3", "1")
+	after := m.Time().UnixMicro()
+	r, ok := v.([]any)
+	require.True(t, ok && len(r) == 2, "%v", v)
+	assert.Equal(t, int64(0), r[0], "established: granted")
+	f, _ := r[1].(int64)
+	assert.True(t, before <= f && f <= after, "counter known, from the node's time in microseconds: %d, node time %d to %d", f, before, after)
 	m.Del("k")
 
 	// A guard that the connection check began (mark "x": the server kept
 	// data) is neither marked nor ended by the shortcut.
-	m.HSet(reservedKey, "g", fmt.Sprint(now.Add(60*time.Second).UnixMilli()), "id", "run", "v", "x")
+	m.HSet(reservedKey, "g", fmt.Sprint(m.Time().Add(40*time.Second).UnixMilli()), "id", "run", "v", "x")
 	m.HDel(reservedKey, "f")
-	assert.Equal(t, []any{int64(-2), int64(40_000), "run", "x"}, run("t8", "m"+h+"run", "0"), "not marked")
-	assert.Equal(t, []any{int64(-2), int64(40_000), "run", "x"}, run("t8", "e"+h+"run", "0"), "not established")
-	assert.Equal(t, []any{int64(-2), int64(40_000), "run", "x"}, run("t8", "e"+"x"+"run", "0"), "not established by its own mark either")
+	refused("t8", "m"+h+"run", "0", "run", "x", "not marked")
+	refused("t8", "e"+h+"run", "0", "run", "x", "not established")
+	refused("t8", "e"+"x"+"run", "0", "run", "x", "not established by its own mark either")
 	assert.False(t, held(m, "k"))
 	// An earlier version's check left no mark, and the server's
 	// replication ID as the state's id: the same.
 	m.HSet(reservedKey, "id", "replid", "r", "replid")
 	m.HDel(reservedKey, "v")
-	assert.Equal(t, []any{int64(-2), int64(40_000), "replid", "x"}, run("t8", "m"+h+"replid", "0"), "not marked")
+	refused("t8", "m"+h+"replid", "0", "replid", "x", "not marked")
 	assert.False(t, m.Exists(reservedKey) && m.HGet(reservedKey, "v") != "")
 
-	// A guard that runs out leaves the counter unknown.
+	// A guard that runs out leaves the counter unknown: in its last
+	// seconds it refuses, and once they have passed it grants.
 	m.FlushAll()
 	run("t5", "", "0")
-	m.SetTime(now.Add(80*time.Second - time.Millisecond))
-	assert.Equal(t, []any{int64(-2), int64(1), "t5", ""}, run("t6", "", "1"))
-	m.SetTime(now.Add(80 * time.Second))
+	c.passGuards(DefaultRestartGuard - 5*time.Second)
+	refused("t6", "", "1", "t5", "", "the guard's last seconds")
+	c.passGuards(5 * time.Second)
 	assert.Equal(t, []any{int64(0), int64(-1)}, run("t6", "", "1"))
-	assert.Equal(t, int64(1000), int64(m.TTL("k")/time.Millisecond))
+	assert.InDelta(t, 1000, m.TTL("k").Milliseconds(), 100)
 
 	// With the guard off, the script ignores the state.
 	m.FlushAll()

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -45,7 +44,7 @@ func waitInLine(t *testing.T, c *cluster, key string) string {
 
 // withEntry returns a node whose line of key holds entry first. (A node
 // may also hold the entry of a waiter that won by a round there late.)
-func withEntry(t *testing.T, c *cluster, key, entry string) *miniredis.Miniredis {
+func withEntry(t *testing.T, c *cluster, key, entry string) *server {
 	t.Helper()
 	for _, m := range c.srv {
 		if members, _ := m.ZMembers(lineKey(key)); len(members) == 1 && members[0] == entry {

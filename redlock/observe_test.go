@@ -224,7 +224,7 @@ func TestObserverNodeChanges(t *testing.T) {
 	lockUntil(n3 + " guard_entered")
 	assert.ElementsMatch(t, []string{n1 + " unreachable", n1 + " reachable", n3 + " guard_entered"}, rec.nodeChanges())
 
-	c.srv[3].SetTime(time.Now().Add(2 * DefaultRestartGuard)) // its guard has run out
+	c.passGuards(2*DefaultRestartGuard, 3) // its guard has run out
 	lockUntil(n3 + " guard_left")
 	assert.Len(t, rec.nodeChanges(), 4)
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -89,8 +88,8 @@ func TestManyNodes(t *testing.T) {
 // dialled anew).
 func TestNewNodesConnCheck(t *testing.T) {
 	leakcheck.Check(t)
-	m := miniredis.RunT(t)
-	n := NewNodes(m.Addr())[0].(*redis.Client)
+	s := redisproc.StartT(t, 1)
+	n := NewNodes(s.Addrs[0])[0].(*redis.Client)
 	t.Cleanup(func() { _ = n.Close() })
 	restartAfter := func(idle time.Duration) (pooled, failed int) {
 		var wg sync.WaitGroup
@@ -99,8 +98,7 @@ func TestNewNodesConnCheck(t *testing.T) {
 		}
 		wg.Wait()
 		pooled = int(n.PoolStats().IdleConns)
-		m.Close()
-		require.NoError(t, m.Restart())
+		require.NoError(t, s.Restart(t.Context(), 0)) // killed, and started again on its address
 		time.Sleep(idle)
 		for range pooled {
 			if n.Ping(t.Context()).Err() != nil {

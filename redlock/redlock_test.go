@@ -318,7 +318,7 @@ func TestIdempotentAcquire(t *testing.T) {
 	v, err := runAcquire(ctx, n, "k", "tok", 1000).Int64()
 	require.NoError(t, err)
 	assert.Equal(t, int64(0), v)
-	c.srv[0].FastForward(600 * time.Millisecond)
+	c.srv[0].SetTTL("k", 400*time.Millisecond) // 600 ms of its TTL pass
 	// A retried acquire with the same token is granted and resets the TTL.
 	v, err = runAcquire(ctx, n, "k", "tok", 1000).Int64()
 	require.NoError(t, err)
@@ -427,13 +427,14 @@ func TestExtendAfterValidityRanOut(t *testing.T) {
 func TestStaleUnlockLeavesNewHolder(t *testing.T) {
 	c := newCluster(t, 5)
 	a, b := c.client(t, nil), c.client(t, nil)
-	// A TTL that no round under load outlasts: the nodes' clocks move on
-	// instead, and a's Unlock finds its lock still valid and asks them.
+	// A TTL that no round under load outlasts: a's keys expire on the nodes
+	// (the test deletes them) while its Unlock finds its lock still valid
+	// and asks them.
 	la, err := a.TryLock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
 	c.waitHolders(t, "k", la.Token(), 5)
 	for _, m := range c.srv {
-		m.FastForward(2 * time.Minute) // a's keys expire
+		m.Del("k") // a's keys expire
 	}
 	lb, err := b.TryLock(t.Context(), "k", 10*time.Second)
 	require.NoError(t, err)

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -241,7 +240,7 @@ func waitWaiting(t *testing.T, cl *Client, key string) {
 // waitListeners waits until every node of c has at least n subscribers to
 // the announcements of key (as given, with the default prefix), one more on
 // each node of also (a test's own subscription).
-func waitListeners(t *testing.T, c *cluster, key string, n int, also ...*miniredis.Miniredis) {
+func waitListeners(t *testing.T, c *cluster, key string, n int, also ...*server) {
 	t.Helper()
 	ch := protocol.ReleasedChannel + key
 	require.Eventually(t, func() bool {
@@ -311,7 +310,7 @@ func TestWakeListenersStopWhenIdle(t *testing.T) {
 		n, all := 0, 0
 		for _, m := range c.srv {
 			n += m.PubSubNumSub(releasedChannel + key)[releasedChannel+key]
-			all += len(slices.DeleteFunc(m.PubSubChannels(""), func(ch string) bool { return ch == cl.handChannel() }))
+			all += len(slices.DeleteFunc(m.PubSubChannels("*"), func(ch string) bool { return ch == cl.handChannel() }))
 		}
 		return n, all
 	}
