@@ -46,9 +46,8 @@ test: image
 ## (acquisitions, faults by kind, violations) even when it passes. The tests
 ## that count allocations run again without -race, which adds its own.
 gotests:
-	$(GO) test -race -count=1 -timeout 9m ./...
+	$(GO) test -race -count=1 -timeout 9m ./... & lib=$$!; (cd $(CLIMOD) && $(GO) test -race -count=1 ./...); cli=$$?; wait $$lib && exit $$cli
 	$(GO) test -count=1 -run 'TestLockUnlockAllocs|TestToken$$' ./redlock ./internal/protocol
-	cd $(CLIMOD) && $(GO) test -race -count=1 ./...
 	cd $(TESTMOD) && $(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/test/chaos$$')
 	for m in $(CONTRIB) $(KIT); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 	cd $(BENCHMOD) && $(GO) test -count=1 ./...
@@ -64,12 +63,11 @@ model:
 
 ## check: the developer loop, a few minutes on two cores: lint, the unit
 ## tests, and the library's own tests on real redis-server processes
-## (redlock, cmd/redlock), without the race detector, the model, Docker or
-## the chaos suite, which make test adds.
+## (redlock, and CLIMOD's beside them), without the race detector, the
+## model, Docker or the chaos suite, which make test adds.
 check: lint
 	./scripts/ensure-redis-server.sh
-	$(GO) test -count=1 ./...
-	cd $(CLIMOD) && $(GO) test -count=1 ./...
+	$(GO) test -count=1 ./... & lib=$$!; (cd $(CLIMOD) && $(GO) test -count=1 ./...); cli=$$?; wait $$lib && exit $$cli
 
 ## lint: gofmt, go vet and staticcheck (STATICCHECK, installed by go
 ## install) on every module.
