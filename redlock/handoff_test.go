@@ -154,8 +154,12 @@ func TestHandoff(t *testing.T) {
 		for i, m := range c.srv {
 			v, _ := value(m, key)
 			assert.True(t, v == "" || strings.HasPrefix(v, protocol.TombstonePrefix), "node %d: %s left holding %q", i, key, v)
-			assert.False(t, slices.ContainsFunc(entries(t, c, i, key), func(e string) bool { return strings.HasSuffix(e, "|"+b.handChannel()) }),
-				"node %d: b left the line", i)
+			// An entry of b's that a node kept (its round joined there after
+			// the node's release) leaves with the release that pops it and
+			// hands the key to that round, a stray handoff that b releases.
+			assert.Eventually(t, func() bool {
+				return !slices.ContainsFunc(entries(t, c, i, key), func(e string) bool { return strings.HasSuffix(e, "|"+b.handChannel()) })
+			}, 5*time.Second, time.Millisecond, "node %d: b left the line", i)
 		}
 		if handed {
 			return

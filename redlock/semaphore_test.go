@@ -56,11 +56,13 @@ func TestSemaphoreOneRoundTrip(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client(t, nil)
 	// sent counts the commands sent to the nodes that name one of the
-	// name's keys.
+	// name's keys, but an EVAL after NOSCRIPT: the warm-up's round, decided
+	// at its quorum, may not have sent its acquire to the third node, which
+	// then lacks the script.
 	sent := func(name string) (n int) {
 		for _, h := range c.hooks {
 			for _, cmd := range h.commands() {
-				if strings.Contains(cmd, name+":") {
+				if strings.Contains(cmd, name+":") && !strings.HasPrefix(cmd, "[eval ") {
 					n++
 				}
 			}
