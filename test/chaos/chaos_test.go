@@ -137,6 +137,11 @@ func guardPair(t *testing.T, base Options, kind FaultKind, what string, gapOff, 
 		o := base
 		o.FaultGap = gapOff
 		o.Client.UnsafeNoRestartGuard = true
+		// Waiters retry within MaxRetryDelay, not at up to a quarter of the
+		// TTL as in a handoff's line: a waiter then tries the restarted node
+		// before the holder's hold ends, and the double hold that the
+		// checkers must report comes in every run, not in most.
+		o.Client.Waiting = redlock.WaitBackoff
 		r := Run(t, o)
 		require.Positive(t, r.Faults[kind], what)
 		assert.NotEmpty(t, r.Overlaps, "the interval check must find the double hold")
