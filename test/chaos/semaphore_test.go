@@ -98,9 +98,9 @@ func TestChaosSemaphoreRW(t *testing.T) {
 // always bring the violation: the naive semaphore's excess needs a fault
 // at the right moment, and the read-write controls hold seldom while a
 // restart guard runs (one CI run's blind writer held 4 times in 3 s).
-func untilFound(t *testing.T, run func() *PermitResult, found func(*PermitResult) bool) *PermitResult {
+func untilFound[R any](t *testing.T, run func() R, found func(R) bool) R {
 	t.Helper()
-	var r *PermitResult
+	var r R
 	for try := range 3 {
 		if r = run(); found(r) {
 			return r
