@@ -14,6 +14,11 @@ demo:
 ## checkout; scripts/tidy-cli.sh tidies it.
 CLIMOD := cmd/redlock
 
+## beside_cli runs the command $(1) ./... in the core module and in CLIMOD
+## at once, as one go test ./... did when they were one module, and fails
+## if either failed.
+beside_cli = $(1) ./... & lib=$$!; (cd $(CLIMOD) && $(1) ./...); cli=$$?; wait $$lib && exit $$cli
+
 ## CONTRIB: the nested modules of the metrics and tracing adapters, tested and
 ## vetted with the core module.
 CONTRIB := contrib/prometheus contrib/otel
@@ -46,7 +51,7 @@ test: image
 ## (acquisitions, faults by kind, violations) even when it passes. The tests
 ## that count allocations run again without -race, which adds its own.
 gotests:
-	$(GO) test -race -count=1 -timeout 9m ./... & lib=$$!; (cd $(CLIMOD) && $(GO) test -race -count=1 ./...); cli=$$?; wait $$lib && exit $$cli
+	$(call beside_cli,$(GO) test -race -count=1 -timeout 9m)
 	$(GO) test -count=1 -run 'TestLockUnlockAllocs|TestToken$$' ./redlock ./internal/protocol
 	cd $(TESTMOD) && $(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/test/chaos$$')
 	for m in $(CONTRIB) $(KIT); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
@@ -67,7 +72,7 @@ model:
 ## model, Docker or the chaos suite, which make test adds.
 check: lint
 	./scripts/ensure-redis-server.sh
-	$(GO) test -count=1 ./... & lib=$$!; (cd $(CLIMOD) && $(GO) test -count=1 ./...); cli=$$?; wait $$lib && exit $$cli
+	$(call beside_cli,$(GO) test -count=1)
 
 ## lint: gofmt, go vet and staticcheck (STATICCHECK, installed by go
 ## install) on every module.

@@ -55,15 +55,7 @@ func (c *cluster) establish(prefix string) {
 // is not installed, as [redisproc.Require] does.
 func newCluster(t *testing.T, n int) *cluster {
 	t.Helper()
-	s := redisproc.StartT(t, n)
-	// Killed before Stop, whose SIGTERM a server acts on only at its next
-	// cron tick, up to 100 ms later: their data is thrown away anyway.
-	t.Cleanup(func() {
-		for i := range s.Addrs {
-			s.Kill(i)
-		}
-	})
-	return clusterOn(t, s)
+	return clusterOn(t, redisproc.StartT(t, n))
 }
 
 // clusterOn returns a cluster of the running servers s, whose clients are
