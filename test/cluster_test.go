@@ -339,7 +339,12 @@ func TestRingNode(t *testing.T) {
 func wokenByRelease(t *testing.T, cl *redlock.Client, nodes []redis.UniversalClient, guard time.Duration, key string, ttl time.Duration) {
 	t.Helper()
 	ctx := t.Context()
-	held, err := cl.TryLock(ctx, key, ttl)
+	// held's key expires on the nodes no sooner than expiry: a waiter that
+	// gets the lock before then was woken by the release. The longest hold
+	// the guard allows gives a loaded machine time to wake it.
+	hold := guard
+	expiry := time.Now().Add(hold)
+	held, err := cl.TryLock(ctx, key, hold)
 	require.NoError(t, err)
 	waiter, err := redlock.New(nodes, &redlock.Options{RestartGuard: guard, NodeTimeout: time.Second,
 		MinRetryDelay: 10 * time.Second, MaxRetryDelay: 10 * time.Second})
@@ -369,8 +374,8 @@ func wokenByRelease(t *testing.T, cl *redlock.Client, nodes []redis.UniversalCli
 	select {
 	case err := <-got:
 		require.NoError(t, err)
-	case <-time.After(time.Second):
-		t.Fatalf("the waiter slept through the release, until the key's expiry (%v)", ttl)
+	case <-time.After(time.Until(expiry)):
+		t.Fatalf("the waiter slept through the release, until the key's expiry (%v)", hold)
 	}
 }
 
