@@ -166,9 +166,10 @@ func TestDoPanicReleases(t *testing.T) {
 func TestDoEndsAtClose(t *testing.T) {
 	leakcheck.Check(t)
 	s := redisproc.StartT(t, 3)
-	c, err := Open(s.Addrs, nil)
-	require.NoError(t, err)
 	const ttl = time.Minute
+	extension := watchSleep(ttl / 3)
+	c, err := Open(s.Addrs, &Options{Clock: extension})
+	require.NoError(t, err)
 	running := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
@@ -183,7 +184,7 @@ func TestDoEndsAtClose(t *testing.T) {
 		})
 	}()
 	<-running
-	time.Sleep(50 * time.Millisecond) // Do's watch waits for its first extension
+	extension.wait(t, "Do's watch") // until its first extension
 	require.NoError(t, c.Close())
 	err = <-done
 	require.ErrorIs(t, err, ErrLockLost)

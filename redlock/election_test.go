@@ -436,11 +436,12 @@ func TestElectionRecordBehind(t *testing.T) {
 func TestElectionClose(t *testing.T) {
 	leakcheck.Check(t)
 	_, open := electionNodes(t, 3)
-	a, b := open("a", nil), open("b", nil)
 	const ttl = time.Minute
+	extension := watchSleep(ttl / 3)
+	a, b := open("a", &Options{Fencing: true, Clock: extension}), open("b", nil)
 	lead, err := a.Election("job").Campaign(t.Context(), "a", ttl)
 	require.NoError(t, err)
-	time.Sleep(50 * time.Millisecond) // the leadership waits for its first extension
+	extension.wait(t, "the leadership's watch") // until its first extension
 	require.NoError(t, a.Close())
 	select {
 	case <-lead.done: // not Done(), which would check the validity itself

@@ -95,21 +95,21 @@ func Example_restartGuard() {
 	defer cluster.Close()
 	ctx := context.Background()
 	opts := &redlock.Options{RestartGuard: 30 * time.Second, NodeTimeout: time.Second}
+	// On new nodes the first round finds all of them new and locks at once:
+	// no waiting after a fresh deployment.
+	deploy, _ := redlock.Open(cluster.Addrs(), opts)
+	first, err := deploy.TryLock(ctx, "warm-up", time.Second)
+	fmt.Println("first lock:", err)
+	_ = first.Unlock(ctx)
+	// TryLock and Unlock return once a quorum answered; Close waits for the
+	// other requests too. So every node has seen the first round.
+	_ = deploy.Close()
+
 	// A reaches the nodes through links of its own, so that node 2 can be
 	// cut off from A alone.
 	viewA, linksA, _ := cluster.View()
 	clientA, _ := redlock.New(redlock.NewNodes(viewA...), opts)
 	defer clientA.Close()
-
-	// On new nodes the first round finds all of them new and locks at once:
-	// no waiting after a fresh deployment.
-	first, err := clientA.TryLock(ctx, "warm-up", time.Second)
-	fmt.Println("first lock:", err)
-	_ = first.Unlock(ctx)
-	// TryLock and Unlock return once a quorum answered. Let their requests
-	// reach node 2 too before it is cut off, so that node 2 is established.
-	time.Sleep(100 * time.Millisecond)
-
 	linksA[2].Partition() // node 2 is unreachable from A while A locks
 	a, err := clientA.TryLock(ctx, "job", 10*time.Second)
 	fmt.Println("A:", err)

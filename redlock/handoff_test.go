@@ -500,7 +500,7 @@ func TestHandoffLateAfterUnlock(t *testing.T) {
 	settleNode(b, 2)
 	lateA() // node 2 hands the key off to b's entry, still in its line
 	require.Eventually(t, func() bool { v, _ := value(c.srv[2], "k"); return v != la.Token() }, 5*time.Second, time.Millisecond)
-	time.Sleep(100 * time.Millisecond) // the announcement reaches b
+	drain(t, c, b) // node 2's handoff reached b
 	slowB()
 	<-unlocked
 	if !assert.Eventually(t, func() bool { return !held(c.srv[2], "k") }, 5*time.Second, time.Millisecond) {

@@ -20,9 +20,41 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redquorum/redquorum/clock"
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
+
+// sleepWatch is the real clock, which tells when the code under test first
+// sleeps for d. A test waits for that, not for some time, before it acts on
+// code that must be asleep by then.
+type sleepWatch struct {
+	clock.Real
+	d      time.Duration
+	once   sync.Once
+	asleep chan struct{}
+}
+
+func watchSleep(d time.Duration) *sleepWatch {
+	return &sleepWatch{d: d, asleep: make(chan struct{})}
+}
+
+func (s *sleepWatch) After(d time.Duration) <-chan time.Time {
+	if d == s.d {
+		s.once.Do(func() { close(s.asleep) })
+	}
+	return s.Real.After(d)
+}
+
+// wait returns once the code under test sleeps for d.
+func (s *sleepWatch) wait(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-s.asleep:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s never slept for %v", what, s.d)
+	}
+}
 
 // cluster is N redis-server processes with a fault hook in front of each
 // client.

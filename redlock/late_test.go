@@ -138,7 +138,14 @@ func (r *lateRig) failLate(t *testing.T, delay time.Duration, cls ...*Client) {
 			done <- err
 		}()
 	}
-	time.Sleep(100 * time.Millisecond) // the proxies have read the acquires, and hold them
+	require.Eventually(t, func() bool {
+		for _, p := range r.proxies {
+			if p.Holding() < len(cls) {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the proxies hold every client's acquire")
 	for _, p := range r.proxies {
 		p.SetLatency(0, 0) // the releases, on new connections, overtake them
 	}

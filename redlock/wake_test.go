@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"net"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -82,7 +83,8 @@ func TestWakeDuringRound(t *testing.T) {
 	require.Eventually(t, func() bool { return c.keys("k") == 0 }, 5*time.Second, time.Millisecond, "a released every node")
 	require.Eventually(t, func() bool { next, _ := b.waker().Named(b.stored("k")); return next != "" },
 		5*time.Second, time.Millisecond, "b heard a's release, which names it")
-	time.Sleep(100 * time.Millisecond) // and the other nodes' announcements
+	require.Eventually(t, func() bool { return b.waker().Announcements(b.stored("k")) == 1+len(c.srv) },
+		5*time.Second, time.Millisecond, "b heard the announcement that named nobody and every node's of a's release")
 	start := time.Now()
 	close(hold.gate)
 	select {
@@ -203,13 +205,35 @@ func TestWakeNotOnFailedRounds(t *testing.T) {
 func TestWakeListenersStop(t *testing.T) {
 	leakcheck.Check(t)
 	c := newCluster(t, 3)
+	down := c.srv[2].Addr()
 	c.srv[2].Close()
-	b := c.client(t, nil)
+	dials := &dialCounter{addr: down}
+	b := c.hookedClient(t, dials, &Options{})
 	ch := b.waker().Listen("k", time.Time{})
 	require.NotNil(t, ch)
-	time.Sleep(150 * time.Millisecond) // the listener of node 2 fails and retries
+	require.Eventually(t, func() bool { return dials.n.Load() >= 2 }, 5*time.Second, time.Millisecond,
+		"the listener of node 2 failed to connect, and tried again")
 	require.NoError(t, b.Close())
 	assert.Nil(t, b.waker().Listen("k", time.Time{}), "no listener after Close")
+}
+
+// dialCounter counts the dials to addr.
+type dialCounter struct {
+	addr string
+	n    atomic.Int32
+}
+
+func (h *dialCounter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr == h.addr {
+			h.n.Add(1)
+		}
+		return next(ctx, network, addr)
+	}
+}
+func (h *dialCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // lockUnlock locks key through cl in a goroutine, for a second, and

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/testkit/leakcheck"
 	"github.com/redquorum/redquorum/redlock"
 )
@@ -250,7 +251,7 @@ func TestSemaphoreClusterNodes(t *testing.T) {
 // uncontended Acquire and Release make one round each.
 func TestSemaphoreWakesRealServers(t *testing.T) {
 	leakcheck.Check(t)
-	addrs, _ := five(t)
+	addrs, direct := five(t)
 	ctx := t.Context()
 	var mu sync.Mutex
 	rounds := map[redlock.Op][]int{}
@@ -286,7 +287,17 @@ func TestSemaphoreWakesRealServers(t *testing.T) {
 		}
 		done <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // the waiter's first pass, and its wait
+	// The waiter's first pass failed, and it waits: it subscribed to the
+	// slots' releases (only a refused round does) on a quorum of the nodes.
+	require.Eventually(t, func() bool {
+		n := 0
+		for _, d := range direct {
+			if len(d.PubSubChannels(ctx, protocol.ReleasedChannel+"*").Val()) > 0 {
+				n++
+			}
+		}
+		return n >= 3
+	}, 10*time.Second, 5*time.Millisecond, "the waiter waits")
 	require.NoError(t, held[1].Release(ctx))
 	require.NoError(t, <-done)
 	require.NoError(t, held[0].Release(ctx))

@@ -49,6 +49,7 @@ func TestGuardFence(t *testing.T) {
 			_, err = c.TryLock(t.Context(), "job", time.Minute)
 			require.ErrorIs(t, err, redlock.ErrGuarded, "the nodes that lost their data guard themselves")
 			waitGuarded(t, nodes[:3])
+			waitReleased(t, nodes, "p:") // the refused round's release
 			all := strings.Join(addrs, ",")
 			code, out, errOut := runCLI(t, "guard", "end", "--nodes", all, "--prefix", "p:", "--yes")
 			require.Equal(t, 0, code, "%s%s", out, errOut)

@@ -72,6 +72,22 @@ func waitGuarded(t *testing.T, nodes []redis.UniversalClient) {
 	}, 5*time.Second, 5*time.Millisecond)
 }
 
+// waitReleased waits until no node holds a live lock key under prefix:
+// a round or an Unlock returns once a quorum answered, and its requests to
+// the other nodes may still be on their way. guard end refuses a node that
+// holds one.
+func waitReleased(t *testing.T, nodes []redis.UniversalClient, prefix string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, n := range nodes {
+			if k, _, err := liveKey(t.Context(), n, prefix); err != nil || k != "" {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 5*time.Millisecond, "every node released the locks under %q", prefix)
+}
+
 // served starts three nodes with start and returns their addresses, a
 // plain client on each and a Client that has locked and unlocked once on
 // them: the nodes are established, the Client in service.

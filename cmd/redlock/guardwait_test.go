@@ -52,6 +52,7 @@ func TestGuardStatusWait(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, l.Unlock(t.Context()))
 			waitGuarded(t, nodes)
+			waitReleased(t, nodes, "p:")
 			code, _, errOut = runCLI(t, "guard", "status", "--nodes", all, "--prefix", "p:", "--wait", "--timeout", "300ms")
 			assert.Equal(t, 1, code)
 			assert.Regexp(t, `not every node is in service after 300ms: node `+regexp.QuoteMeta(addrs[1])+` is guarded for (59|60)s\n$`, errOut)

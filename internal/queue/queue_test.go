@@ -407,7 +407,7 @@ func TestExpiredTurnPassesToFirstWaiter(t *testing.T) {
 	second := enqueue(t, q, t.Context(), "k", never)
 	require.Eventually(t, func() bool { return f.Waiters() >= 1 }, bound, time.Millisecond)
 	f.Advance(time.Second)
-	time.Sleep(20 * time.Millisecond) // the second waiter has run its expiry case
+	time.Sleep(20 * time.Millisecond) // time for the second waiter to jump the queue, were it to
 	pending(t, second, "the second waiter jumped the queue")
 	close(proceed)
 	r := recv(t, first)

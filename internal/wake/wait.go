@@ -181,6 +181,15 @@ func (w *Waker) NamedSince(key, next string, since time.Time) bool {
 	return false
 }
 
+// Announcements returns how many announcements of key's release (as
+// stored) the Waker keeps: those heard since key was subscribed, at most
+// recentLimit.
+func (w *Waker) Announcements(key string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.recent[key])
+}
+
 // Heard reports, without taking a lock, whether any key has an
 // announcement to report through Named.
 func (w *Waker) Heard() bool { return w.heard.Load() }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,6 +37,7 @@ type link struct {
 	client net.Conn
 	mu     sync.Mutex
 	server net.Conn
+	heldUp atomic.Int32 // chunks read from the client, not yet written to the server
 }
 
 // NewProxy listens on a free port of 127.0.0.1 and forwards to target
@@ -98,6 +100,20 @@ func (p *Proxy) Heal() {
 	default:
 		close(p.flowing)
 	}
+}
+
+// Holding returns how many connections have bytes on their way to the
+// server that the proxy has read and holds back, for latency or a partition.
+func (p *Proxy) Holding() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for l := range p.links {
+		if l.heldUp.Load() > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // Cut closes every open connection in both directions, as a connection reset
@@ -204,9 +220,15 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn, up bool) {
 					delay = p.up
 				}
 				p.mu.Unlock()
+				if up {
+					l.heldUp.Add(1) // until written or dropped, below
+				}
 				select {
 				case ch <- chunk{slices.Clone(buf[:n]), time.Now().Add(delay)}:
 				case <-l.ctx.Done():
+					if up {
+						l.heldUp.Add(-1)
+					}
 					return
 				}
 			}
@@ -215,11 +237,19 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn, up bool) {
 			}
 		}
 	}()
+	gone := func() { // a chunk written or dropped
+		if up {
+			l.heldUp.Add(-1)
+		}
+	}
 	for c := range ch {
 		if !p.await(l, c.at) {
+			gone() // dropped
 			break
 		}
-		if _, err := dst.Write(c.b); err != nil {
+		_, err := dst.Write(c.b)
+		gone()
+		if err != nil {
 			break
 		}
 	}
@@ -228,6 +258,7 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn, up bool) {
 	p.await(l, time.Time{})
 	l.cut()
 	for range ch { // wait for the reader, which the cut unblocks
+		gone() // dropped
 	}
 }
 
