@@ -100,6 +100,16 @@ func served(t *testing.T, start func(t *testing.T, n int) []string) ([]string, [
 	l, err := c.TryLock(t.Context(), "warm", time.Minute)
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(t.Context()))
+	// The rounds returned at a quorum: the last node may see them later.
+	require.Eventually(t, func() bool {
+		for _, h := range states(t, nodes) {
+			if h["g"] != "0" {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 5*time.Millisecond, "every node is in service")
+	waitReleased(t, nodes, "p:")
 	return addrs, nodes, c
 }
 
