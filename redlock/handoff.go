@@ -229,12 +229,21 @@ func (hw *handWait) handed(ttl time.Duration) *round {
 	return r
 }
 
-// done takes the waiter's rounds that joined for a handoff off the key's
-// line, except the lock's. It releases, and hands on, what a node may have
-// handed off to them. The ledger expects every round that joined: the
-// first (whose token is the waiter's place), the failed ones, and the one
-// that obtained the lock. done forgets them all, but for a lock handed off
-// on the nodes, which its Unlock forgets.
+// done forgets the waiter's rounds that joined for a handoff. The ledger
+// expects every round that joined: the first (whose token is the waiter's
+// place), the failed ones, and the one that obtained the lock. done
+// forgets them all, but for a lock handed off on the nodes, which its
+// Unlock forgets. A handoff to a forgotten round is stray, released when
+// announced (see releaseStray).
+//
+// A waiter that gave up leaves the line: one release of its current round
+// takes the Client's entries for the key off each line, and releases the
+// key where a node handed it off to that round. A waiter that holds the
+// lock leaves nothing: each of its rounds replaced the previous one's
+// entries, and the lock's round took its own off (a handoff popped them,
+// or refused releases them with the lock). An earlier round's entry that
+// a later one missed is stray when handed off, or taken off by the
+// Client's next first round for the key (protocol.MayHave).
 func (hw *handWait) done(l *Lock) {
 	var lockToken string
 	if l != nil {
@@ -247,10 +256,8 @@ func (hw *handWait) done(l *Lock) {
 			}
 		}
 	}
-	for _, t := range hw.hands {
-		if lockToken != protocol.HandPrefix+t {
-			hw.h.leave(hw.w.keys[0], t, hw.ttl)
-		}
+	if cur := hw.current(); l == nil && cur != "" {
+		hw.h.leave(hw.w.keys[0], cur, hw.ttl)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -693,4 +694,74 @@ func TestHandoffCleared(t *testing.T) {
 			require.NoError(t, lb.Unlock(t.Context()))
 		})
 	}
+}
+
+// releaseCounter counts the releases sent to a node.
+type releaseCounter struct{ n atomic.Int64 }
+
+func (h *releaseCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *releaseCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isScript(scripts.Release)(cmd) {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *releaseCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestHandoffLeaves: a waiter that obtained the lock by a handoff, after
+// several rounds in line, sends no release to leave the line: each round
+// replaced the previous one's entry, and the handoff popped the last. A
+// waiter that gives up sends one release to each node, whatever its
+// rounds, which takes its entries off. Neither leaves an entry behind.
+func TestHandoffLeaves(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	c.tune = func(tn *tunables) { tn.yieldWindow = time.Second }
+	a := c.client(t, nil)
+	releases := &releaseCounter{}
+	b := c.hookedClient(t, releases, &Options{MinRetryDelay: 20 * time.Millisecond, MaxRetryDelay: 20 * time.Millisecond})
+	primeHandChannel(t, b)
+	la, err := a.Lock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	settle(a)
+
+	// b's later rounds replace its first round's entry.
+	lc, ec := lockLater(b, "k", 10*time.Second)
+	first := ""
+	require.Eventually(t, func() bool {
+		tokens := handTokens(t, c, "k", b)
+		if first == "" && len(tokens) > 0 {
+			first = tokens[0]
+		}
+		return first != "" && slices.ContainsFunc(tokens, func(tok string) bool { return tok != first })
+	}, 5*time.Second, time.Millisecond, "a later round of b's joined")
+	waitHandChannel(t, c, b, "k")
+	require.NoError(t, la.Unlock(t.Context()))
+	lb := <-lc
+	require.NoError(t, <-ec)
+	require.True(t, strings.HasPrefix(lb.Token(), protocol.HandPrefix), "b holds the lock by a handoff")
+	settle(b)
+	assert.Zero(t, releases.n.Load(), "releases sent by a waiter that obtained the lock")
+	drain(t, c, b) // a handoff heard after the unlock would be stray, and released
+	require.NoError(t, lb.Unlock(t.Context()))
+	settle(b)
+	assert.Equal(t, int64(len(c.srv)), releases.n.Load(), "b's unlock, one release per node")
+
+	// A waiter that gives up after several rounds.
+	la, err = a.Lock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	settle(a)
+	releases.n.Store(0)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err = b.Lock(ctx, "k", 10*time.Second)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	settle(b)
+	assert.Equal(t, int64(len(c.srv)), releases.n.Load(), "a waiter that gave up: one release per node")
+	assert.Eventually(t, func() bool { return len(handTokens(t, c, "k", b)) == 0 }, 5*time.Second, time.Millisecond, "b left the line")
+	require.NoError(t, la.Unlock(t.Context()))
 }
