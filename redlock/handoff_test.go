@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -696,22 +695,6 @@ func TestHandoffCleared(t *testing.T) {
 	}
 }
 
-// releaseCounter counts the releases sent to a node.
-type releaseCounter struct{ n atomic.Int64 }
-
-func (h *releaseCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *releaseCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isScript(scripts.Release)(cmd) {
-			h.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h *releaseCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // TestHandoffLeaves: a waiter that obtained the lock by a handoff, after
 // several rounds in line, sends no release to leave the line: each round
 // replaced the previous one's entry, and the handoff popped the last. A
@@ -722,7 +705,7 @@ func TestHandoffLeaves(t *testing.T) {
 	c := newCluster(t, 3)
 	c.tune = func(tn *tunables) { tn.yieldWindow = time.Second }
 	a := c.client(t, nil)
-	releases := &releaseCounter{}
+	releases := &cmdCounter{match: isScript(scripts.Release)}
 	b := c.hookedClient(t, releases, &Options{MinRetryDelay: 20 * time.Millisecond, MaxRetryDelay: 20 * time.Millisecond})
 	primeHandChannel(t, b)
 	la, err := a.Lock(t.Context(), "k", time.Minute)

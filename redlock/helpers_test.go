@@ -25,6 +25,35 @@ import (
 	"github.com/redquorum/redquorum/internal/testkit/redisproc"
 )
 
+// cmdCounter is a node client's hook that counts the commands sent, alone
+// or in a pipeline, that match.
+type cmdCounter struct {
+	match func(redis.Cmder) bool
+	n     atomic.Int64
+}
+
+func (h *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.match(cmd) {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if h.match(cmd) {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
 // sleepWatch is the real clock, which tells when the code under test first
 // sleeps for d. A test waits for that, not for some time, before it acts on
 // code that must be asleep by then.

@@ -188,7 +188,7 @@ func TestWakeNotOnFailedRounds(t *testing.T) {
 	// node 0, which must not wake b into another round.
 	require.True(t, c.srv[0].Del("k"))
 	b := c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
-	rounds := &roundCounter{} // a's lock loaded the acquire script on node 1
+	rounds := &cmdCounter{match: isScript(scripts.Acquire)} // a's lock loaded the acquire script on node 1
 	c.nodes[1].AddHook(rounds)
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
@@ -281,10 +281,6 @@ func waitListeners(t *testing.T, c *cluster, key string, n int, also ...*server)
 	}, 5*time.Second, time.Millisecond, "%d listeners of %q on every node", n, key)
 }
 
-// roundCounter counts the acquires sent to a node by SHA (the script is
-// loaded there): the rounds that reach it.
-type roundCounter struct{ n atomic.Int64 }
-
 // lockScript reports whether cmd runs a script other than the connection check.
 func lockScript(cmd redis.Cmder) bool {
 	name, args := cmd.Name(), cmd.Args()
@@ -292,28 +288,6 @@ func lockScript(cmd redis.Cmder) bool {
 		return false
 	}
 	return args[1] != scripts.Check.Hash() && args[1] != checkSource
-}
-
-func (h *roundCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *roundCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isScript(scripts.Acquire)(cmd) {
-			h.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *roundCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			if isScript(scripts.Acquire)(cmd) {
-				h.n.Add(1)
-			}
-		}
-		return next(ctx, cmds)
-	}
 }
 
 // TestWakeListenersStopWhenIdle: a waited-for key stays subscribed while a
