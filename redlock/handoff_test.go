@@ -707,7 +707,9 @@ func TestHandoffLeaves(t *testing.T) {
 	c.tune = func(tn *tunables) { tn.yieldWindow = time.Second }
 	a := c.client(t, nil)
 	releases := &cmdCounter{match: isScript(scripts.Release)}
-	b := c.hookedClient(t, releases, &Options{MinRetryDelay: 20 * time.Millisecond, MaxRetryDelay: 20 * time.Millisecond})
+	// A round that a node does not answer in time is released there: a
+	// loaded machine's 50 ms would add releases that are not leaves.
+	b := c.hookedClient(t, releases, &Options{MinRetryDelay: 20 * time.Millisecond, MaxRetryDelay: 20 * time.Millisecond, NodeTimeout: time.Second})
 	primeHandChannel(t, b)
 	la, err := a.Lock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
@@ -727,14 +729,16 @@ func TestHandoffLeaves(t *testing.T) {
 	require.NoError(t, la.Unlock(t.Context()))
 	lb := <-lc
 	require.NoError(t, <-ec)
-	if !strings.HasPrefix(lb.Token(), protocol.HandPrefix) {
-		// A round of b's raced the handoffs: b took the keys with a round.
-		// It obtained the lock all the same, and leaves nothing either.
+	drain(t, c, b) // a handoff heard after the unlock would be stray, and released
+	settle(b)
+	if strings.HasPrefix(lb.Token(), protocol.HandPrefix) {
+		assert.Zero(t, releases.n.Load(), "releases sent by a waiter that obtained the lock")
+	} else {
+		// A round of b's raced the handoffs, and a round that failed on
+		// the way releases where it was granted: not a leave to count.
 		t.Log("b obtained the lock by a round")
 	}
-	settle(b)
-	assert.Zero(t, releases.n.Load(), "releases sent by a waiter that obtained the lock")
-	drain(t, c, b) // a handoff heard after the unlock would be stray, and released
+	releases.n.Store(0)
 	require.NoError(t, lb.Unlock(t.Context()))
 	settle(b)
 	assert.Equal(t, int64(len(c.srv)), releases.n.Load(), "b's unlock, one release per node")
@@ -749,7 +753,13 @@ func TestHandoffLeaves(t *testing.T) {
 	_, err = b.Lock(ctx, "k", 10*time.Second)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	settle(b)
-	assert.Equal(t, int64(len(c.srv)), releases.n.Load(), "a waiter that gave up: one release per node")
+	// One leave per node. A round that the deadline cut short is released
+	// too, where it was not refused: one release more per node at most.
+	// Every earlier round's leave, as before, would be one per node each:
+	// three rounds or more in 300 ms.
+	n := releases.n.Load()
+	assert.GreaterOrEqual(t, n, int64(len(c.srv)), "a waiter that gave up leaves the line")
+	assert.LessOrEqual(t, n, int64(2*len(c.srv)), "a waiter that gave up: one leave per node")
 	assert.Eventually(t, func() bool { return len(handTokens(t, c, "k", b)) == 0 }, 5*time.Second, time.Millisecond, "b left the line")
 	require.NoError(t, la.Unlock(t.Context()))
 }
