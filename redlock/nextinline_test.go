@@ -101,6 +101,7 @@ func TestNextInLine(t *testing.T) {
 	b := c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
 	la, err := a.Lock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
+	c.waitHolders(t, "k", la.Token(), 3) // Lock returned at a quorum
 	got := lockAsync(b, "k", 10*time.Second)
 	place := waitInLine(t, c, "k")
 	first := withEntry(t, c, "k", place)
@@ -172,6 +173,7 @@ func TestNextInLineDeadOrLost(t *testing.T) {
 			b := c.client(t, &Options{MinRetryDelay: time.Minute, MaxRetryDelay: time.Minute})
 			la, err := a.Lock(t.Context(), "k", time.Minute)
 			require.NoError(t, err)
+			c.waitHolders(t, "k", la.Token(), 3) // Lock returned at a quorum
 			got := lockAsync(b, "k", 10*time.Second)
 			waitInLine(t, c, "k")
 			tc.fix(c)
