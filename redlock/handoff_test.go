@@ -122,6 +122,7 @@ func TestHandoff(t *testing.T) {
 		key := fmt.Sprintf("k%d", try)
 		la, err := a.Lock(t.Context(), key, time.Minute)
 		require.NoError(t, err)
+		settle(a) // Lock returned at a quorum
 		began := time.Now()
 		lc, ec := lockLater(b, key, 10*time.Second)
 		entry := waitInLine(t, c, key)
@@ -221,6 +222,7 @@ func skipsDeadWaiter(t *testing.T, hung bool) bool {
 	primeHandChannel(t, d)
 	la, err := a.Lock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
+	settle(a) // Lock returned at a quorum
 	_, bErr := lockLater(b, "k", time.Second)
 	waitInLine(t, c, "k")
 	waitHandChannel(t, c, b, "k")
@@ -379,6 +381,7 @@ func TestHandoffLostRegistration(t *testing.T) {
 	primeHandChannel(t, b)
 	la, err := a.Lock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
+	settle(a) // Lock returned at a quorum
 	lc, ec := lockLater(b, "k", 10*time.Second)
 	waitInLine(t, c, "k")
 	waitHandChannel(t, c, b, "k")
