@@ -211,7 +211,13 @@ func TestMetrics(t *testing.T) {
 		}
 		assert.Positive(t, dp.Sum)
 	}
-	assert.Len(t, nodes, 3)
+	// A round times the nodes that answered before it was decided: a
+	// quorum at least; on a loaded machine the third may answer last in
+	// every round.
+	assert.GreaterOrEqual(t, len(nodes), 2, "nodes timed: %v", nodes)
+	for _, n := range nodes {
+		assert.Regexp(t, `^127\.0\.0\.1:\d+$`, n, "a node is named by its address")
+	}
 
 	held := metricByName(t, rm, "redquorum.locks.held").Data.(metricdata.Sum[int64])
 	assert.Equal(t, int64(1), held.DataPoints[0].Value, "kept")
