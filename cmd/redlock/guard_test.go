@@ -62,14 +62,21 @@ func states(t *testing.T, nodes []redis.UniversalClient) []map[string]string {
 // quorum, and the acquires of the other nodes land after it.
 func waitGuarded(t *testing.T, nodes []redis.UniversalClient) {
 	t.Helper()
+	waitGuards(t, nodes, func(g string) bool { return g != "" }, "every node has a state")
+}
+
+// waitGuards waits until ok holds for the guard field (g) of every node's
+// state.
+func waitGuards(t *testing.T, nodes []redis.UniversalClient, ok func(g string) bool, what string) {
+	t.Helper()
 	require.Eventually(t, func() bool {
 		for _, h := range states(t, nodes) {
-			if h["g"] == "" {
+			if !ok(h["g"]) {
 				return false
 			}
 		}
 		return true
-	}, 5*time.Second, 5*time.Millisecond)
+	}, 5*time.Second, 5*time.Millisecond, what)
 }
 
 // waitReleased waits until no node holds a live lock key under prefix:
@@ -101,14 +108,7 @@ func served(t *testing.T, start func(t *testing.T, n int) []string) ([]string, [
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(t.Context()))
 	// The rounds returned at a quorum: the last node may see them later.
-	require.Eventually(t, func() bool {
-		for _, h := range states(t, nodes) {
-			if h["g"] != "0" {
-				return false
-			}
-		}
-		return true
-	}, 5*time.Second, 5*time.Millisecond, "every node is in service")
+	waitGuards(t, nodes, func(g string) bool { return g == "0" }, "every node is in service")
 	waitReleased(t, nodes, "p:")
 	return addrs, nodes, c
 }
