@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,6 +173,18 @@ func TestHandoff(t *testing.T) {
 
 // handTokens returns the tokens of cl's entries in key's line on the
 // nodes.
+// dropEntries takes cl's entries off key's line on node i, as a node that
+// lost them.
+func dropEntries(t *testing.T, c *cluster, i int, key string, cl *Client) {
+	t.Helper()
+	for _, e := range entries(t, c, i, key) {
+		if strings.HasSuffix(e, "|"+cl.handChannel()) {
+			_, err := c.srv[i].ZRem(lineKey(key), e)
+			require.NoError(t, err)
+		}
+	}
+}
+
 func handTokens(t *testing.T, c *cluster, key string, cl *Client) []string {
 	var tokens []string
 	for i := range c.srv {
@@ -718,15 +731,21 @@ func TestHandoffLeaves(t *testing.T) {
 	require.NoError(t, err)
 	settle(a)
 
-	// b's later rounds replace its first round's entry.
+	// b's later rounds replace its first round's entry. While the line
+	// is whole, b only reads it; node 0 then loses b's entry, which b's
+	// next read finds, and a later round joins again.
 	lc, ec := lockLater(b, "k", 10*time.Second)
 	first := ""
 	require.Eventually(t, func() bool {
 		tokens := handTokens(t, c, "k", b)
-		if first == "" && len(tokens) > 0 {
+		if len(tokens) == len(c.srv) {
 			first = tokens[0]
 		}
-		return first != "" && slices.ContainsFunc(tokens, func(tok string) bool { return tok != first })
+		return first != ""
+	}, 5*time.Second, time.Millisecond, "b is in line on every node")
+	dropEntries(t, c, 0, "k", b)
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(handTokens(t, c, "k", b), func(tok string) bool { return tok != first })
 	}, 5*time.Second, time.Millisecond, "a later round of b's joined")
 	waitHandChannel(t, c, b, "k")
 	require.NoError(t, la.Unlock(t.Context()))
@@ -765,4 +784,56 @@ func TestHandoffLeaves(t *testing.T) {
 	assert.LessOrEqual(t, n, int64(2*len(c.srv)), "a waiter that gave up: one leave per node")
 	assert.Eventually(t, func() bool { return len(handTokens(t, c, "k", b)) == 0 }, 5*time.Second, time.Millisecond, "b left the line")
 	require.NoError(t, la.Unlock(t.Context()))
+}
+
+// TestHandoffReadsLine: a waiter in line for a handoff whose timer fires
+// reads the nodes instead of sending a round, while each holds the key for
+// another with the waiter in line: a later round there would change only
+// the waiter's token. Once the nodes free the key without a handoff (the
+// holder's keys expired, say), the next read finds it, and a round takes
+// the key.
+func TestHandoffReadsLine(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	a := c.client(t, nil)
+	var reads atomic.Int64
+	rounds := &cmdCounter{match: func(cmd redis.Cmder) bool {
+		if cmd.Name() == "zscore" {
+			reads.Add(1)
+		}
+		return isScript(scripts.Acquire)(cmd)
+	}}
+	b := c.hookedClient(t, rounds, &Options{MinRetryDelay: 10 * time.Millisecond, MaxRetryDelay: 10 * time.Millisecond, NodeTimeout: time.Second})
+	primeHandChannel(t, b)
+	la, err := a.Lock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	settle(a)
+
+	lc, ec := lockLater(b, "k", 10*time.Second)
+	require.Eventually(t, func() bool { return len(handTokens(t, c, "k", b)) == len(c.srv) }, 5*time.Second, time.Millisecond, "b is in line on every node")
+	sent := rounds.n.Load()
+	// The time for a few reads: 10, 20, 40, 80 and 160 ms apart.
+	// (Or the rounds that would have been sent instead.)
+	n := int64(len(c.srv))
+	require.Eventually(t, func() bool { return reads.Load() >= 4*n || rounds.n.Load() >= sent+2*n }, 5*time.Second, time.Millisecond, "b reads the nodes")
+	assert.Equal(t, sent, rounds.n.Load(), "rounds sent while b's line was whole")
+
+	// a's keys go without a release, as an expiry would take them: no
+	// node hands them off. The last read ran before; b's next finds the
+	// key free.
+	for i := range c.srv {
+		c.srv[i].Del("k")
+	}
+	select {
+	case lb := <-lc:
+		require.NoError(t, <-ec)
+		assert.False(t, strings.HasPrefix(lb.Token(), protocol.HandPrefix), "b took the key with a round")
+		assert.Greater(t, rounds.n.Load(), sent, "b sent a round")
+		require.NoError(t, lb.Unlock(t.Context()))
+	case err := <-ec:
+		t.Fatalf("b did not get the freed key: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("b did not get the freed key within 5 s")
+	}
+	_ = la // its keys are gone; its Unlock would find none
 }

@@ -73,11 +73,15 @@ type sleepHooks interface {
 	// heardHand is told of a handoff on a node to a round of this client,
 	// and returns the timer to wait for.
 	heardHand(timer <-chan time.Time) <-chan time.Time
+	// insure is told that the timer fired. It returns a timer to sleep on
+	// instead of trying again, or nil to try.
+	insure() <-chan time.Time
 }
 
 func (iw *inLineWait) handedOff() bool                               { return false }
 func (iw *inLineWait) current() string                               { return "" }
 func (iw *inLineWait) heardHand(t <-chan time.Time) <-chan time.Time { return t }
+func (iw *inLineWait) insure() <-chan time.Time                      { return nil }
 func (iw *inLineWait) delay(d time.Duration) time.Duration           { return d }
 func (iw *inLineWait) handed(time.Duration) *round                   { return nil }
 func (iw *inLineWait) base() *waiter                                 { return &iw.w }
@@ -173,8 +177,14 @@ func (iw *inLineWait) sleepWith(hooks sleepHooks, timer <-chan time.Time, last *
 			return nil // one of the release's announcements named this waiter
 		}
 		next, woken, err := w.listen(iw.s.wake, timer, since, last)
-		if err != nil || !woken {
+		if err != nil {
 			return err
+		}
+		if !woken {
+			if timer = hooks.insure(); timer == nil {
+				return nil
+			}
+			continue
 		}
 		since = w.c.cfg.clock.Now()
 		switch {

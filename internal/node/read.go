@@ -105,3 +105,29 @@ func guardOf(guard *redis.StringCmd, now *redis.TimeCmd) (Guard, error) {
 	}
 	return Guard{}, nil
 }
+
+// InLine reads, in one pipeline, what the node holds at key (as stored,
+// with its mark and tombstones; "" when it is missing) and whether member
+// is in line, the sorted set of the key's waiters (see
+// protocol.LinePrefix). It changes nothing on the node: a waiter reads it
+// to learn whether a round would change anything there.
+func (n *Node) InLine(ctx context.Context, key, line, member string) (value string, queued bool, err error) {
+	if err := n.enter(ctx, nil); err != nil {
+		return "", false, err
+	}
+	defer n.exit()
+	pipe := n.client.Pipeline()
+	get := pipe.Get(ctx, key)
+	score := pipe.ZScore(ctx, line, member)
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	if err := get.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return "", false, err
+	}
+	switch err := score.Err(); {
+	case errors.Is(err, redis.Nil):
+		return get.Val(), false, nil
+	case err != nil:
+		return "", false, err
+	}
+	return get.Val(), true, nil
+}
