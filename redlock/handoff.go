@@ -215,7 +215,7 @@ func (hw *handWait) failed(j join, ttl time.Duration, calls *quorum.Round) {
 	if j.on.Prev != "" {
 		// The round took the previous one's entries off the line: a
 		// handoff to that one now is stray (see releaseStray).
-		hw.h.ledger.Forget(j.on.Prev, false)
+		hw.h.drop(j.on.Prev)
 	}
 	hw.hands = append(hw.hands, j.token)
 	hw.curStart, hw.ttl = j.start, ttl
@@ -326,19 +326,29 @@ func (hw *handWait) handed(ttl time.Duration) *round {
 // or refused releases them with the lock). An earlier round's entry that
 // a later one missed is stray when handed off, or taken off by the
 // Client's next first round for the key (protocol.MayHave).
+//
+// A node that announced a handoff to a round before the waiter forgot it
+// still holds the key for that round: done releases it, as stray (see
+// handoff.drop), but for the lock's own round and a current round that
+// the leave releases.
 func (hw *handWait) done(l *Lock) {
 	var lockToken string
 	if l != nil {
 		lockToken = l.token
 	}
+	cur := hw.current()
 	if hw.expected {
 		for _, t := range append(hw.hands, hw.place, lockToken) {
-			if lockToken != protocol.HandPrefix+t {
+			switch {
+			case lockToken == protocol.HandPrefix+t:
+			case t == lockToken || l == nil && t == cur:
 				hw.h.ledger.Forget(t, false)
+			default:
+				hw.h.drop(t)
 			}
 		}
 	}
-	if cur := hw.current(); l == nil && cur != "" {
+	if l == nil && cur != "" {
 		hw.h.leave(hw.w.keys[0], cur, hw.ttl)
 	}
 }
@@ -407,6 +417,27 @@ func (h *handoff) leave(key, token string, ttl time.Duration) {
 	h.c.releaseAside(key, protocol.Release{Keys: []string{h.c.stored(key)}, Token: token, Announce: true, Leave: true}, handover{TTL: ttl})
 }
 
+// drop forgets the waiter's round with token, and releases the key where
+// a node announced a handoff to that round before: no announcement will
+// come again to release it as stray, and without this the key would stay
+// handed off to a round that nobody expects until its TTL ran out, stalling
+// every waiter. A later round that took the key over there (it counts the
+// previous round's hand value as free) holds it under its own token, which
+// the release leaves alone. The releases go in the background.
+func (h *handoff) drop(token string) {
+	nodes, key := h.ledger.Drop(token)
+	if nodes == 0 {
+		return
+	}
+	c := h.c
+	c.life.workers.Start(context.Background(), len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+		if i >= 64 || nodes&(1<<i) == 0 {
+			return nil
+		}
+		return h.releaseHand(ctx, i, token, key)
+	})
+}
+
 // releaseStray releases key (as stored) on node i, where a release handed
 // it off to the round with token. No waiter of this Client expects that
 // round any more (see wake.NewLedger): it obtained the lock, or gave up,
@@ -418,9 +449,15 @@ func (h *handoff) leave(key, token string, ttl time.Duration) {
 // Close has unsubscribed the hand channel. The Waker's Close waits for it,
 // before the node clients close (see wake.Waker.Close).
 func (h *handoff) releaseStray(i int, token, key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.c.cfg.nodeTimeout)
+	defer cancel()
+	_ = h.releaseHand(ctx, i, token, key)
+}
+
+// releaseHand releases key (as stored) on node i where it holds the hand
+// value of the round with token, and hands it off to the next in line.
+func (h *handoff) releaseHand(ctx context.Context, i int, token, key string) error {
 	c := h.c
 	cmd := c.proto.Release(protocol.Release{Keys: []string{key}, Token: protocol.HandPrefix + token, Announce: true})
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
-	defer cancel()
-	_ = c.nodes[i].Release(ctx, cmd, c.cfg.nodeTimeout, key)
+	return c.nodes[i].Release(ctx, cmd, c.cfg.nodeTimeout, key)
 }

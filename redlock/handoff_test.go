@@ -2,9 +2,11 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -836,4 +838,56 @@ func TestHandoffReadsLine(t *testing.T) {
 		t.Fatal("b did not get the freed key within 5 s")
 	}
 	_ = la // its keys are gone; its Unlock would find none
+}
+
+// TestHandoffDropsForgotten: a node that announced a handoff to a round of
+// a waiter's, which the waiter then forgot without a later round taking
+// the key over there, does not keep the key for that round until its TTL:
+// the waiter releases it when it forgets the round. Node 2 here hands the
+// key off to b's first round (as a release that reached only node 2 would);
+// b's round that would take it over is not sent to node 2 and fails.
+func TestHandoffDropsForgotten(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	a := c.client(t, nil)
+	b := c.client(t, &Options{MinRetryDelay: 10 * time.Millisecond, MaxRetryDelay: 10 * time.Millisecond})
+	primeHandChannel(t, b)
+	la, err := a.Lock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	settle(a)
+
+	lc, ec := lockLater(b, "k", 10*time.Second)
+	var first string
+	require.Eventually(t, func() bool {
+		tokens := handTokens(t, c, "k", b)
+		if len(tokens) == len(c.srv) {
+			first = tokens[0]
+		}
+		return first != ""
+	}, 5*time.Second, time.Millisecond, "b is in line on every node")
+	waitHandChannel(t, c, b, "k")
+
+	// b's acquires are not sent to node 2 from now on.
+	c.hooks[2].selectCmds(func(cmd redis.Cmder) bool {
+		return isScript(scripts.Acquire)(cmd) && strings.Contains(fmt.Sprint(cmd.Args()), b.handChannel())
+	})
+	c.hooks[2].set(nil, errors.New("not sent"))
+	hand := protocol.HandPrefix + first
+	require.NoError(t, c.srv[2].rdb.Set(t.Context(), "k", protocol.WaitedPrefix+hand, time.Minute).Err())
+	_, err = c.srv[2].ZRem(lineKey("k"), first+"|"+first+"|10000|"+b.handChannel())
+	require.NoError(t, err)
+	require.Equal(t, 1, c.srv[2].Publish(b.handChannel(), strconv.Itoa(len(hand))+":"+hand+"k"), "b hears the handoff")
+
+	// b's next round (after a grace) fails: node 2 is not reached, and a
+	// holds the others. b forgets its first round, and releases node 2.
+	require.Eventually(t, func() bool {
+		v, _ := c.srv[2].Get("k")
+		tok, _ := protocol.Holding(v)
+		return tok != hand
+	}, 5*time.Second, time.Millisecond, "node 2 no longer holds the key for b's first round")
+	c.hooks[2].set(nil, nil)
+	require.NoError(t, la.Unlock(t.Context()))
+	lb := <-lc
+	require.NoError(t, <-ec)
+	require.NoError(t, lb.Unlock(t.Context()))
 }

@@ -114,6 +114,23 @@ func (l *Ledger) Forget(token string, sole bool) bool {
 	return true
 }
 
+// Drop forgets the round with token, as Forget does for a round whose
+// waiter did not obtain the lock through it. It returns the nodes that
+// announced a handoff to the round before it was forgotten, and the key
+// (as stored). Those nodes still hold the key for the round, unless a later
+// round of its waiter took it over: no announcement will come again to
+// release them as stray, so the caller releases them.
+func (l *Ledger) Drop(token string) (nodes uint64, key string) {
+	if l == nil {
+		return 0, ""
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.hands[token]
+	delete(l.hands, token)
+	return h.nodes, h.key
+}
+
 // Joining notes that a waiter's first round for key (as stored) is about
 // to be sent. entries reports that the client's earlier waiters may have
 // left entries in the key's line on the nodes. cleared reports that those

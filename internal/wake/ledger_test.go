@@ -219,6 +219,31 @@ func TestLedgerHanded(t *testing.T) {
 	assert.Equal(t, uint64(0b1010), l.HandedNodes("b"), "Forget dropped another round")
 }
 
+// TestLedgerDrop: Drop forgets a round and returns the nodes that
+// announced a handoff to it, with the key; a handoff announced after it is
+// stray.
+func TestLedgerDrop(t *testing.T) {
+	l := NewLedger(protocol.HandChannel+"test", func(int, string, string) {})
+	l.Expect("a", "k")
+	l.Expect("b", "k")
+	handOff(l, 0b110, "a", "k")
+	nodes, key := l.Drop("a")
+	assert.Equal(t, uint64(0b110), nodes)
+	assert.Equal(t, "k", key)
+	assert.Zero(t, l.HandedNodes("a"), "dropped")
+	h, ok := l.handed(0, handPayload("a", "k"))
+	require.True(t, ok)
+	assert.NotNil(t, h.stray, "a dropped round's handoff is stray")
+	nodes, _ = l.Drop("b")
+	assert.Zero(t, nodes, "no handoff to b")
+	nodes, _ = l.Drop("c")
+	assert.Zero(t, nodes, "a round not expected")
+	var none *Ledger
+	nodes, key = none.Drop("a")
+	assert.Zero(t, nodes)
+	assert.Empty(t, key)
+}
+
 // TestLedgerNil: a client without a channel has a nil Ledger, which
 // records nothing, and a Waker given none subscribes no channel of its own.
 func TestLedgerNil(t *testing.T) {
