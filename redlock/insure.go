@@ -1,0 +1,88 @@
+package redlock
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redquorum/redquorum/internal/protocol"
+)
+
+// insure is told that the timer of a waiter in line for a handoff fired.
+// That timer is insurance: for a handoff or an announcement that was lost,
+// an entry that a node lost, or a key that expired or was freed without a
+// handoff. A later round would mend those, but it also replaces the
+// waiter's entry under a new token on every node, and a release that meets
+// that change halfway hands the key off to the two tokens on different
+// nodes, neither with a quorum. So when no node handed the key off to the
+// current round, the waiter first reads the nodes (see readLine), which
+// changes nothing there, and sends a round only when the read finds
+// something to mend. A read that finds a handoff or a release to the
+// current round on its way gives it a grace; when it is still on its way
+// at the next read, it was lost. A read costs each node a GET and a
+// ZSCORE; a later round, a script that scans the line.
+func (hw *handWait) insure() <-chan time.Time {
+	cur := hw.current()
+	if cur == "" || hw.h.ledger.HandedNodes(cur) != 0 {
+		return nil
+	}
+	cfg := hw.w.c.cfg
+	switch hw.readLine(cur) {
+	case lineMend:
+	case lineMoving:
+		if !hw.moving {
+			hw.moving = true
+			return cfg.clock.After(min(hw.grace(), cfg.yieldWindow))
+		}
+	default:
+		hw.moving = false
+		hw.reads++
+		return cfg.clock.After(hw.delay(0))
+	}
+	hw.moving = false
+	return nil
+}
+
+// lineRead is what readLine found.
+type lineRead uint8
+
+const (
+	lineWaits  lineRead = iota // every node that answered holds the key for another, with the round in line
+	lineMoving                 // and for one or more, the key was handed off to the round, or granted to it
+	lineMend                   // a node holds the key for nobody, or lost the round's entry
+)
+
+// readLine reads the key and the entry in line of the waiter's round with
+// token cur on every node, and waits for the answers. A node that does
+// not answer in time counts for nothing: a round would not reach it
+// either. Reads change nothing on the nodes, and what they find never
+// decides who holds the key; a round does.
+func (hw *handWait) readLine(cur string) lineRead {
+	w, c := &hw.w, hw.w.c
+	line := c.cfg.prefix + protocol.LinePrefix + w.keys[0]
+	member := hw.place + "|" + cur + "|" + strconv.FormatInt(hw.ttl.Milliseconds(), 10) + "|" + hw.h.channel
+	var found [3]atomic.Bool
+	r := c.life.workers.Start(w.ctx, len(c.nodes), c.callTimeout(), func(ctx context.Context, i int) error {
+		v, queued, err := c.nodes[i].InLine(ctx, hw.stored, line, member)
+		if err != nil {
+			return err
+		}
+		switch h, _ := protocol.Holding(v); {
+		case h == cur || h == protocol.HandPrefix+cur:
+			found[lineMoving].Store(true)
+		case !queued || h == "" || strings.HasPrefix(h, protocol.TombstonePrefix):
+			found[lineMend].Store(true)
+		}
+		return nil
+	})
+	r.Wait()
+	switch {
+	case found[lineMend].Load():
+		return lineMend
+	case found[lineMoving].Load():
+		return lineMoving
+	}
+	return lineWaits
+}
