@@ -344,13 +344,18 @@ func (h *handoff) leave(key, token string, ttl time.Duration) {
 // handed off to a round that nobody expects until its TTL ran out, stalling
 // every waiter. A later round that took the key over there (it counts the
 // previous round's hand value as free) holds it under its own token, which
-// the release leaves alone. The releases go in the background.
+// the release leaves alone. The releases go in the background; on a closed
+// Client none is sent.
 func (h *handoff) drop(token string) {
 	nodes, key := h.ledger.Drop(token)
 	if nodes == 0 {
 		return
 	}
 	c := h.c
+	if err := c.life.enter(); err != nil {
+		return // closed: the handoffs expire
+	}
+	defer c.life.exit()
 	c.life.workers.Start(context.Background(), len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
 		if i >= 64 || nodes&(1<<i) == 0 {
 			return nil

@@ -61,6 +61,10 @@ const (
 // decides who holds the key; a round does.
 func (hw *handWait) readLine(cur string) lineRead {
 	w, c := &hw.w, hw.w.c
+	if err := c.life.enter(); err != nil {
+		return lineWaits // closed: the wait ends with ErrClosed
+	}
+	defer c.life.exit()
 	line := c.cfg.prefix + protocol.LinePrefix + w.keys[0]
 	member := hw.place + "|" + cur + "|" + strconv.FormatInt(hw.ttl.Milliseconds(), 10) + "|" + hw.h.channel
 	var found [3]atomic.Bool
