@@ -60,6 +60,15 @@ func family(t *testing.T, fams []*dto.MetricFamily, name string) *dto.MetricFami
 // sample returns the metric of f whose labels include want.
 func sample(t *testing.T, f *dto.MetricFamily, want map[string]string) *dto.Metric {
 	t.Helper()
+	if m := find(f, want); m != nil {
+		return m
+	}
+	require.FailNow(t, "no such sample", "%s%v", f.GetName(), want)
+	return nil
+}
+
+// find returns the metric of f whose labels include want, or nil.
+func find(f *dto.MetricFamily, want map[string]string) *dto.Metric {
 	for _, m := range f.GetMetric() {
 		have := map[string]string{}
 		for _, l := range m.GetLabel() {
@@ -73,7 +82,6 @@ func sample(t *testing.T, f *dto.MetricFamily, want map[string]string) *dto.Metr
 			return m
 		}
 	}
-	require.FailNow(t, "no such sample", "%s%v", f.GetName(), want)
 	return nil
 }
 
@@ -136,12 +144,19 @@ func TestMetricsAfterLockTraffic(t *testing.T) {
 	hold := family(t, fams, "redquorum_lock_hold_seconds").GetMetric()[0].GetHistogram()
 	assert.GreaterOrEqual(t, hold.GetSampleCount(), uint64(n+1))
 
+	// A round times the nodes that answered before it was decided: a
+	// quorum (3 of the 5) at least, each by its address. On a loaded
+	// machine a live node may answer last in every round of a kind.
 	lat := family(t, fams, "redquorum_node_latency_seconds")
-	for _, a := range addrs {
-		for _, req := range []string{"acquire", "extend", "release"} {
-			h := sample(t, lat, map[string]string{"node": a, "request": req}).GetHistogram()
-			assert.Positive(t, h.GetSampleCount(), "%s %s", a, req)
+	for _, req := range []string{"acquire", "extend", "release"} {
+		timed := 0
+		for _, a := range addrs {
+			if m := find(lat, map[string]string{"node": a, "request": req}); m != nil {
+				assert.Positive(t, m.GetHistogram().GetSampleCount(), "%s %s", a, req)
+				timed++
+			}
 		}
+		assert.GreaterOrEqual(t, timed, 3, "%s: nodes timed", req)
 	}
 	for _, m := range lat.GetMetric() {
 		for _, l := range m.GetLabel() {
