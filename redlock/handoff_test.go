@@ -175,6 +175,21 @@ func TestHandoff(t *testing.T) {
 
 // handTokens returns the tokens of cl's entries in key's line on the
 // nodes.
+// waitHandInLine waits until cl has one entry in key's line on every node
+// (for a handoff), and returns the token of the one on node 0.
+func waitHandInLine(t *testing.T, c *cluster, key string, cl *Client) string {
+	t.Helper()
+	var first string
+	require.Eventually(t, func() bool {
+		tokens := handTokens(t, c, key, cl)
+		if len(tokens) == len(c.srv) {
+			first = tokens[0]
+		}
+		return first != ""
+	}, 5*time.Second, time.Millisecond, "the waiter is in line on every node")
+	return first
+}
+
 // dropEntries takes cl's entries off key's line on node i, as a node that
 // lost them.
 func dropEntries(t *testing.T, c *cluster, i int, key string, cl *Client) {
@@ -491,14 +506,7 @@ func TestHandoffLateAfterUnlock(t *testing.T) {
 	require.NoError(t, err)
 	settle(a)
 	lc, ec := lockLater(b, "k", 10*time.Second)
-	require.Eventually(t, func() bool {
-		for i := range c.srv {
-			if !slices.ContainsFunc(entries(t, c, i, "k"), func(e string) bool { return strings.HasSuffix(e, "|"+b.handChannel()) }) {
-				return false
-			}
-		}
-		return true
-	}, 5*time.Second, time.Millisecond, "b is in line on every node")
+	waitHandInLine(t, c, "k", b)
 	waitHandChannel(t, c, b, "k")
 
 	lateA := holdCmds(c.hooks[2], la.Token()) // a's release is slow on node 2
@@ -737,14 +745,7 @@ func TestHandoffLeaves(t *testing.T) {
 	// is whole, b only reads it; node 0 then loses b's entry, which b's
 	// next read finds, and a later round joins again.
 	lc, ec := lockLater(b, "k", 10*time.Second)
-	first := ""
-	require.Eventually(t, func() bool {
-		tokens := handTokens(t, c, "k", b)
-		if len(tokens) == len(c.srv) {
-			first = tokens[0]
-		}
-		return first != ""
-	}, 5*time.Second, time.Millisecond, "b is in line on every node")
+	first := waitHandInLine(t, c, "k", b)
 	dropEntries(t, c, 0, "k", b)
 	require.Eventually(t, func() bool {
 		return slices.ContainsFunc(handTokens(t, c, "k", b), func(tok string) bool { return tok != first })
@@ -812,7 +813,7 @@ func TestHandoffReadsLine(t *testing.T) {
 	settle(a)
 
 	lc, ec := lockLater(b, "k", 10*time.Second)
-	require.Eventually(t, func() bool { return len(handTokens(t, c, "k", b)) == len(c.srv) }, 5*time.Second, time.Millisecond, "b is in line on every node")
+	waitHandInLine(t, c, "k", b)
 	sent := rounds.n.Load()
 	// The time for a few reads: 10, 20, 40, 80 and 160 ms apart.
 	// (Or the rounds that would have been sent instead.)
@@ -857,14 +858,7 @@ func TestHandoffDropsForgotten(t *testing.T) {
 	settle(a)
 
 	lc, ec := lockLater(b, "k", 10*time.Second)
-	var first string
-	require.Eventually(t, func() bool {
-		tokens := handTokens(t, c, "k", b)
-		if len(tokens) == len(c.srv) {
-			first = tokens[0]
-		}
-		return first != ""
-	}, 5*time.Second, time.Millisecond, "b is in line on every node")
+	first := waitHandInLine(t, c, "k", b)
 	waitHandChannel(t, c, b, "k")
 
 	// b's acquires are not sent to node 2 from now on.
