@@ -798,47 +798,57 @@ func TestHandoffLeaves(t *testing.T) {
 func TestHandoffReadsLine(t *testing.T) {
 	leakcheck.Check(t)
 	c := newCluster(t, 3)
-	a := c.client(t, nil)
-	var reads atomic.Int64
-	rounds := &cmdCounter{match: func(cmd redis.Cmder) bool {
-		if cmd.Name() == "zscore" {
-			reads.Add(1)
-		}
-		return isScript(scripts.Acquire)(cmd)
-	}}
-	b := c.hookedClient(t, rounds, &Options{MinRetryDelay: 10 * time.Millisecond, MaxRetryDelay: 10 * time.Millisecond, NodeTimeout: time.Second})
-	primeHandChannel(t, b)
-	la, err := a.Lock(t.Context(), "k", time.Minute)
-	require.NoError(t, err)
-	settle(a)
+	for _, prefix := range []string{"", "app:"} {
+		t.Run("prefix="+prefix, func(t *testing.T) {
+			a := c.client(t, &Options{KeyPrefix: prefix})
+			var reads atomic.Int64
+			rounds := &cmdCounter{match: func(cmd redis.Cmder) bool {
+				if cmd.Name() == "zscore" {
+					reads.Add(1)
+				}
+				return isScript(scripts.Acquire)(cmd)
+			}}
+			b := c.hookedClient(t, rounds, &Options{KeyPrefix: prefix, MinRetryDelay: 10 * time.Millisecond, MaxRetryDelay: 10 * time.Millisecond, NodeTimeout: time.Second})
+			primeHandChannel(t, b)
+			la, err := a.Lock(t.Context(), "k", time.Minute)
+			require.NoError(t, err)
+			settle(a)
 
-	lc, ec := lockLater(b, "k", 10*time.Second)
-	waitHandInLine(t, c, "k", b)
-	sent := rounds.n.Load()
-	// The time for a few reads: 10, 20, 40, 80 and 160 ms apart.
-	// (Or the rounds that would have been sent instead.)
-	n := int64(len(c.srv))
-	require.Eventually(t, func() bool { return reads.Load() >= 4*n || rounds.n.Load() >= sent+2*n }, 5*time.Second, time.Millisecond, "b reads the nodes")
-	assert.Equal(t, sent, rounds.n.Load(), "rounds sent while b's line was whole")
+			lc, ec := lockLater(b, "k", 10*time.Second)
+			require.Eventually(t, func() bool {
+				for i := range c.srv {
+					m, err := c.srv[i].ZMembers(prefix + lineKey("k"))
+					if err != nil || !slices.ContainsFunc(m, func(e string) bool { return strings.HasSuffix(e, "|"+b.handChannel()) }) {
+						return false
+					}
+				}
+				return true
+			}, 5*time.Second, time.Millisecond, "b is in line on every node")
+			sent := rounds.n.Load()
+			// The time for a few reads: 10, 20, 40, 80 and 160 ms apart.
+			// (Or the rounds that would have been sent instead.)
+			n := int64(len(c.srv))
+			require.Eventually(t, func() bool { return reads.Load() >= 4*n || rounds.n.Load() >= sent+2*n }, 5*time.Second, time.Millisecond, "b reads the nodes")
+			assert.Equal(t, sent, rounds.n.Load(), "rounds sent while b's line was whole")
 
-	// a's keys go without a release, as an expiry would take them: no
-	// node hands them off. The last read ran before; b's next finds the
-	// key free.
-	for i := range c.srv {
-		c.srv[i].Del("k")
+			// a's keys go without a release, as an expiry would take them:
+			// no node hands them off. b's next read finds the key free.
+			for i := range c.srv {
+				c.srv[i].Del(prefix + "k")
+			}
+			var lb *Lock
+			select {
+			case lb = <-lc:
+			case <-time.After(5 * time.Second):
+				t.Fatal("b did not get the freed key within 5 s")
+			}
+			require.NoError(t, <-ec)
+			assert.False(t, strings.HasPrefix(lb.Token(), protocol.HandPrefix), "b took the key with a round")
+			assert.Greater(t, rounds.n.Load(), sent, "b sent a round")
+			require.NoError(t, lb.Unlock(t.Context()))
+			_ = la // its keys are gone; its Unlock would find none
+		})
 	}
-	select {
-	case lb := <-lc:
-		require.NoError(t, <-ec)
-		assert.False(t, strings.HasPrefix(lb.Token(), protocol.HandPrefix), "b took the key with a round")
-		assert.Greater(t, rounds.n.Load(), sent, "b sent a round")
-		require.NoError(t, lb.Unlock(t.Context()))
-	case err := <-ec:
-		t.Fatalf("b did not get the freed key: %v", err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("b did not get the freed key within 5 s")
-	}
-	_ = la // its keys are gone; its Unlock would find none
 }
 
 // TestHandoffDropsForgotten: a node that announced a handoff to a round of
