@@ -357,7 +357,7 @@ func (h *handoff) drop(token string) {
 	}
 	defer c.life.exit()
 	c.life.workers.Start(context.Background(), len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
-		if i >= 64 || nodes&(1<<i) == 0 {
+		if nodes&(1<<i) == 0 {
 			return nil
 		}
 		return h.releaseHand(ctx, i, token, key)

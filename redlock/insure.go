@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -30,16 +29,15 @@ func (hw *handWait) insure() <-chan time.Time {
 	}
 	cfg := hw.w.c.cfg
 	switch hw.readLine(cur) {
-	case lineMend:
+	case lineWaits:
+		hw.moving = false
+		hw.reads++
+		return cfg.clock.After(hw.delay(0))
 	case lineMoving:
 		if !hw.moving {
 			hw.moving = true
 			return cfg.clock.After(min(hw.grace(), cfg.yieldWindow))
 		}
-	default:
-		hw.moving = false
-		hw.reads++
-		return cfg.clock.After(hw.delay(0))
 	}
 	hw.moving = false
 	return nil
@@ -65,8 +63,8 @@ func (hw *handWait) readLine(cur string) lineRead {
 		return lineWaits // closed: the wait ends with ErrClosed
 	}
 	defer c.life.exit()
-	line := c.cfg.prefix + protocol.LinePrefix + w.keys[0]
-	member := hw.place + "|" + cur + "|" + strconv.FormatInt(hw.ttl.Milliseconds(), 10) + "|" + hw.h.channel
+	line := protocol.LineKey(c.cfg.prefix, w.keys[0])
+	member := protocol.HandEntry(hw.place, cur, hw.ttl, hw.h.channel)
 	var found [3]atomic.Bool
 	r := c.life.workers.Start(w.ctx, len(c.nodes), c.callTimeout(), func(ctx context.Context, i int) error {
 		v, queued, err := c.nodes[i].InLine(ctx, hw.stored, line, member)

@@ -219,6 +219,23 @@ func TestDropIsLiteral(t *testing.T) {
 	assert.ElementsMatch(t, want, node.ZRange(ctx, line, 0, -1).Val())
 }
 
+// TestHandEntry: a refused round that joins for a handoff adds the entry
+// that HandEntry names to the line that LineKey names, with a key prefix:
+// a waiter's reads of the line look for it there.
+func TestHandEntry(t *testing.T) {
+	ctx := t.Context()
+	node := oneNode(t, true)
+	p := New(time.Minute, false, Handoff, "p:")
+	require.NoError(t, node.Set(ctx, "p:k", "tok-holder", time.Minute).Err())
+	v, err := p.Run(ctx, node, p.AcquireCmd(Acquire{Keys: []string{"p:k", "p:" + StateKey}, Token: "tok-w", TTL: 30 * time.Second,
+		Join: Join{Ticket: 1, Channel: "ch", Place: "tok-w"}}))
+	require.NoError(t, err)
+	r, err := DecodeAcquire(v)
+	require.NoError(t, err)
+	require.Equal(t, Taken, r.Kind)
+	assert.Equal(t, []string{HandEntry("tok-w", "tok-w", 30*time.Second, "ch")}, node.ZRange(ctx, LineKey("p:", "k"), 0, -1).Val())
+}
+
 // TestAcquireGuardedAfterSet: a free key on a node in its restart guard is
 // refused, and the key the script set before reading the guard is gone.
 func TestAcquireGuardedAfterSet(t *testing.T) {

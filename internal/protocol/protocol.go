@@ -122,6 +122,17 @@ func Reserved(key string) bool {
 	return false
 }
 
+// LineKey returns the line of key (as given, without prefix) for a client
+// whose key prefix is prefix: the name inline.lua makes of it.
+func LineKey(prefix, key string) string { return prefix + LinePrefix + key }
+
+// HandEntry returns the entry in a key's line of a waiter's round that
+// joined for a handoff (handoff.lua): the waiter's place, the round's
+// token, the lock's TTL in ms and the client's hand channel.
+func HandEntry(place, token string, ttl time.Duration, channel string) string {
+	return place + "|" + token + "|" + strconv.FormatInt(ttl.Milliseconds(), 10) + "|" + channel
+}
+
 // SlotStateKey returns the state key, after prefix, that lives in the hash
 // slot of key on a Redis Cluster node. There a script may only touch keys
 // of one slot.
