@@ -77,7 +77,7 @@ if drop and announce then
   if v == nil then v = redis.call('GET', KEYS[1]) end
   local h = holder(v)
   if h ~= token and h ~= '@HAND@' .. token then
-    local prefix = string.match(announce, '^(.*)@STATE@') or ''
+    local prefix = prefixOf(announce)
     local line = prefix .. '@LINE@' .. string.sub(KEYS[1], #prefix + 1)
     --@drop
   end
@@ -88,15 +88,15 @@ if not mine and drop then mine = h == '@HAND@' .. token end
 
 --@@next!
 if i == 1 then
-  local prefix = string.match(announce, '^(.*)@STATE@') or ''
+  local prefix = prefixOf(announce)
   local line = prefix .. '@LINE@' .. string.sub(key, #prefix + 1)
   for _ = 1, 8 do
     local head = redis.pcall('ZPOPMIN', line) -- a hint: an ACL may refuse it
     if type(head) ~= 'table' or not head[1] then break end
     next = head[1]
-    local ids, hold, ch = string.match(next, '^(.+)|(%d+)|([^|]+)$')
-    if not ids or #ids % 2 == 0 then break end -- a waiter that is only named
-    next = string.sub(ids, (#ids + 1) / 2 + 1) -- its round's token
+    local at, _, hold, ch = string.find(next, '|(%d+)|([^|]+)$') -- after the id and the token
+    if not at or at % 2 == 1 then break end -- a waiter that is only named
+    next = string.sub(next, at / 2 + 1, at - 1) -- its round's token
     if #KEYS > 1 or (ARGV[5] ~= '1' and redis.pcall('HGET', announce, 'g') ~= '0') then break end
     local value = '@HAND@' .. next
     -- Set before it is told, keeping the key's tombstones: a SET that

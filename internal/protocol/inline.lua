@@ -42,13 +42,13 @@ local line -- the first key's line, once needed (--@line)
 
 --@@line
 if not line then
-  local prefix = string.match(state, '^(.*)@STATE@') or ''
+  local prefix = prefixOf(state)
   line = prefix .. '@LINE@' .. string.sub(KEYS[1], #prefix + 1)
 end
 
 --@@release
 if ARGV[4] and announce then
-  local prefix = string.match(announce, '^(.*)@STATE@') or ''
+  local prefix = prefixOf(announce)
   redis.pcall('ZREM', prefix .. '@LINE@' .. string.sub(KEYS[1], #prefix + 1), ARGV[4])
 end
 
@@ -77,11 +77,14 @@ end
 
 --@@next
 if i == 1 then
-  local prefix = string.match(announce, '^(.*)@STATE@') or ''
+  local prefix = prefixOf(announce)
   local head = redis.pcall('ZPOPMIN', prefix .. '@LINE@' .. string.sub(key, #prefix + 1))
   if type(head) == 'table' and head[1] then
     next = head[1]
-    local ids = string.match(next, '^(.+)|%d+|[^|]+$') -- the id and the token, of equal length
-    if ids and #ids % 2 == 1 then next = string.sub(ids, (#ids + 1) / 2 + 1) end
+    -- A handoff's entry: the id and the token, of equal length, before
+    -- the last two fields (found from the end, which ^(.+) would reach
+    -- by backtracking over the whole entry).
+    local at = string.find(next, '|%d+|[^|]+$')
+    if at and at % 2 == 0 then next = string.sub(next, at / 2 + 1, at - 1) end
   end
 end

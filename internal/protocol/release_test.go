@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,29 @@ func TestReleaseWaited(t *testing.T) {
 		assert.Equal(t, "3:"+HandPrefix+"rk", m.Payload, "the hand value unmarked, then the key")
 		assert.Nil(t, heard(), "and not announced to the others")
 	})
+	t.Run("waited for, the next in line's tokens name an owner with '|'", func(t *testing.T) {
+		// Options.Owner may hold '|': the entry's fields are found from
+		// its end, and the id and the token split by their equal length.
+		id, round := "i.a|b|", "r.a|b|"
+		entry := redis.Z{Score: 1, Member: id + "|" + round + "|30000|" + HandChannel + "w"}
+		require.EqualValues(t, 1, release(WaitedPrefix+"tok", entry))
+		assert.Equal(t, WaitedPrefix+HandPrefix+round, node.Get(ctx, "k").Val(), "handed off to the round's token, marked")
+		m := heard()
+		require.NotNil(t, m, "the handoff is told to the waiter's client")
+		assert.Equal(t, strconv.Itoa(len(HandPrefix+round))+":"+HandPrefix+round+"k", m.Payload)
+		assert.Nil(t, heard())
+	})
+	t.Run("waited for, the next in line's id and token differ in length", func(t *testing.T) {
+		// Not an entry this client writes: the waiter is only named, and
+		// the key is deleted for anyone.
+		entry := redis.Z{Score: 1, Member: "ii|r|30000|" + HandChannel + "w"}
+		require.EqualValues(t, 1, release(WaitedPrefix+"tok", entry))
+		assert.EqualValues(t, 0, node.Exists(ctx, "k").Val(), "the key is deleted")
+		m := heard()
+		require.NotNil(t, m, "the release is announced")
+		assert.Equal(t, ReleasedChannel+"k", m.Channel)
+		assert.Equal(t, "ii|r|30000|"+HandChannel+"w", m.Payload, "naming the entry as it is")
+	})
 	t.Run("waited for, keeping tombstones, handed off", func(t *testing.T) {
 		now := nodeTime(t, node)
 		tomb, expired := tombstone("a", now+time.Hour), tombstone("x", now-time.Second)
@@ -130,6 +154,37 @@ func TestReleaseWaited(t *testing.T) {
 		require.NoError(t, err)
 		assert.False(t, Held(n), "another token does not extend it")
 	})
+}
+
+// TestInLineNamesHandoffEntry: a release by a client that waits in line,
+// whose next in line joined for a handoff (another client's strategy),
+// names that waiter by its round's token, found from the entry's end
+// whatever the owner in its tokens holds.
+func TestInLineNamesHandoffEntry(t *testing.T) {
+	ctx := t.Context()
+	node := oneNode(t, false)
+	p := New(0, false, InLine, "")
+	line := LinePrefix + "k"
+	sub := node.Subscribe(ctx, ReleasedChannel+"k")
+	t.Cleanup(func() { _ = sub.Close() })
+	_, err := sub.Receive(ctx)
+	require.NoError(t, err)
+	for _, c := range []struct{ entry, named string }{
+		{"i|r|30000|" + HandChannel + "w", "r"},
+		{"i.a|b|" + "|" + "r.a|b|" + "|30000|" + HandChannel + "w", "r.a|b|"},
+		{"ii|r|30000|" + HandChannel + "w", "ii|r|30000|" + HandChannel + "w"}, // not a handoff's entry
+		{"id-n", "id-n"},
+	} {
+		require.NoError(t, node.Del(ctx, line).Err())
+		require.NoError(t, node.Set(ctx, "k", WaitedPrefix+"tok", time.Minute).Err())
+		require.NoError(t, node.ZAdd(ctx, line, redis.Z{Score: 1, Member: c.entry}).Err())
+		n, err := p.RunInt(ctx, node, p.Release(Release{Keys: []string{"k"}, Token: "tok", TTL: time.Minute, Announce: true}))
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+		m, err := sub.ReceiveMessage(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, c.named, m.Payload, "%s", c.entry)
+	}
 }
 
 // TestReleaseTombstones runs release.lua on a real server for each value

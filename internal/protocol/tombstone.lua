@@ -34,7 +34,8 @@ local function bury(key, head, rest, ttl, add)
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local kept = {}
   for e in string.gmatch(rest, '\n([^\n]+)') do
-    local tomb, exp = string.match(e, '^(.*)\t(%d+)$')
+    local at, _, exp = string.find(e, '\t(%d+)$')
+    local tomb = at and string.sub(e, 1, at - 1)
     if tomb then
       exp = tonumber(exp)
     else
