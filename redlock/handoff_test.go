@@ -895,3 +895,66 @@ func TestHandoffDropsForgotten(t *testing.T) {
 	require.NoError(t, <-ec)
 	require.NoError(t, lb.Unlock(t.Context()))
 }
+
+// TestHandoffHeardDuringRound: a node hands the key off to a waiter's
+// round while that round is still out, short of a quorum, and no node
+// tells anything after it. The announcement came while no sleep listened.
+// The waiter's sleep must still give the handoff its grace and then take
+// the key with a round, not wait for its retry timer (a minute here). The
+// negative control is the sleep without the ledger's check: the Lock then
+// waits for the timer.
+func TestHandoffHeardDuringRound(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	c.tune = func(tu *tunables) {
+		tu.graceFloor, tu.graceCap, tu.yieldWindow = 300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond
+	}
+	_, b := handoffPair(t, c)
+	ctx := t.Context()
+	for i := range c.srv {
+		require.NoError(t, c.srv[i].rdb.Set(ctx, "k", "other", time.Minute).Err())
+	}
+	// b's rounds that join wait at nodes 1 and 2 until the gate opens.
+	gate := make(chan struct{})
+	for _, i := range []int{1, 2} {
+		c.hooks[i].selectCmds(func(cmd redis.Cmder) bool {
+			return isScript(scripts.Acquire)(cmd) && strings.Contains(fmt.Sprint(cmd.Args()), b.handChannel())
+		})
+		c.hooks[i].set(func() { <-gate }, nil)
+	}
+	lc, ec := lockLater(b, "k", 10*time.Second)
+	var entry string
+	require.Eventually(t, func() bool {
+		es := entries(t, c, 0, "k")
+		if len(es) == 1 {
+			entry = es[0]
+		}
+		return entry != ""
+	}, 5*time.Second, time.Millisecond, "b's round joined the line on node 0")
+	first := strings.SplitN(entry, "|", 2)[0]
+
+	// Node 0 hands the key off to b's round, which is still out.
+	hand := protocol.HandPrefix + first
+	require.NoError(t, c.srv[0].rdb.Set(ctx, "k", protocol.WaitedPrefix+hand, time.Minute).Err())
+	_, err := c.srv[0].ZRem(lineKey("k"), entry)
+	require.NoError(t, err)
+	require.Equal(t, 1, c.srv[0].Publish(b.handChannel(), strconv.Itoa(len(hand))+":"+hand+"k"))
+	heardHandoff(t, b, first, 0)
+
+	// Nodes 1 and 2 refuse the round, then free the key without a word.
+	for _, i := range []int{1, 2} {
+		require.NoError(t, c.srv[i].rdb.Set(ctx, "k", "other", 100*time.Millisecond).Err())
+	}
+	close(gate)
+	select {
+	case l := <-lc:
+		require.NoError(t, <-ec)
+		assert.Equal(t, 3, c.holders("k", l.token), "b holds the key on every node")
+		require.NoError(t, l.Unlock(ctx))
+	case <-time.After(5 * time.Second):
+		t.Fatal("b's Lock waits for its retry timer: the handoff heard during its round got no grace")
+	}
+	for _, i := range []int{1, 2} {
+		c.hooks[i].set(nil, nil)
+	}
+}

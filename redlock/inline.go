@@ -169,6 +169,12 @@ func (iw *inLineWait) sleepWith(hooks sleepHooks, timer <-chan time.Time, last *
 	cur := hooks.current()
 	key := w.c.stored(w.keys[0])
 	since := w.start // nothing listened while the round was out
+	// Handoffs to the current round that came while it was out woke no
+	// sleep: the ledger has them. Short of a quorum, they get their grace
+	// now, as one heard in the sleep would; the timer alone would leave
+	// those nodes handed off until it fires, which a node's loss made
+	// last up to the doubled MaxRetryDelay.
+	timer = hooks.heardHand(timer)
 	for {
 		if hooks.handedOff() {
 			return nil
