@@ -958,3 +958,48 @@ func TestHandoffHeardDuringRound(t *testing.T) {
 		c.hooks[i].set(nil, nil)
 	}
 }
+
+// TestHandoffCleanUpNames: a failed round's clean-up announces a key that
+// waiters are in line for, naming the first, without handing it off. Here
+// another client's round takes node 0's key (marked: b is in line) and
+// fails, the other nodes having freed the key without a word. b, whose
+// retries wait a minute, must hear the clean-up and take the key. The
+// negative control is a clean-up that announces nothing: b then waits for
+// its timer.
+func TestHandoffCleanUpNames(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 3)
+	_, b := handoffPair(t, c)
+	d := c.client(t, nil)
+	ctx := t.Context()
+	for i := range c.srv {
+		require.NoError(t, c.srv[i].rdb.Set(ctx, "k", "other", time.Minute).Err())
+	}
+	lc, ec := lockLater(b, "k", 10*time.Second)
+	waitHandInLine(t, c, "k", b)
+	waitHandChannel(t, c, b, "k")
+
+	// Node 0 keeps only a tombstone, marked; nodes 1 and 2 let the key go
+	// silently, and d's acquires fail there.
+	require.NoError(t, c.srv[0].rdb.Set(ctx, "k", protocol.WaitedPrefix+protocol.TombstonePrefix+"x", time.Minute).Err())
+	for _, i := range []int{1, 2} {
+		require.NoError(t, c.srv[i].rdb.Del(ctx, "k").Err())
+		c.hooks[i].selectCmds(func(cmd redis.Cmder) bool {
+			return !strings.Contains(fmt.Sprint(cmd.Args()), b.handChannel()) && (isScript(scripts.Acquire)(cmd) || cmd.Name() == "set")
+		})
+		c.hooks[i].set(nil, errors.New("unreachable"))
+	}
+	_, err := d.TryLock(ctx, "k", time.Minute)
+	require.ErrorIs(t, err, ErrNotObtained)
+	for _, i := range []int{1, 2} {
+		c.hooks[i].set(nil, nil)
+	}
+	select {
+	case l := <-lc:
+		require.NoError(t, <-ec)
+		assert.Equal(t, 3, c.holders("k", l.token), "b holds the key on every node")
+		require.NoError(t, l.Unlock(ctx))
+	case <-time.After(5 * time.Second):
+		t.Fatal("b's Lock waits for its retry timer: d's clean-up did not name it")
+	}
+}

@@ -179,8 +179,8 @@ func (iw *inLineWait) sleepWith(hooks sleepHooks, timer <-chan time.Time, last *
 		if hooks.handedOff() {
 			return nil
 		}
-		if iw.place != "" && iw.s.wake.NamedSince(key, iw.place, w.start) {
-			return nil // one of the release's announcements named this waiter
+		if iw.place != "" && iw.s.wake.NamedSince(key, iw.place, w.start) || cur != "" && iw.s.wake.NamedSince(key, cur, w.start) {
+			return nil // one of the release's announcements named this waiter, or its current round
 		}
 		next, woken, err := w.listen(iw.s.wake, timer, since, last)
 		if err != nil {

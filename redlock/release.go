@@ -32,22 +32,23 @@ type handover struct {
 }
 
 // release sends the token-guarded release of r's keys to every node in
-// parallel (see releaseLock). announce (an Unlock, not the clean-up of a
-// failed round) publishes the release to waiting clients (internal/wake).
-// It returns the round without waiting for it; its calls belong to the
-// Client. lat, when not nil, receives each node's latency (see timed).
-// Callers are within c.life.enter.
-func (c *Client) release(ctx context.Context, r *round, announce bool, lat []time.Duration) *quorum.Round {
+// parallel (see releaseLock), and publishes it to waiting clients
+// (internal/wake). unlock is false for the clean-up of a failed round,
+// which hands no key off (protocol.Release.Clean). It returns the round
+// without waiting for it; its calls belong to the Client. lat, when not
+// nil, receives each node's latency (see timed). Callers are within
+// c.life.enter.
+func (c *Client) release(ctx context.Context, r *round, unlock bool, lat []time.Duration) *quorum.Round {
 	// The ttl makes the script leave a tombstone where a key is missing,
 	// against a late SET of this token (release.lua).
 	var cmd protocol.Cmd
 	if r.cmd != nil {
-		cmd = c.proto.ReleaseAfter(r.cmd, protocol.Release{Announce: announce}) // shares the acquire's boxed keys, token and ttl
+		cmd = c.proto.ReleaseAfter(r.cmd, protocol.Release{Announce: true, Clean: !unlock}) // shares the acquire's boxed keys, token and ttl
 	} else {
-		cmd = c.proto.Release(protocol.Release{Keys: r.storedKeys(), Token: r.acq.Token, TTL: r.acq.TTL, Announce: announce})
+		cmd = c.proto.Release(protocol.Release{Keys: r.storedKeys(), Token: r.acq.Token, TTL: r.acq.TTL, Announce: true, Clean: !unlock})
 	}
 	h := r.handover()
-	if !announce {
+	if !unlock {
 		h.join = protocol.Join{} // a failed round's clean-up: what it joined stays, for its waiter's next round
 	}
 	return c.releaseLock(detach(ctx), cmd, r.name(), h, nil, lat)

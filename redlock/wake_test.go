@@ -174,9 +174,10 @@ func (h *replyHold) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
-// TestWakeNotOnFailedRounds shows that the clean-up of a failed round does
-// not announce anything: a waiter is not woken by its own or another
-// waiter's failed rounds, only by an unlock.
+// TestWakeNotOnFailedRounds shows that the clean-up of a failed round
+// announces nothing where no waiter is in line (the key it set is not
+// marked): a waiter is not woken by its own failed rounds there, only by an
+// unlock. TestHandoffCleanUpNames has the clean-up of a marked key.
 func TestWakeNotOnFailedRounds(t *testing.T) {
 	leakcheck.Check(t)
 	c := newCluster(t, 3)

@@ -185,9 +185,14 @@ type Release struct {
 	// TTL is how long the tombstones live that it leaves where a key is
 	// missing; 0 for none.
 	TTL time.Duration
-	// Announce (an unlock, not the clean-up of a failed round) tells the
-	// waiters of the keys, as the waiting strategy does.
+	// Announce tells the waiters of the keys, as the waiting strategy does.
 	Announce bool
+	// Clean, with Announce, is the clean-up of a failed round: a key that
+	// waiters are in line for is announced, naming the first of them, but
+	// not handed off (Handoff). Where the round took a key over (one handed
+	// off to its waiter's previous round), this tells the line that the
+	// key is free, which would otherwise learn it only from its timers.
+	Clean bool
 	// Place (the InLine strategy) is a waiter's id whose entry leaves the
 	// first key's line.
 	Place string
@@ -195,6 +200,10 @@ type Release struct {
 	// first key's line, and releases what was handed off to Token there.
 	Leave bool
 }
+
+// nameOnly is the Handoff strategy's release argument of a clean-up (see
+// Release.Clean).
+const nameOnly = "n"
 
 // Release returns the command for r.
 func (p *Protocol) Release(r Release) Cmd {
@@ -221,8 +230,8 @@ func (p *Protocol) ReleaseAfter(acq Cmd, r Release) Cmd {
 // releaseArgs appends the arguments of r to cmd: token, then ttl for its
 // tombstones (0 for none). An announced release then gets the strategy's
 // arguments, first the state key. For InLine, the place that leaves the line
-// follows. For Handoff, the client's channel to leave follows, and "1" when
-// the restart guard is off.
+// follows. For Handoff, the client's channel to leave follows, then "n" for
+// a clean-up, which hands nothing off, or "1" when the restart guard is off.
 func (p *Protocol) releaseArgs(cmd Cmd, token, ttl any, r Release) Cmd {
 	cmd = append(cmd, token, ttl)
 	if !r.Announce || p.strategy == Kernel {
@@ -238,6 +247,9 @@ func (p *Protocol) releaseArgs(cmd Cmd, token, ttl any, r Release) Cmd {
 	leave := p.none
 	if r.Leave && p.handChannel != nil {
 		leave = p.handChannel
+	}
+	if r.Clean {
+		return append(cmd, leave, nameOnly)
 	}
 	if p.guard.(int64) == 0 {
 		return append(cmd, leave, "1")

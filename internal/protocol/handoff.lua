@@ -21,7 +21,8 @@
 -- key handed off to it, "@HAND@" .. ARGV[1], is released like one that
 -- holds it. ARGV[5] is '1' when the restart guard is off; otherwise a key
 -- is handed off only by a node whose state is established (a handoff is
--- a grant). A key is handed off to the first in line that joined for a
+-- a grant). ARGV[5] is 'n' for the clean-up of a failed round, which hands
+-- nothing off: it names the first in line, as a guarded node does. A key is handed off to the first in line that joined for a
 -- handoff: set to "@HAND@" .. token, marked, for the entry's TTL, and the
 -- client told on its channel; the handoff stands only if that client
 -- heard it (PUBLISH reached a subscriber on this server), so never for a
@@ -97,7 +98,7 @@ if i == 1 then
     local at, _, hold, ch = string.find(next, '|(%d+)|([^|]+)$') -- after the id and the token
     if not at or at % 2 == 1 then break end -- a waiter that is only named
     next = string.sub(next, at / 2 + 1, at - 1) -- its round's token
-    if #KEYS > 1 or (ARGV[5] ~= '1' and redis.pcall('HGET', announce, 'g') ~= '0') then break end
+    if #KEYS > 1 or ARGV[5] == 'n' or (ARGV[5] ~= '1' and redis.pcall('HGET', announce, 'g') ~= '0') then break end
     local value = '@HAND@' .. next
     -- Set before it is told, keeping the key's tombstones: a SET that
     -- fails ends the script before anyone heard of the handoff. To the

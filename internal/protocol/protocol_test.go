@@ -41,16 +41,19 @@ func TestRunInt(t *testing.T) {
 
 // TestReleaseAfter builds a release from an acquire's command: the lock keys
 // and the token are shared, the state key and the acquire's other
-// arguments are not. A clean-up sends token and ttl; an unlock also the
-// state key, and with handoffs the hand channel to leave and whether the guard
-// is off.
+// arguments are not. An unannounced release sends token and ttl; an
+// unlock also the state key, and with handoffs the hand channel to leave and
+// whether the guard is off; a clean-up with handoffs "n" instead of the
+// latter.
 func TestReleaseAfter(t *testing.T) {
 	p := New(time.Minute, false, Announce, "")
 	acq := p.AcquireCmd(Acquire{Keys: []string{"a", "b", "state"}, Token: "tok", TTL: 1500 * time.Millisecond})
 	assert.Equal(t, Cmd{"evalsha", p.acquire.sha, 3, "a", "b", "state", "tok", int64(1500), int64(60000)}, acq)
 	unlock := Release{Keys: []string{"a", "b"}, Token: "tok", TTL: 1500 * time.Millisecond, Announce: true}
 	assert.Equal(t, p.Release(unlock), p.ReleaseAfter(acq, Release{Announce: true}))
-	assert.Equal(t, Cmd{"evalsha", p.release.sha, 2, "a", "b", "tok", int64(1500)}, p.ReleaseAfter(acq, Release{}), "a clean-up")
+	assert.Equal(t, Cmd{"evalsha", p.release.sha, 2, "a", "b", "tok", int64(1500)}, p.ReleaseAfter(acq, Release{}), "unannounced")
+	assert.Equal(t, p.ReleaseAfter(acq, Release{Announce: true}), p.ReleaseAfter(acq, Release{Announce: true, Clean: true}),
+		"a clean-up without handoffs: as an unlock")
 	assert.Equal(t, Cmd{"evalsha", p.release.sha, 2, "a", "b", "tok", int64(1500), StateKey}, p.ReleaseAfter(acq, Release{Announce: true}))
 	k := New(time.Minute, false, Kernel, "")
 	assert.Equal(t, Cmd{"evalsha", k.release.sha, 2, "a", "b", "tok", int64(1500)}, k.ReleaseAfter(acq, Release{Announce: true}),
@@ -64,6 +67,10 @@ func TestReleaseAfter(t *testing.T) {
 	u := New(0, false, Handoff, "").WithHandChannel("ch")
 	assert.Equal(t, Cmd{"evalsha", u.release.sha, 1, "a", "tok", int64(0), StateKey, "", "1"},
 		u.Release(Release{Keys: []string{"a"}, Token: "tok", Announce: true}), "the restart guard off")
+	for _, q := range []*Protocol{l, u} {
+		assert.Equal(t, Cmd{"evalsha", q.release.sha, 1, "a", "tok", int64(0), q.state, "", "n"},
+			q.Release(Release{Keys: []string{"a"}, Token: "tok", Announce: true, Clean: true}), "a clean-up: nothing handed off")
+	}
 }
 
 // TestAcquireArgs: the acquire sends ARGV[1..3], then the strategy's for a

@@ -101,6 +101,26 @@ func TestReleaseWaited(t *testing.T) {
 		assert.Equal(t, ReleasedChannel+"k", m.Channel)
 		assert.Equal(t, "ii|r|30000|"+HandChannel+"w", m.Payload, "naming the entry as it is")
 	})
+	t.Run("waited for, the clean-up of a failed round", func(t *testing.T) {
+		// A clean-up names the first in line and hands nothing off,
+		// with the restart guard on or off.
+		for _, guard := range []time.Duration{time.Minute, 0} {
+			q := New(guard, false, Handoff, "")
+			entry := redis.Z{Score: 1, Member: "i|r|30000|" + HandChannel + "w"}
+			require.NoError(t, node.Set(ctx, "k", WaitedPrefix+"tok", time.Minute).Err())
+			require.NoError(t, node.ZAdd(ctx, line, entry).Err())
+			n, err := q.RunInt(ctx, node, q.Release(Release{Keys: []string{"k"}, Token: "tok", TTL: time.Minute, Announce: true, Clean: true}))
+			require.NoError(t, err)
+			require.EqualValues(t, 1, n)
+			assert.EqualValues(t, 0, node.Exists(ctx, "k").Val(), "guard %v: the key is deleted, not handed off", guard)
+			assert.Empty(t, node.ZRange(ctx, line, 0, -1).Val(), "guard %v: the named waiter left the line", guard)
+			m := heard()
+			require.NotNil(t, m, "guard %v: the release is announced", guard)
+			assert.Equal(t, ReleasedChannel+"k", m.Channel)
+			assert.Equal(t, "r", m.Payload, "guard %v: naming the waiter's round", guard)
+			assert.Nil(t, heard(), "guard %v: nothing on the waiter's hand channel", guard)
+		}
+	})
 	t.Run("waited for, keeping tombstones, handed off", func(t *testing.T) {
 		now := nodeTime(t, node)
 		tomb, expired := tombstone("a", now+time.Hour), tombstone("x", now-time.Second)

@@ -169,7 +169,7 @@ for i = 1, #KEYS do
           local at, _, hold, ch = string.find(next, '|(%d+)|([^|]+)$') -- after the id and the token
           if not at or at % 2 == 1 then break end -- a waiter that is only named
           next = string.sub(next, at / 2 + 1, at - 1) -- its round's token
-          if #KEYS > 1 or (ARGV[5] ~= '1' and redis.pcall('HGET', announce, 'g') ~= '0') then break end
+          if #KEYS > 1 or ARGV[5] == 'n' or (ARGV[5] ~= '1' and redis.pcall('HGET', announce, 'g') ~= '0') then break end
           local value = 'h:' .. next
           -- Set before it is told, keeping the key's tombstones: a SET that
           -- fails ends the script before anyone heard of the handoff. To the
