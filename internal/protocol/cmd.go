@@ -187,11 +187,13 @@ type Release struct {
 	TTL time.Duration
 	// Announce tells the waiters of the keys, as the waiting strategy does.
 	Announce bool
-	// Clean, with Announce, is the clean-up of a failed round: a key that
-	// waiters are in line for is announced, naming the first of them, but
-	// not handed off (Handoff). Where the round took a key over (one handed
-	// off to its waiter's previous round), this tells the line that the
-	// key is free, which would otherwise learn it only from its timers.
+	// Clean, with Announce, is the clean-up of a failed round: where waiters
+	// are in line (InLine, Handoff), a key they wait for is announced,
+	// naming the first of them, but not handed off. Where the round took a
+	// key over (one handed off to its waiter's previous round), this tells
+	// the line that the key is free, which would otherwise learn it only
+	// from its timers. The Announce strategy, which names nobody and would
+	// wake every waiter, announces no clean-up.
 	Clean bool
 	// Place (the InLine strategy) is a waiter's id whose entry leaves the
 	// first key's line.
@@ -234,7 +236,7 @@ func (p *Protocol) ReleaseAfter(acq Cmd, r Release) Cmd {
 // a clean-up, which hands nothing off, or "1" when the restart guard is off.
 func (p *Protocol) releaseArgs(cmd Cmd, token, ttl any, r Release) Cmd {
 	cmd = append(cmd, token, ttl)
-	if !r.Announce || p.strategy == Kernel {
+	if !r.Announce || p.strategy == Kernel || r.Clean && p.strategy == Announce {
 		return cmd
 	}
 	cmd = append(cmd, p.state)

@@ -52,8 +52,11 @@ func TestReleaseAfter(t *testing.T) {
 	unlock := Release{Keys: []string{"a", "b"}, Token: "tok", TTL: 1500 * time.Millisecond, Announce: true}
 	assert.Equal(t, p.Release(unlock), p.ReleaseAfter(acq, Release{Announce: true}))
 	assert.Equal(t, Cmd{"evalsha", p.release.sha, 2, "a", "b", "tok", int64(1500)}, p.ReleaseAfter(acq, Release{}), "unannounced")
-	assert.Equal(t, p.ReleaseAfter(acq, Release{Announce: true}), p.ReleaseAfter(acq, Release{Announce: true, Clean: true}),
-		"a clean-up without handoffs: as an unlock")
+	assert.Equal(t, p.ReleaseAfter(acq, Release{}), p.ReleaseAfter(acq, Release{Announce: true, Clean: true}),
+		"a clean-up where nobody is in line: unannounced")
+	in := New(time.Minute, false, InLine, "")
+	assert.Equal(t, in.ReleaseAfter(acq, Release{Announce: true}), in.ReleaseAfter(acq, Release{Announce: true, Clean: true}),
+		"a clean-up in line, without handoffs: as an unlock")
 	assert.Equal(t, Cmd{"evalsha", p.release.sha, 2, "a", "b", "tok", int64(1500), StateKey}, p.ReleaseAfter(acq, Release{Announce: true}))
 	k := New(time.Minute, false, Kernel, "")
 	assert.Equal(t, Cmd{"evalsha", k.release.sha, 2, "a", "b", "tok", int64(1500)}, k.ReleaseAfter(acq, Release{Announce: true}),
