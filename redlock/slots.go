@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"reflect"
 	"time"
 
 	"github.com/redquorum/redquorum/internal/protocol"
@@ -166,31 +165,12 @@ func (c *Client) newSlotWait(ctx context.Context) *slotWait {
 // reason.
 func (sw *slotWait) sleep(last *Error) error {
 	w, cfg := &sw.w, sw.w.c.cfg
-	cases := []reflect.SelectCase{
-		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(cfg.clock.After(w.retryIn(sw.hint, noAdjust)))},
-		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.ctx.Done())},
-		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.giveUpChan())},
-		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.c.life.closing)},
+	timer := cfg.clock.After(w.retryIn(sw.hint, noAdjust))
+	_, woken, err := w.listenOn(w.c.waker(), sw.listen, timer, w.start, last)
+	if err != nil {
+		return err
 	}
-	if wk := w.c.waker(); wk != nil {
-		for _, k := range sw.listen {
-			wt := wk.Listen(w.c.stored(k), w.start)
-			defer wt.Close()
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(wt.C())})
-		}
-	}
-	chosen, _, _ := reflect.Select(cases)
-	switch chosen {
-	case 1:
-		last.ctx = w.ctx.Err()
-		return last
-	case 2:
-		last.Reason = joinReason(last.Reason, fmt.Sprintf("gave up after Options.MaxWait %v", cfg.maxWait))
-		return last
-	case 3:
-		return ErrClosed
-	}
-	if chosen > 3 { // woken: spread the woken callers over a round's time
+	if woken { // spread the woken callers over a round's time
 		w.jitter()
 	}
 	w.start = cfg.clock.Now()

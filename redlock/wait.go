@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -115,23 +116,73 @@ func (w *waiter) retryIn(hint time.Duration, adjust func(time.Duration) time.Dur
 // ("" for nobody) and woken. It returns the error for Lock to return when
 // ctx ends, MaxWait passes or the Client closes.
 func (w *waiter) listen(wk *wake.Waker, timer <-chan time.Time, since time.Time, last *Error) (next string, woken bool, err error) {
-	key := w.c.stored(w.keys[0])
-	wt := wk.Listen(key, since) // fires when a node announces the key's release
-	defer wt.Close()
+	return w.listenOn(wk, w.keys[:1], timer, since, last)
+}
+
+// listenOn is listen for an announcement of the release of any of keys
+// (as given; none with a nil wk), the one waiting loop of locks and
+// semaphores.
+func (w *waiter) listenOn(wk *wake.Waker, keys []string, timer <-chan time.Time, since time.Time, last *Error) (next string, woken bool, err error) {
+	var wt *wake.Wait // nil never fires
+	if wk != nil && len(keys) > 0 {
+		wt = wk.Listen(w.c.stored(keys[0]), since) // fires when a node announces the key's release
+		defer wt.Close()
+	}
+	if wk != nil && len(keys) > 1 {
+		return w.listenMany(wk, wt, keys[1:], timer, since, last)
+	}
 	select {
 	case <-timer:
 		return "", false, nil
 	case <-wt.C():
 		return wt.Next(), true, nil
 	case <-w.ctx.Done():
-		last.ctx = w.ctx.Err()
-		return "", false, last
+		return "", false, w.ended(last)
 	case <-w.giveUpChan():
-		last.Reason = joinReason(last.Reason, fmt.Sprintf("gave up after Options.MaxWait %v", w.c.cfg.maxWait))
-		return "", false, last
+		return "", false, w.ended(last)
 	case <-w.c.life.closing:
 		return "", false, ErrClosed
 	}
+}
+
+// listenMany is listenOn for wt, the first key's wait, and the waits of
+// more keys: a select over a number of channels known only when it runs.
+func (w *waiter) listenMany(wk *wake.Waker, wt *wake.Wait, more []string, timer <-chan time.Time, since time.Time, last *Error) (string, bool, error) {
+	waits := []*wake.Wait{wt}
+	cases := []reflect.SelectCase{
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer)},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.ctx.Done())},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.giveUpChan())},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.c.life.closing)},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(wt.C())},
+	}
+	for _, k := range more {
+		kw := wk.Listen(w.c.stored(k), since)
+		defer kw.Close()
+		waits = append(waits, kw)
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(kw.C())})
+	}
+	switch chosen, _, _ := reflect.Select(cases); chosen {
+	case 0:
+		return "", false, nil
+	case 1, 2:
+		return "", false, w.ended(last)
+	case 3:
+		return "", false, ErrClosed
+	default:
+		return waits[chosen-4].Next(), true, nil
+	}
+}
+
+// ended returns last, the error for the caller to return once ctx ended
+// (then its error is last's) or MaxWait passed (then its reason says so).
+func (w *waiter) ended(last *Error) error {
+	if err := w.ctx.Err(); err != nil {
+		last.ctx = err
+		return last
+	}
+	last.Reason = joinReason(last.Reason, fmt.Sprintf("gave up after Options.MaxWait %v", w.c.cfg.maxWait))
+	return last
 }
 
 // queued waits for the caller's turn in the local queue.
