@@ -946,14 +946,7 @@ func TestHandoffHeardDuringRound(t *testing.T) {
 		require.NoError(t, c.srv[i].rdb.Set(ctx, "k", "other", 100*time.Millisecond).Err())
 	}
 	close(gate)
-	select {
-	case l := <-lc:
-		require.NoError(t, <-ec)
-		c.waitHolders(t, "k", l.token, 3) // the round returned at its quorum
-		require.NoError(t, l.Unlock(ctx))
-	case <-time.After(5 * time.Second):
-		t.Fatal("b's Lock waits for its retry timer: the handoff heard during its round got no grace")
-	}
+	lockedBeforeTimer(t, c, lc, ec, "the handoff heard during its round got no grace")
 	for _, i := range []int{1, 2} {
 		c.hooks[i].set(nil, nil)
 	}
@@ -994,12 +987,20 @@ func TestHandoffCleanUpNames(t *testing.T) {
 	for _, i := range []int{1, 2} {
 		c.hooks[i].set(nil, nil)
 	}
+	lockedBeforeTimer(t, c, lc, ec, "d's clean-up did not name it")
+}
+
+// lockedBeforeTimer waits for the Lock of lockLater on "k", whose retry
+// timer is a minute, to obtain the key on every node of c well before
+// that, and unlocks it; else it fails, saying why.
+func lockedBeforeTimer(t *testing.T, c *cluster, lc <-chan *Lock, ec <-chan error, why string) {
+	t.Helper()
 	select {
 	case l := <-lc:
 		require.NoError(t, <-ec)
-		c.waitHolders(t, "k", l.token, 3) // the round returned at its quorum
-		require.NoError(t, l.Unlock(ctx))
+		c.waitHolders(t, "k", l.token, len(c.srv)) // the round returned at its quorum
+		require.NoError(t, l.Unlock(t.Context()))
 	case <-time.After(5 * time.Second):
-		t.Fatal("b's Lock waits for its retry timer: d's clean-up did not name it")
+		t.Fatalf("the Lock waits for its retry timer: %s", why)
 	}
 }
