@@ -230,7 +230,7 @@ func (c *Client) ready(ctx context.Context, keys []string) error {
 // full (see Error.final) or the same server found twice by its
 // connections.
 func (c *Client) tryOnce(ctx context.Context, keys []string, ttl time.Duration, rec *record) (*Lock, error) {
-	l, _, _, err := c.attempt(ctx, keys, ttl, handover{}, join{}, rec)
+	l, _, _, err := c.attempt(ctx, keys, ttl, handover{}, join{}, protocol.Layer{}, rec)
 	if err != nil && c.servers.Err() != nil {
 		return nil, c.sameServer(keys)
 	}
@@ -281,7 +281,7 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 		// Nobody else of this Client wants the keys: the round TryLock
 		// makes, with no waiter, no place in line and no strategy state.
 		// A refusal makes the waiter (see strategy.direct).
-		l, freeIn, _, err := c.attempt(ctx, keys, ttl, handover{}, join{}, rec)
+		l, freeIn, _, err := c.attempt(ctx, keys, ttl, handover{}, join{}, protocol.Layer{}, rec)
 		if err == nil {
 			l.turn = turn
 			c.queue.Held(turn, l.Until())
@@ -319,7 +319,7 @@ func (c *Client) waitRounds(w *waiter, ttl time.Duration, last *Error, hint time
 			return l, nil
 		}
 		j := w.s.join()
-		l, freeIn, calls, err := c.attempt(ctx, keys, ttl, prev, j, rec)
+		l, freeIn, calls, err := c.attempt(ctx, keys, ttl, prev, j, protocol.Layer{}, rec)
 		if err == nil {
 			w.held(l)
 			return l, nil

@@ -84,14 +84,14 @@ type round struct {
 // It sends est, the new-deployment shortcut's requests, when not nil, takes
 // the keys of the lock handed over with token handover when not "", and
 // tells the waiting strategy j.
-func (c *Client) newRound(keys []string, ttl time.Duration, est []protocol.Shortcut, handover string, j join) *round {
+func (c *Client) newRound(keys []string, ttl time.Duration, est []protocol.Shortcut, handover string, j join, layer protocol.Layer) *round {
 	r, replies := alloc.WithSlice[round, protocol.AcquireReply](len(c.nodes)) // one allocation for up to alloc.Small nodes
 	r.c, r.keys, r.replies, r.est, r.early = c, keys, replies, est, !c.inService.Load()
 	token := j.token
 	if token == "" {
 		token = protocol.NewToken(c.cfg.owner)
 	}
-	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Handover: handover, Join: j.on, Layer: j.layer}
+	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Handover: handover, Join: j.on, Layer: layer}
 	if est == nil {
 		r.cmd = c.proto.AcquireCmd(r.acq) // built once for the plain nodes
 		if !c.inService.Load() {
@@ -120,8 +120,8 @@ func (r *round) name() string { return strings.Join(r.keys, ", ") }
 // rec, when not nil, is the operation's record (see round.report). On
 // failure it releases what the round took, and returns the round, for its
 // replies, with the error. Callers are within c.life.enter.
-func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []protocol.Shortcut, prev handover, j join, rec *record) (*round, error) {
-	r := c.newRound(keys, ttl, est, prev.Token, j)
+func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []protocol.Shortcut, prev handover, j join, layer protocol.Layer, rec *record) (*round, error) {
+	r := c.newRound(keys, ttl, est, prev.Token, j, layer)
 	if rec != nil && est != nil && est[0].Establish {
 		r.report = rec
 	}
@@ -320,13 +320,15 @@ func (r *round) freeIn() time.Duration {
 // expire. On failure it also returns how long until the holder's keys have
 // expired on enough nodes for a quorum, or 0 when unknown. A lock obtained
 // once Close has begun is released, and the error is ErrClosed. j is the
-// round's place in the line of waiters; rec, when not nil, records the rounds.
-func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, prev handover, j join, rec *record) (*Lock, time.Duration, *quorum.Round, error) {
+// round's place in the line of waiters; layer, for a semaphore's or a
+// read-write lock's round, what it tells the limit layer on the nodes (zero
+// for a lock's); rec, when not nil, records the rounds.
+func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, prev handover, j join, layer protocol.Layer, rec *record) (*Lock, time.Duration, *quorum.Round, error) {
 	if err := c.life.enter(); err != nil {
 		return nil, 0, nil, err
 	}
 	defer c.life.exit()
-	r, err := c.round(ctx, keys, ttl, nil, prev, j, rec)
+	r, err := c.round(ctx, keys, ttl, nil, prev, j, layer, rec)
 	est := c.newDeployment(r, err)
 	shortcut := est != nil && ctx.Err() == nil
 	kind := acquireRound
@@ -342,7 +344,7 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 		// "The new-deployment shortcut"). A node out of its guard grants
 		// either round as usual.
 		j.token = "" // each round's token is spent: a slow node may have its tombstone
-		r, err = c.round(ctx, keys, ttl, est, prev, j, rec)
+		r, err = c.round(ctx, keys, ttl, est, prev, j, layer, rec)
 		marked := err != nil && ctx.Err() == nil && r.marked()
 		if marked {
 			rec.addAcquire(r, shortcutRound)
@@ -357,7 +359,7 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 			// The establishing round is an ordinary one: it decides at the
 			// quorum, and a slow node's request ends that node's guard when
 			// it arrives, if the state still carries the mark.
-			r, err = c.round(ctx, keys, ttl, est, prev, j, rec)
+			r, err = c.round(ctx, keys, ttl, est, prev, j, layer, rec)
 			rec.addAcquire(r, establishRound)
 		}
 	}

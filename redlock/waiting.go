@@ -128,10 +128,6 @@ type join struct {
 	token string        // the round's token; "" for a new one
 	on    protocol.Join // the strategy's arguments
 	start time.Time     // when the round was sent, when the strategy needs it
-	// layer is, for a round of a semaphore or a read-write lock, what it
-	// tells the limit layer on the nodes (see semaphore.go); zero for a
-	// lock's.
-	layer protocol.Layer
 }
 
 // newStrategy returns the waiting strategy of c, which waits for
