@@ -32,8 +32,15 @@ type handoff struct {
 	sole map[string]struct{}
 }
 
+// wait returns the in-line wait of one Lock call with its handoff part,
+// in one allocation.
 func (h *handoff) wait() waiting {
-	return &handWait{inLineWait: inLineWait{s: h.inLine}, h: h}
+	b := &struct {
+		inLineWait
+		hand handWait
+	}{inLineWait: inLineWait{s: h.inLine}, hand: handWait{h: h}}
+	b.inLineWait.hand, b.hand.iw = &b.hand, &b.inLineWait
+	return &b.inLineWait
 }
 
 // refused is for a lock whose round joined the line for a handoff on the
@@ -68,10 +75,11 @@ func (h *handoff) unlocked(l *Lock) {
 	h.ledger.Forget(hand, sole)
 }
 
-// handWait is one Lock call's wait for a handoff on the node.
+// handWait is the handoff's part of one Lock call's wait in line (iw): its
+// wait for a handoff on the node.
 type handWait struct {
-	inLineWait
-	h *handoff
+	iw *inLineWait
+	h  *handoff
 	// hands holds the tokens of the failed rounds that joined the line for
 	// a handoff, the last one current. curStart is when that one was sent,
 	// and curCalls its calls. gotHand is set once a quorum of nodes
@@ -89,14 +97,14 @@ type handWait struct {
 	stored   string
 }
 
-// join is inLineWait.join, plus the handoff's part for a waiter for one
-// key once the Client's hand channel is subscribed (from its first wait
-// for any key on). Each round then joins under its own token, made here,
-// replacing the previous round's entry. A release may then set the key to
-// that token (with protocol.HandPrefix) instead of deleting it.
-func (hw *handWait) join() join {
-	j := hw.inLineWait.join()
-	w, h := &hw.w, hw.h
+// join adds to j, what the in-line wait's next round tells the nodes, the
+// handoff's part for a waiter for one key once the Client's hand channel is
+// subscribed (from its first wait for any key on). Each round then joins
+// under its own token, made here, replacing the previous round's entry. A
+// release may then set the key to that token (with protocol.HandPrefix)
+// instead of deleting it.
+func (hw *handWait) join(j join) join {
+	w, h := &hw.iw.w, hw.h
 	if len(w.keys) != 1 || !h.ledger.Subscribed() {
 		return j
 	}
@@ -118,12 +126,6 @@ func (hw *handWait) join() join {
 	h.ledger.Expect(j.token, hw.stored)
 	hw.expected = true
 	return j
-}
-
-// first and sleep are inLineWait's, with the handoff's part in them.
-func (hw *handWait) first() error { return hw.firstWith(hw) }
-func (hw *handWait) sleep(timer <-chan time.Time, last *Error) error {
-	return hw.sleepWith(hw, timer, last)
 }
 
 // failed notes that the round of j failed: if it joined for a handoff, a
@@ -156,7 +158,7 @@ func (hw *handWait) delay(d time.Duration) time.Duration {
 	if hw.current() == "" {
 		return d
 	}
-	cfg := hw.w.c.cfg
+	cfg := hw.iw.w.c.cfg
 	limit := max(cfg.maxRetry, hw.ttl/4)
 	wait := cfg.maxRetry
 	for i := 1; i < len(hw.hands)+hw.reads && wait < limit; i++ {
@@ -178,7 +180,7 @@ func (hw *handWait) current() string {
 // the key off to the current round, and notes it for handed.
 func (hw *handWait) handedOff() bool {
 	cur := hw.current()
-	hw.gotHand = hw.gotHand || cur != "" && bits.OnesCount64(hw.h.ledger.HandedNodes(cur)) >= hw.w.c.cfg.quorum
+	hw.gotHand = hw.gotHand || cur != "" && bits.OnesCount64(hw.h.ledger.HandedNodes(cur)) >= hw.iw.w.c.cfg.quorum
 	return hw.gotHand
 }
 
@@ -191,8 +193,8 @@ func (hw *handWait) handedOff() bool {
 func (hw *handWait) heardHand(timer <-chan time.Time) <-chan time.Time {
 	cur := hw.current()
 	if cur != "" && hw.h.ledger.HandedNodes(cur) != 0 && !hw.handedOff() {
-		cfg := hw.w.c.cfg
-		return cfg.clock.After(min(hw.grace(), cfg.yieldWindow))
+		cfg := hw.iw.w.c.cfg
+		return cfg.clock.After(min(hw.iw.grace(), cfg.yieldWindow))
 	}
 	return timer
 }
@@ -210,7 +212,7 @@ func (hw *handWait) handed(ttl time.Duration) *round {
 		return nil
 	}
 	hw.gotHand = false
-	w, h := &hw.w, hw.h
+	w, h := &hw.iw.w, hw.h
 	c := w.c
 	now := c.cfg.clock.Now()
 	validity := clock.Validity(ttl, now.Sub(hw.curStart), c.cfg.drift)
@@ -218,9 +220,9 @@ func (hw *handWait) handed(ttl time.Duration) *round {
 		return nil
 	}
 	tok := hw.current()
-	j := protocol.Join{Place: hw.place, Ticket: w.began.UnixMilli() / ticketStep * ticketStep, Channel: h.channel, Prev: tok, Entries: protocol.MayHave}
+	j := protocol.Join{Place: hw.iw.place, Ticket: w.began.UnixMilli() / ticketStep * ticketStep, Channel: h.channel, Prev: tok, Entries: protocol.MayHave}
 	r := c.handedRound(w.keys, ttl, protocol.HandPrefix+tok, hw.curStart, now.Add(validity), j)
-	if w.attempts == 1 && len(hw.hands) == 1 && tok == hw.place {
+	if w.attempts == 1 && len(hw.hands) == 1 && tok == hw.iw.place {
 		h.mu.Lock()
 		if h.sole == nil {
 			h.sole = map[string]struct{}{}
@@ -259,7 +261,7 @@ func (hw *handWait) done(l *Lock) {
 	}
 	cur := hw.current()
 	if hw.expected {
-		for _, t := range append(hw.hands, hw.place, lockToken) {
+		for _, t := range append(hw.hands, hw.iw.place, lockToken) {
 			switch {
 			case lockToken == protocol.HandPrefix+t:
 			case t == lockToken || l == nil && t == cur:
@@ -270,7 +272,7 @@ func (hw *handWait) done(l *Lock) {
 		}
 	}
 	if l == nil && cur != "" {
-		hw.h.leave(hw.w.keys[0], cur, hw.ttl)
+		hw.h.leave(hw.iw.w.keys[0], cur, hw.ttl)
 	}
 }
 

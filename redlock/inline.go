@@ -40,15 +40,25 @@ func (s *inLine) leave(key, place string, last *quorum.Round) {
 }
 
 // done takes a waiter that gave up off the line (one that holds the lock
-// leaves it with the lock's release, see refused).
+// leaves it with the lock's release, see refused). With a handoff part,
+// that part leaves.
 func (iw *inLineWait) done(l *Lock) {
-	if l == nil && iw.place != "" {
+	switch {
+	case iw.hand != nil:
+		iw.hand.done(l)
+	case l == nil && iw.place != "":
 		iw.s.leave(iw.w.keys[0], iw.place, iw.last)
 	}
 }
 
-// failed notes the calls of the waiter's last round, for leave.
-func (iw *inLineWait) failed(_ join, _ time.Duration, calls *quorum.Round) { iw.last = calls }
+// failed notes the calls of the waiter's last round, for leave, and tells
+// the handoff part.
+func (iw *inLineWait) failed(j join, ttl time.Duration, calls *quorum.Round) {
+	iw.last = calls
+	if iw.hand != nil {
+		iw.hand.failed(j, ttl, calls)
+	}
+}
 
 func (s *inLine) wait() waiting { return &inLineWait{s: s} }
 
@@ -60,31 +70,28 @@ type inLineWait struct {
 	// "" until then.
 	place string
 	last  *quorum.Round // the calls of the waiter's last round
+	// hand is the handoff's part of the wait (WaitHandoff), nil for none.
+	hand *handWait
 }
 
-// sleepHooks let the handoff strategy take part in inLineWait's sleep
-// (see sleepWith): handWait passes itself, inLineWait its own, which do
-// nothing.
-type sleepHooks interface {
-	// handedOff reports whether a quorum of nodes handed the keys off.
-	handedOff() bool
-	// current returns the token of the round that a handoff may name, "".
-	current() string
-	// heardHand is told of a handoff on a node to a round of this client,
-	// and returns the timer to wait for.
-	heardHand(timer <-chan time.Time) <-chan time.Time
-	// insure is told that the timer fired. It returns a timer to sleep on
-	// instead of trying again, or nil to try.
-	insure() <-chan time.Time
+// delay is the backoff's d, or the handoff part's.
+func (iw *inLineWait) delay(d time.Duration) time.Duration {
+	if iw.hand != nil {
+		return iw.hand.delay(d)
+	}
+	return d
 }
 
-func (iw *inLineWait) handedOff() bool                               { return false }
-func (iw *inLineWait) current() string                               { return "" }
-func (iw *inLineWait) heardHand(t <-chan time.Time) <-chan time.Time { return t }
-func (iw *inLineWait) insure() <-chan time.Time                      { return nil }
-func (iw *inLineWait) delay(d time.Duration) time.Duration           { return d }
-func (iw *inLineWait) handed(time.Duration) *round                   { return nil }
-func (iw *inLineWait) base() *waiter                                 { return &iw.w }
+// handed returns the lock that the nodes handed off to the waiter, from
+// the handoff part, or nil.
+func (iw *inLineWait) handed(ttl time.Duration) *round {
+	if iw.hand != nil {
+		return iw.hand.handed(ttl)
+	}
+	return nil
+}
+
+func (iw *inLineWait) base() *waiter { return &iw.w }
 
 // ticketStep is the resolution of the tickets, in ms. Waiters that began
 // within one step are ordered by id; the coarser step lets the Locks of a
@@ -97,11 +104,17 @@ const ticketStep = 10
 // entries to take off; a later one may have (its earlier rounds').
 func (iw *inLineWait) join() join {
 	ticket := iw.w.began.UnixMilli() / ticketStep * ticketStep
+	var j join
 	if iw.place == "" {
 		iw.place = protocol.NewToken(iw.w.c.cfg.owner)
-		return join{token: iw.place, on: protocol.Join{Place: iw.place, Ticket: ticket}}
+		j = join{token: iw.place, on: protocol.Join{Place: iw.place, Ticket: ticket}}
+	} else {
+		j = join{on: protocol.Join{Place: iw.place, Ticket: ticket, Entries: protocol.MayHave}}
 	}
-	return join{on: protocol.Join{Place: iw.place, Ticket: ticket, Entries: protocol.MayHave}}
+	if iw.hand != nil {
+		return iw.hand.join(j)
+	}
+	return j
 }
 
 // first lets the waiter that a release of the key just named as next in
@@ -112,10 +125,7 @@ func (iw *inLineWait) join() join {
 // another would (see sleep). Without it, a client that unlocks and locks
 // again at once would usually beat the named waiter, which needs the
 // announcement and a round.
-func (iw *inLineWait) first() error { return iw.firstWith(iw) }
-
-// firstWith is first, with the handoff's part in its sleep from hooks.
-func (iw *inLineWait) firstWith(hooks sleepHooks) error {
+func (iw *inLineWait) first() error {
 	w := &iw.w
 	left := iw.s.yieldFor(w.c.stored(w.keys[0]))
 	if left <= 0 {
@@ -123,7 +133,7 @@ func (iw *inLineWait) firstWith(hooks sleepHooks) error {
 	}
 	e := &Error{Op: "lock", Key: strings.Join(w.keys, ", "), Quorum: w.c.cfg.quorum, sentinel: ErrNotObtained,
 		Reason: "let the waiter of another client named by the last release go first"}
-	return iw.sleepWith(hooks, w.c.cfg.clock.After(left), e)
+	return iw.sleep(w.c.cfg.clock.After(left), e)
 }
 
 // direct takes key as given, and makes its stored form only when a key is
@@ -159,24 +169,27 @@ func (s *inLine) yieldFor(key string) time.Duration {
 // another waiter gives it a grace to take the keys (see grace). The sleep
 // then ends at the next announcement or when the grace has passed, so a
 // waiter that died or gave up stalls the key no longer than that.
+//
+// With a handoff part (hw), a quorum of nodes that handed the key off to
+// the waiter's current round ends the sleep; a handoff short of a quorum
+// gets a grace (see handWait.heardHand); and when the timer fires, the
+// part may read the nodes instead of trying (see handWait.insure).
 func (iw *inLineWait) sleep(timer <-chan time.Time, last *Error) error {
-	return iw.sleepWith(iw, timer, last)
-}
-
-// sleepWith is sleep, with the handoff's part in it from hooks.
-func (iw *inLineWait) sleepWith(hooks sleepHooks, timer <-chan time.Time, last *Error) error {
-	w := &iw.w
-	cur := hooks.current()
+	w, hw := &iw.w, iw.hand
+	var cur string // the round a handoff may name
+	if hw != nil {
+		cur = hw.current()
+		// Handoffs to the current round that came while it was out woke
+		// no sleep: the ledger has them. Short of a quorum, they get
+		// their grace now, as one heard in the sleep would; the timer
+		// alone would leave those nodes handed off until it fires, which
+		// a node's loss made last up to the doubled MaxRetryDelay.
+		timer = hw.heardHand(timer)
+	}
 	key := w.c.stored(w.keys[0])
 	since := w.start // nothing listened while the round was out
-	// Handoffs to the current round that came while it was out woke no
-	// sleep: the ledger has them. Short of a quorum, they get their grace
-	// now, as one heard in the sleep would; the timer alone would leave
-	// those nodes handed off until it fires, which a node's loss made
-	// last up to the doubled MaxRetryDelay.
-	timer = hooks.heardHand(timer)
 	for {
-		if hooks.handedOff() {
+		if hw != nil && hw.handedOff() {
 			return nil
 		}
 		if iw.place != "" && iw.s.wake.NamedSince(key, iw.place, w.start) || cur != "" && iw.s.wake.NamedSince(key, cur, w.start) {
@@ -187,7 +200,10 @@ func (iw *inLineWait) sleepWith(hooks sleepHooks, timer <-chan time.Time, last *
 			return err
 		}
 		if !woken {
-			if timer = hooks.insure(); timer == nil {
+			if hw == nil {
+				return nil
+			}
+			if timer = hw.insure(); timer == nil {
 				return nil
 			}
 			continue
@@ -200,7 +216,9 @@ func (iw *inLineWait) sleepWith(hooks sleepHooks, timer <-chan time.Time, last *
 			w.jitter()
 			return nil
 		case strings.HasPrefix(next, protocol.HandPrefix):
-			timer = hooks.heardHand(timer)
+			if hw != nil {
+				timer = hw.heardHand(timer)
+			}
 			continue
 		}
 		timer = w.c.cfg.clock.After(iw.grace())

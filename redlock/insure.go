@@ -27,7 +27,7 @@ func (hw *handWait) insure() <-chan time.Time {
 	if cur == "" || hw.h.ledger.HandedNodes(cur) != 0 {
 		return nil
 	}
-	cfg := hw.w.c.cfg
+	cfg := hw.iw.w.c.cfg
 	switch hw.readLine(cur) {
 	case lineWaits:
 		hw.moving = false
@@ -36,7 +36,7 @@ func (hw *handWait) insure() <-chan time.Time {
 	case lineMoving:
 		if !hw.moving {
 			hw.moving = true
-			return cfg.clock.After(min(hw.grace(), cfg.yieldWindow))
+			return cfg.clock.After(min(hw.iw.grace(), cfg.yieldWindow))
 		}
 	}
 	hw.moving = false
@@ -58,13 +58,13 @@ const (
 // either. Reads change nothing on the nodes, and what they find never
 // decides who holds the key; a round does.
 func (hw *handWait) readLine(cur string) lineRead {
-	w, c := &hw.w, hw.w.c
+	w, c := &hw.iw.w, hw.iw.w.c
 	if err := c.life.enter(); err != nil {
 		return lineWaits // closed: the wait ends with ErrClosed
 	}
 	defer c.life.exit()
 	line := protocol.LineKey(c.cfg.prefix, w.keys[0])
-	member := protocol.HandEntry(hw.place, cur, hw.ttl, hw.h.channel)
+	member := protocol.HandEntry(hw.iw.place, cur, hw.ttl, hw.h.channel)
 	var found [3]atomic.Bool
 	r := c.life.workers.Start(w.ctx, len(c.nodes), c.callTimeout(), func(ctx context.Context, i int) error {
 		v, queued, err := c.nodes[i].InLine(ctx, hw.stored, line, member)
