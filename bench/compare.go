@@ -130,6 +130,17 @@ func scenarioFigures(b, r *loadtest.Result, ms func(*loadtest.Result, float64) f
 		if strings.HasSuffix(r.Scenario, "-procs") {
 			n = fmt.Sprintf("hot key, %d separate processes: ", r.Callers)
 		}
+		if strings.HasSuffix(r.Scenario, "-down") {
+			n = fmt.Sprintf("hot key, %d separate clients, a node cut off: ", r.Callers)
+			return []figure{
+				{name: n + "acquisitions/s", base: b.PerSec, our: r.PerSec, unit: "/s"},
+				{name: n + "wait p99", base: ms(b, 99), our: ms(r, 99), unit: "ms"},
+				{name: n + "wait p99.9", base: ms(b, 99.9), our: ms(r, 99.9), unit: "ms"},
+				{name: n + "wait max", base: float64(b.Latency.Max) / 1e6, our: float64(r.Latency.Max) / 1e6, unit: "ms"},
+				{name: n + "failed Lock calls", base: float64(b.Errors), our: float64(r.Errors)},
+				{name: n + "overlapping holds", base: float64(b.Overlaps), our: float64(r.Overlaps)},
+			}
+		}
 		return []figure{
 			{name: n + "acquisitions/s", base: b.PerSec, our: r.PerSec, unit: "/s"},
 			{name: n + "wait p50", base: ms(b, 50), our: ms(r, 50), unit: "ms"},

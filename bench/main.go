@@ -153,7 +153,7 @@ func run(ctx context.Context) error {
 	svgFile := flag.String("svg", "results/latest.svg", "write the latency plot here (empty: don't)")
 	mdFile := flag.String("md", "results/latest.md", "write the comparison table (Markdown) here (empty: don't)")
 	rounds := flag.Int("rounds", 3, "split each scenario into this many short runs per library, alternating the libraries, and pool them (so that both see the same drift in machine load)")
-	only := flag.String("only", "", "run only these scenarios, by ID, comma-separated (distinct-1, distinct-8, hotkey-8, hotkey-8-clients, hotkey-8-procs, shared-8-clients, slow-1)")
+	only := flag.String("only", "", "run only these scenarios, by ID, comma-separated (distinct-1, distinct-8, hotkey-8, hotkey-8-clients, hotkey-8-procs, hotkey-8-clients-down, shared-8-clients, slow-1)")
 	implName := flag.String("impl", "", "run only these, comma-separated, and compare each to the first: "+implNames(allImpls(nil))+". redquorum-user is redquorum on node clients built as a user would (loadtest.UserClients); a suffix -backoff, -inline or -handoff sets Options.Waiting (none: WaitDefault, here WaitHandoff); the bare- ones are floors, not locks (see bare.go; 1-caller scenario only)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run here")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the run here")

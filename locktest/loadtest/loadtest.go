@@ -51,9 +51,13 @@ type Scenario struct {
 	Duration time.Duration // measured run time, after a warm-up
 	TTL      time.Duration
 	Slow     time.Duration // latency added each way in front of the first node
-	Separate bool          // each caller has its own Locker, like separate processes
-	Procs    bool          // each caller runs in an OS process of its own (see Runner.Spawn)
-	Shared   int           // > 0: callers lock random keys of one pool of this many, holding Hold
+	// Down cuts the first node off half-way through the measured phase, as
+	// a crashed server: it reaches the node through a proxy that then
+	// resets its connections and refuses new ones.
+	Down     bool
+	Separate bool // each caller has its own Locker, like separate processes
+	Procs    bool // each caller runs in an OS process of its own (see Runner.Spawn)
+	Shared   int  // > 0: callers lock random keys of one pool of this many, holding Hold
 	// HoldBlocking makes a holder block its thread in the kernel for Hold
 	// (see holdFor) instead of sleeping on a Go timer: a critical section
 	// of blocking work. A diagnostic: the standard scenarios sleep.
@@ -63,7 +67,8 @@ type Scenario struct {
 // Scenarios returns the standard set, each measured for d. Lock+unlock runs
 // on distinct keys, by one caller and by callers concurrent callers. On one
 // hot key, callers contenders hold it 1 ms each time: in one client, in a
-// client each, and in a process each. In the shared-keys scenario, callers
+// client each, and in a process each; and in a client each while the first
+// node is cut off half-way. In the shared-keys scenario, callers
 // separate clients lock random keys of a pool of sharedKeys, holding each
 // 1 ms. That is occasional contention, as many service instances over many
 // keys. When slow > 0, one caller runs with the first node slow by that much
@@ -75,6 +80,7 @@ func Scenarios(d time.Duration, callers int, slow time.Duration) []Scenario {
 		{ID: fmt.Sprintf("hotkey-%d", callers), Title: fmt.Sprintf("one hot key, %d contenders holding 1ms (wait)", callers), Callers: callers, HotKey: true, Hold: time.Millisecond, Duration: d, TTL: 10 * time.Second},
 		{ID: fmt.Sprintf("hotkey-%d-clients", callers), Title: fmt.Sprintf("one hot key, %d separate clients holding 1ms (wait)", callers), Callers: callers, HotKey: true, Hold: time.Millisecond, Duration: d, TTL: 10 * time.Second, Separate: true},
 		{ID: fmt.Sprintf("hotkey-%d-procs", callers), Title: fmt.Sprintf("one hot key, %d separate processes holding 1ms (wait)", callers), Callers: callers, HotKey: true, Hold: time.Millisecond, Duration: d, TTL: 10 * time.Second, Separate: true, Procs: true},
+		{ID: fmt.Sprintf("hotkey-%d-clients-down", callers), Title: fmt.Sprintf("one hot key, %d separate clients, a node cut off half-way (wait)", callers), Callers: callers, HotKey: true, Hold: time.Millisecond, Duration: d, TTL: 10 * time.Second, Separate: true, Down: true},
 		{ID: fmt.Sprintf("shared-%d-clients", callers), Title: fmt.Sprintf("%d separate clients, %d shared keys, holding 1ms (wait)", callers, sharedKeys), Callers: callers, Shared: sharedKeys, Hold: time.Millisecond, Duration: d, TTL: 10 * time.Second, Separate: true},
 	}
 	if slow > 0 {
@@ -122,7 +128,8 @@ type Runner struct {
 func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string) (Result, error) {
 	nodes := addrs
 	addrs = slices.Clone(addrs)
-	if sc.Slow > 0 {
+	var cut func() // cuts the first node off (Down)
+	if sc.Slow > 0 || sc.Down {
 		p, via, err := ProxyNode(addrs[0])
 		if err != nil {
 			return Result{}, err
@@ -130,6 +137,9 @@ func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string
 		defer p.Close()
 		p.SetLatency(sc.Slow, sc.Slow)
 		addrs[0] = via
+		if sc.Down {
+			cut = func() { p.SetTarget(""); p.Cut() }
+		}
 	}
 	prefix := "bench:" + impl.Name + ":" + sc.ID + ":" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 	if sc.Procs {
@@ -178,6 +188,10 @@ func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string
 		return Result{}, err
 	}
 	stop := r.progress(impl.Name, sc)
+	if cut != nil {
+		t := time.AfterFunc(sc.Duration/2, cut)
+		defer t.Stop()
+	}
 	res := run(ctx, lockers, sc, prefix, sc.Duration)
 	stop()
 	if r.CountCommands {

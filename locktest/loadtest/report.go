@@ -110,7 +110,7 @@ func WriteTable(w io.Writer, results []Result) error {
 		}
 		note := ""
 		if len(r.Shares) > 0 {
-			note = fmt.Sprintf("shares %v, min/max %.2f, gap p50 %s mean %s, hold mean %s, overlaps %d", r.Shares, r.ShareRatio(), Ms(r.Gap.P50), Ms(r.Gap.Mean), Ms(r.Hold.Mean), r.Overlaps)
+			note = fmt.Sprintf("shares %v, min/max %.2f, gap p50 %s mean %s, hold mean %s, wait max %s, overlaps %d", r.Shares, r.ShareRatio(), Ms(r.Gap.P50), Ms(r.Gap.Mean), Ms(r.Hold.Mean), Ms(r.Latency.Max), r.Overlaps)
 		}
 		if r.FirstError != "" {
 			note = strings.TrimSpace(note + " first error: " + shorten(r.FirstError, 80))
