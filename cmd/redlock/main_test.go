@@ -111,7 +111,7 @@ func TestBench(t *testing.T) {
 	code, out, errOut := runCLI(t, "bench", "--duration", "300ms", "--callers", "2", "--slow-node", "5ms",
 		"--json", jsonFile, "--svg", svgFile)
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
-	for _, row := range []string{"lock+unlock, 1 caller", "lock+unlock, 2 callers, distinct keys", "one hot key, 2 contenders", "one hot key, 2 separate clients", "one hot key, 2 separate processes", "2 separate clients, 64 shared keys", "one node +5ms each way"} {
+	for _, row := range []string{"lock+unlock, 1 caller", "lock+unlock, 2 callers, distinct keys", "one hot key, 2 contenders", "one hot key, 2 separate clients", "one hot key, 2 separate processes", "one hot key, 2 separate clients, a node cut off half-way", "2 separate clients, 64 shared keys", "one node +5ms each way"} {
 		assert.Contains(t, out, row)
 	}
 	assert.Contains(t, errOut, "done", "progress goes to stderr")
@@ -120,22 +120,23 @@ func TestBench(t *testing.T) {
 	b, err := os.ReadFile(jsonFile)
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(b, &rep))
-	require.Len(t, rep.Results, 7)
+	require.Len(t, rep.Results, 8)
 	for _, r := range rep.Results {
 		assert.Positive(t, r.Ops, r.Title)
 		assert.Positive(t, r.Latency.P50, r.Title)
 		assert.LessOrEqual(t, r.Latency.P50, r.Latency.P99, r.Title)
 		assert.Zero(t, r.Overlaps, r.Title)
 	}
-	for _, i := range []int{2, 3, 4} { // the hot key: in one client, in clients, in processes
+	for _, i := range []int{2, 3, 4, 5} { // the hot key: in one client, in clients, in processes, with a node cut off
 		assert.Len(t, rep.Results[i].Shares, 2, rep.Results[i].Title)
 		assert.Positive(t, rep.Results[i].Gap.P50, rep.Results[i].Title)
 	}
 	assert.Equal(t, "hotkey-2-procs", rep.Results[4].Scenario)
+	assert.Equal(t, "hotkey-2-clients-down", rep.Results[5].Scenario)
 	svg, err := os.ReadFile(svgFile)
 	require.NoError(t, err)
 	assert.True(t, bytes.HasPrefix(svg, []byte("<svg")))
-	assert.Equal(t, 7, bytes.Count(svg, []byte("<polyline")), "one curve per scenario")
+	assert.Equal(t, 8, bytes.Count(svg, []byte("<polyline")), "one curve per scenario")
 }
 
 func TestInspect(t *testing.T) {
