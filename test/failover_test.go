@@ -306,8 +306,12 @@ func TestReplicaAsNode(t *testing.T) {
 	l, err := c.TryLock(t.Context(), "k", time.Second)
 	require.NoError(t, err, "2 of 3 nodes")
 	require.NoError(t, l.Unlock(t.Context()))
-	assert.Contains(t, logs.String(), "is a replica")
-	assert.Contains(t, logs.String(), g.Replica)
+	// TryLock and Unlock return at the quorum: the replica's answer, which
+	// the log tells of, may come after both.
+	require.Eventually(t, func() bool {
+		out := logs.String()
+		return strings.Contains(out, "is a replica") && strings.Contains(out, g.Replica)
+	}, 5*time.Second, time.Millisecond, "the log names the replica")
 	assert.Equal(t, "", get(t, g.Master, "k"), "nothing written through the replica")
 
 	var e *redlock.Error
