@@ -58,10 +58,16 @@ inline forget(c, i) {
 #define LEAVE(c) skip
 #define SEND_HOOK(c) handed[c] = 0; byHand[c] = 0
 
-/* handoff: handoff.lua's --@@next!, for an unlock (announce) of a marked
- * key on node i: the first entry whose client listens gets the key. */
+/* handoff: handoff.lua's --@@next!, for the release of a marked key on
+ * node i. An unlock's (announce) on a node out of its guard: the first
+ * entry whose client listens gets the key. A failed round's clean-up
+ * (ARGV[5] 'n'), and an unlock on a guarded node: the first entry is
+ * named and leaves the line; nothing is handed off (the naming only wakes
+ * its client, which the model does not need: it tries when it likes). */
 inline handoff(i, announce) {
   if
+  :: mark[i] && line0[i] != 0 && (!announce || (G != 0 && g[i] != 0)) ->
+     line0[i] = line1[i]; line1[i] = 0
   :: announce && mark[i] && (G == 0 || g[i] == 0) ->
      do
      :: line0[i] == 0 -> break
