@@ -22,9 +22,10 @@
 -- holds it. ARGV[5] is '1' when the restart guard is off; otherwise a key
 -- is handed off only by a node whose state is established (a handoff is
 -- a grant). ARGV[5] is 'n' for the clean-up of a failed round, which hands
--- nothing off: it names the first in line, as a guarded node does. A key is handed off to the first in line that joined for a
--- handoff: set to "@HAND@" .. token, marked, for the entry's TTL, and the
--- client told on its channel; the handoff stands only if that client
+-- nothing off: it names the first in line, as a guarded node does. A key
+-- is handed off to the first in line that joined for a handoff: set to
+-- "@HAND@" .. token, marked, for the entry's TTL, and the client told on
+-- its channel; the handoff stands only if that client
 -- heard it (PUBLISH reached a subscriber on this server), so never for a
 -- waiter whose process is gone (its entry is dropped and the next tried).
 -- A key handed off is kept, and not announced: the others have nothing
