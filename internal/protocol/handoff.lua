@@ -96,7 +96,7 @@ if i == 1 then
     local head = redis.pcall('ZPOPMIN', line) -- a hint: an ACL may refuse it
     if type(head) ~= 'table' or not head[1] then break end
     next = head[1]
-    local at, _, hold, ch = string.find(next, '|(%d+)|([^|]+)$') -- after the id and the token
+    --@entry
     if not at or at % 2 == 1 then break end -- a waiter that is only named
     next = string.sub(next, at / 2 + 1, at - 1) -- its round's token
     if #KEYS > 1 or ARGV[5] == 'n' or (ARGV[5] ~= '1' and redis.pcall('HGET', announce, 'g') ~= '0') then break end

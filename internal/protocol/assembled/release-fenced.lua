@@ -147,10 +147,16 @@ for i = 1, #KEYS do
         local head = redis.pcall('ZPOPMIN', prefix .. 'redquorum:queue:' .. string.sub(key, #prefix + 1))
         if type(head) == 'table' and head[1] then
           next = head[1]
-          -- A handoff's entry: the id and the token, of equal length, before
-          -- the last two fields (found from the end, which ^(.+) would reach
-          -- by backtracking over the whole entry).
-          local at = string.find(next, '|%d+|[^|]+$')
+          -- A handoff's entry, next, is id .. '|' .. token .. '|' .. hold .. '|' ..
+          -- channel (see handoff.lua), the id and the token of equal length. at is
+          -- the '|' after the token, found at twice the first '|' by an anchored
+          -- match; an owner with '|' in the id (see protocol.NewToken) needs the
+          -- unanchored one, tried at every position of the entry. at is nil for any
+          -- other entry.
+          local p = string.find(next, '|', 1, true)
+          local at, _, hold, ch
+          if p then at, _, hold, ch = string.find(next, '^|(%d+)|([^|]+)$', 2 * p) end
+          if p and not at then at, _, hold, ch = string.find(next, '|(%d+)|([^|]+)$') end
           if at and at % 2 == 0 then next = string.sub(next, at / 2 + 1, at - 1) end
         end
       end

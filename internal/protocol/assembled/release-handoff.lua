@@ -166,7 +166,16 @@ for i = 1, #KEYS do
           local head = redis.pcall('ZPOPMIN', line) -- a hint: an ACL may refuse it
           if type(head) ~= 'table' or not head[1] then break end
           next = head[1]
-          local at, _, hold, ch = string.find(next, '|(%d+)|([^|]+)$') -- after the id and the token
+          -- A handoff's entry, next, is id .. '|' .. token .. '|' .. hold .. '|' ..
+          -- channel (see handoff.lua), the id and the token of equal length. at is
+          -- the '|' after the token, found at twice the first '|' by an anchored
+          -- match; an owner with '|' in the id (see protocol.NewToken) needs the
+          -- unanchored one, tried at every position of the entry. at is nil for any
+          -- other entry.
+          local p = string.find(next, '|', 1, true)
+          local at, _, hold, ch
+          if p then at, _, hold, ch = string.find(next, '^|(%d+)|([^|]+)$', 2 * p) end
+          if p and not at then at, _, hold, ch = string.find(next, '|(%d+)|([^|]+)$') end
           if not at or at % 2 == 1 then break end -- a waiter that is only named
           next = string.sub(next, at / 2 + 1, at - 1) -- its round's token
           if #KEYS > 1 or ARGV[5] == 'n' or (ARGV[5] ~= '1' and redis.pcall('HGET', announce, 'g') ~= '0') then break end
