@@ -71,6 +71,7 @@ if hand then
 end
 
 --@@release!
+--@prefix
 local announce = ARGV[3] -- the node's state key: an unlock (see announce.lua)
 local drop = ARGV[4] -- the releasing client's channel, for a waiter that leaves
 if drop == '' then drop = nil end

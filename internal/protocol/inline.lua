@@ -39,6 +39,18 @@ if ticket ~= '' then
 end
 local entry, joins = place, place ~= nil -- what a refused round adds to the line, and whether
 local line -- the first key's line, once needed (--@line)
+--@prefix
+
+--@@prefix
+-- prefixOf returns the client's key prefix: what comes before "@STATE@"
+-- in state, the node's state key, which a Cluster slot's tag may follow.
+-- The usual key ends in it and is compared plainly, without the pattern,
+-- which backtracks from the end. Defined by the strategy sections that
+-- need it, before their first use.
+local function prefixOf(state)
+  if string.sub(state, -#'@STATE@') == '@STATE@' then return string.sub(state, 1, -#'@STATE@' - 1) end
+  return string.match(state, '^(.*)@STATE@') or ''
+end
 
 --@@line
 if not line then
@@ -47,6 +59,7 @@ if not line then
 end
 
 --@@release
+--@prefix
 if ARGV[4] and announce then
   local prefix = prefixOf(announce)
   redis.pcall('ZREM', prefix .. '@LINE@' .. string.sub(KEYS[1], #prefix + 1), ARGV[4])

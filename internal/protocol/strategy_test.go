@@ -21,8 +21,8 @@ func TestHooksFill(t *testing.T) {
 	for s, want := range map[Strategy][]string{
 		Kernel:   nil,
 		Announce: {"refused", "release", "released"},
-		InLine:   {"refused", "release", "released", "quiet", "acquire", "line", "forget", "waits", "granted", "next", "entry"},
-		Handoff:  {"refused", "release", "released", "quiet", "acquire", "line", "forget", "waits", "granted", "next", "entry", "free", "drop", "mine"},
+		InLine:   {"refused", "release", "released", "quiet", "acquire", "line", "forget", "waits", "granted", "next", "entry", "prefix"},
+		Handoff:  {"refused", "release", "released", "quiet", "acquire", "line", "forget", "waits", "granted", "next", "entry", "prefix", "free", "drop", "mine"},
 	} {
 		got := strategyHooks(s)
 		assert.ElementsMatch(t, want, keys(got), "strategy %d", s)

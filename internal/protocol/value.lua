@@ -24,12 +24,3 @@ local function holder(v)
   if string.sub(v, 1, #'@GONE@') == '@GONE@' then return nil, mark, '\n' .. v .. rest end
   return v, mark, rest
 end
-
--- prefixOf returns the client's key prefix: what comes before "@STATE@"
--- in state, the node's state key, which a Cluster slot's tag may follow.
--- The usual key ends in it and is compared plainly, without the pattern,
--- which backtracks from the end.
-local function prefixOf(state)
-  if string.sub(state, -#'@STATE@') == '@STATE@' then return string.sub(state, 1, -#'@STATE@' - 1) end
-  return string.match(state, '^(.*)@STATE@') or ''
-end

@@ -55,6 +55,15 @@ if ticket ~= '' then
 end
 local entry, joins = place, place ~= nil -- what a refused round adds to the line, and whether
 local line -- the first key's line, once needed (--@line)
+-- prefixOf returns the client's key prefix: what comes before "redquorum:node"
+-- in state, the node's state key, which a Cluster slot's tag may follow.
+-- The usual key ends in it and is compared plainly, without the pattern,
+-- which backtracks from the end. Defined by the strategy sections that
+-- need it, before their first use.
+local function prefixOf(state)
+  if string.sub(state, -#'redquorum:node') == 'redquorum:node' then return string.sub(state, 1, -#'redquorum:node' - 1) end
+  return string.match(state, '^(.*)redquorum:node') or ''
+end
 -- The kernel's view of a lock key's value (inserted in the kernel scripts
 -- when they are loaded): its holder, a token, perhaps after a mark that a
 -- waiting strategy put before it (see announce.lua), then the tombstones
@@ -80,15 +89,6 @@ local function holder(v)
   end
   if string.sub(v, 1, #'redquorum:gone:') == 'redquorum:gone:' then return nil, mark, '\n' .. v .. rest end
   return v, mark, rest
-end
-
--- prefixOf returns the client's key prefix: what comes before "redquorum:node"
--- in state, the node's state key, which a Cluster slot's tag may follow.
--- The usual key ends in it and is compared plainly, without the pattern,
--- which backtracks from the end.
-local function prefixOf(state)
-  if string.sub(state, -#'redquorum:node') == 'redquorum:node' then return string.sub(state, 1, -#'redquorum:node' - 1) end
-  return string.match(state, '^(.*)redquorum:node') or ''
 end
 
 -- Tombstones (inserted in acquire.lua and release.lua after their usual

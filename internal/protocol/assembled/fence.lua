@@ -25,15 +25,6 @@ local function holder(v)
   return v, mark, rest
 end
 
--- prefixOf returns the client's key prefix: what comes before "redquorum:node"
--- in state, the node's state key, which a Cluster slot's tag may follow.
--- The usual key ends in it and is compared plainly, without the pattern,
--- which backtracks from the end.
-local function prefixOf(state)
-  if string.sub(state, -#'redquorum:node') == 'redquorum:node' then return string.sub(state, 1, -#'redquorum:node' - 1) end
-  return string.match(state, '^(.*)redquorum:node') or ''
-end
-
 -- fence: the second phase of a fenced lock. If every key of KEYS[1..n-1]
 -- holds token ARGV[1] (compared without a key's mark, see value.lua), raise
 -- the fence counter in the node's state KEYS[n] (see acquire.lua) to at

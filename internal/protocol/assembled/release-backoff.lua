@@ -46,15 +46,6 @@ local function holder(v)
   return v, mark, rest
 end
 
--- prefixOf returns the client's key prefix: what comes before "redquorum:node"
--- in state, the node's state key, which a Cluster slot's tag may follow.
--- The usual key ends in it and is compared plainly, without the pattern,
--- which backtracks from the end.
-local function prefixOf(state)
-  if string.sub(state, -#'redquorum:node') == 'redquorum:node' then return string.sub(state, 1, -#'redquorum:node' - 1) end
-  return string.match(state, '^(.*)redquorum:node') or ''
-end
-
 -- Tombstones (inserted in acquire.lua and release.lua after their usual
 -- cases, when the scripts are loaded). A tombstone, "redquorum:gone:" .. token, is
 -- what a release of token leaves on a key that does not hold it, so that
