@@ -1,6 +1,6 @@
 /*
  * handoff.pml: the waiting strategy with the handoff on the node
- * (Options.Waiting WaitHandoff: handoff.lua, redlock/handoff.go), as
+ * (Options.Waiting WaitHandoff: handoff.lua, internal/waiting/handoff.go), as
  * hooks that redlock.pml places where the kernel has decided. Without
  * HANDOFF every hook is empty and the kernel is checked alone.
  *

@@ -15,6 +15,7 @@ import (
 	"github.com/redquorum/redquorum/internal/node"
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/queue"
+	"github.com/redquorum/redquorum/internal/waiting"
 )
 
 // Client locks keys on N independent Redis masters. It is safe for
@@ -48,7 +49,7 @@ type Client struct {
 	life  lifetime               // closed state and the calls in flight (lifetime.go)
 	locks heldLocks              // locks obtained and not unlocked, which Close releases
 	queue *queue.Queue[handover] // local queue per key (internal/queue)
-	wait  strategy               // how Lock waits between its rounds (waiting.go)
+	wait  waiting.Strategy       // how Lock waits between its rounds (internal/waiting)
 }
 
 // New returns a Client that locks on nodes: independent Redis masters, each
@@ -150,7 +151,7 @@ func (c *Client) Close() error {
 	c.locks.releaseAll()
 	c.life.close(func() {
 		c.queue.Close() // waiters in the local queue return ErrClosed
-		c.wait.close()  // stops and waits for the pub/sub listeners
+		c.wait.Close()  // stops and waits for the pub/sub listeners
 	})
 	for _, n := range c.nodes {
 		n.Wait() // the last redelivery attempts
@@ -230,7 +231,7 @@ func (c *Client) ready(ctx context.Context, keys []string) error {
 // full (see Error.final) or the same server found twice by its
 // connections.
 func (c *Client) tryOnce(ctx context.Context, keys []string, ttl time.Duration, rec *record) (*Lock, error) {
-	l, _, _, err := c.attempt(ctx, keys, ttl, handover{}, join{}, protocol.Layer{}, rec)
+	l, _, _, err := c.attempt(ctx, keys, ttl, handover{}, waiting.Join{}, protocol.Layer{}, rec)
 	if err != nil && c.servers.Err() != nil {
 		return nil, c.sameServer(keys)
 	}
@@ -240,25 +241,26 @@ func (c *Client) tryOnce(ctx context.Context, keys []string, ttl time.Duration, 
 	return l, err
 }
 
-// handed returns the lock that the nodes handed off to w, with ttl, or nil.
-// It returns ErrClosed on a closed Client, or when Close began meanwhile
-// (the lock is then released).
-func (c *Client) handed(w *waiter, ttl time.Duration) (*Lock, error) {
+// handed returns the lock that the nodes handed off to lw's waiter, with
+// ttl, or nil. It returns ErrClosed on a closed Client, or when Close began
+// meanwhile (the lock is then released).
+func (c *Client) handed(lw *lockWait, ttl time.Duration) (*Lock, error) {
 	if err := c.life.enter(); err != nil {
 		return nil, err
 	}
 	defer c.life.exit()
-	r := w.s.handed(ttl)
-	if r == nil {
+	h, ok := lw.wt.Handed(ttl)
+	if !ok {
 		return nil, nil
 	}
-	return newLock(r)
+	return newLock(c.handedRound(lw.keys, ttl, &h))
 }
 
 // lockRounds locks keys, which the Lock may keep. With wait waitNot
 // (TryLock) it makes one round. Otherwise (Lock) it makes rounds with the
-// waits of a waiter (wait.go) between them, until one obtains the lock or
-// the waiter gives up. rec, when not nil, records the rounds.
+// waits of its waiting strategy (wait.go, internal/waiting) between them,
+// until one obtains the lock or the wait gives up. rec, when not nil,
+// records the rounds.
 func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duration, wait waitFor, rec *record) (*Lock, error) {
 	ttl, err := c.checkArgs(keys, ttl)
 	if err != nil {
@@ -274,14 +276,14 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 	var last *Error
 	var hint time.Duration
 	var turn *queue.Turn[handover]
-	if c.wait.direct(keys[0]) {
+	if c.wait.Direct(keys[0]) {
 		turn = c.queue.TryJoin(queueKey(keys))
 	}
 	if turn != nil {
 		// Nobody else of this Client wants the keys: the round TryLock
 		// makes, with no waiter, no place in line and no strategy state.
-		// A refusal makes the waiter (see strategy.direct).
-		l, freeIn, _, err := c.attempt(ctx, keys, ttl, handover{}, join{}, protocol.Layer{}, rec)
+		// A refusal makes the wait (see waiting.Strategy.Direct).
+		l, freeIn, _, err := c.attempt(ctx, keys, ttl, handover{}, waiting.Join{}, protocol.Layer{}, rec)
 		if err == nil {
 			l.turn = turn
 			c.queue.Held(turn, l.Until())
@@ -293,38 +295,39 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 		}
 		hint = freeIn
 	}
-	w := c.newWaiter(ctx, keys, began, wait)
-	w.turn, w.start = turn, began
-	return c.waitRounds(w, ttl, last, hint, rec)
+	lw := c.newLockWait(ctx, keys, began, wait)
+	lw.turn = turn
+	return c.waitRounds(ctx, &lw, ttl, last, hint, rec)
 }
 
-// waitRounds is Lock's rounds with the waits of w between them, after last,
-// the error of the direct round (nil without one), which gave the hint.
-func (c *Client) waitRounds(w *waiter, ttl time.Duration, last *Error, hint time.Duration, rec *record) (*Lock, error) {
-	ctx, keys := w.ctx, w.keys
-	defer w.leave()
+// waitRounds is Lock's rounds with the waits of lw between them, after
+// last, the error of the direct round (nil without one), which gave the
+// hint.
+func (c *Client) waitRounds(ctx context.Context, lw *lockWait, ttl time.Duration, last *Error, hint time.Duration, rec *record) (*Lock, error) {
+	keys := lw.keys
+	defer lw.leave()
 	for {
-		prev, err := w.next(last, hint)
+		prev, err := lw.next(ctx, last, hint)
 		if err != nil {
 			if rec != nil {
 				rec.gaveUp = true
 			}
 			return nil, err
 		}
-		if l, err := c.handed(w, ttl); l != nil || err != nil {
+		if l, err := c.handed(lw, ttl); l != nil || err != nil {
 			if err != nil {
 				return nil, err
 			}
-			w.held(l)
+			lw.held(l)
 			return l, nil
 		}
-		j := w.s.join()
+		j := lw.wt.Join()
 		l, freeIn, calls, err := c.attempt(ctx, keys, ttl, prev, j, protocol.Layer{}, rec)
 		if err == nil {
-			w.held(l)
+			lw.held(l)
 			return l, nil
 		}
-		w.s.failed(j, ttl, calls)
+		lw.wt.Failed(j, ttl, calls)
 		if last, err = c.refused(keys, err, last); err != nil {
 			return nil, err
 		}

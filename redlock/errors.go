@@ -259,20 +259,6 @@ func (e *Error) final() bool {
 	return fixed > hopeless || fence > hopeless
 }
 
-// ctxEnded returns ctx's error. Once ctx's deadline has passed, it returns
-// context.DeadlineExceeded even if ctx's timer has not fired yet. A node
-// call bounded by that deadline can time out at the socket first. Its
-// timeout is then the context's, not the node's.
-func ctxEnded(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
-
 // isContextErr reports whether err is a context's error, or a socket
 // deadline that go-redis set from one.
 func isContextErr(err error) bool {

@@ -8,6 +8,7 @@ import (
 	"github.com/redquorum/redquorum/internal/node"
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/queue"
+	"github.com/redquorum/redquorum/internal/waiting"
 	"github.com/redquorum/redquorum/internal/wake"
 )
 
@@ -109,26 +110,24 @@ func settle(cl *Client) {
 // handChannel returns the hand channel on which the nodes tell c of
 // handoffs to its waiters, "" when its strategy is not the handoff.
 func (c *Client) handChannel() string {
-	if h, ok := c.wait.(*handoff); ok {
-		return h.channel
+	if h, ok := c.wait.(waiting.Handoffs); ok {
+		return h.Channel()
 	}
 	return ""
 }
 
-// isSole reports whether the lock with token was handed off on the nodes
-// to its waiter's only round.
-func (h *handoff) isSole(token string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	_, ok := h.sole[token]
-	return ok
-}
+// handoffs returns what c's handoff strategy tells of its handoffs (see
+// waiting.Handoffs); c's strategy must be the handoff.
+func (c *Client) handoffs() waiting.Handoffs { return c.wait.(waiting.Handoffs) }
+
+// ticketStep is the resolution of the waiters' tickets, in ms.
+const ticketStep = waiting.TicketStep
 
 // ledger returns what c's nodes told it of handoffs, nil when its strategy
 // is not the handoff.
 func (c *Client) ledger() *wake.Ledger {
-	if h, ok := c.wait.(*handoff); ok {
-		return h.ledger
+	if h, ok := c.wait.(waiting.Handoffs); ok {
+		return h.Ledger()
 	}
 	return nil
 }

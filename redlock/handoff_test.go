@@ -72,7 +72,7 @@ func heardHandoff(t *testing.T, cl *Client, token string, node int) {
 
 // listenedLately makes cl listen for key's release, as a wait for it does:
 // until the Waker's idle time has passed, cl's Lock of key goes to its
-// waiter at once, whose first round joins the line (see strategy.direct).
+// waiter at once, whose first round joins the line (see waiting.Strategy.Direct).
 func listenedLately(cl *Client, key string) {
 	cl.waker().Listen(cl.stored(key), time.Time{}).Close()
 }
@@ -378,7 +378,7 @@ func TestHandoffStrayLate(t *testing.T) {
 	require.Eventually(t, func() bool { return len(mine(0)) == 1 && len(mine(1)) == 1 && len(mine(2)) == 1 },
 		5*time.Second, time.Millisecond, "b's waiter is in line on every node")
 	entry := mine(0)[0]
-	b.wait.(*handoff).releaseStray(0, protocol.NewToken(""), key) // the late release of a stray handoff
+	b.handoffs().ReleaseStray(0, protocol.NewToken(""), key) // the late release of a stray handoff
 	assert.Equal(t, []string{entry}, mine(0), "b's waiter kept its place on node 0")
 
 	require.NoError(t, la.Unlock(t.Context()))
@@ -682,7 +682,7 @@ func TestHandoffCleared(t *testing.T) {
 				// 2's announcement: either way no node is cleared.)
 				if tok, handed := strings.CutPrefix(lb.Token(), protocol.HandPrefix); cycle == 1 && !lost {
 					require.True(t, handed, "b's lock was handed off on the nodes")
-					require.True(t, b.wait.(*handoff).isSole(lb.token), "b's waiter made one round")
+					require.True(t, b.handoffs().Sole(lb.token), "b's waiter made one round")
 					require.Eventually(t, func() bool { return bits.OnesCount64(b.ledger().HandedNodes(tok)) == len(c.srv) }, 5*time.Second, time.Millisecond)
 				}
 				require.NoError(t, lb.Unlock(t.Context()))

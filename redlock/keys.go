@@ -86,3 +86,10 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 	}
 	return ms, nil
 }
+
+// storedKeys returns the lock's keys as stored on the nodes.
+func (r *round) storedKeys() []string { return r.acq.Keys[:len(r.keys)] }
+
+// name is how errors and logs name the lock: its key, or its keys joined by
+// ", ".
+func (r *round) name() string { return strings.Join(r.keys, ", ") }

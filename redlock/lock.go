@@ -48,7 +48,7 @@ func newLock(r *round) (*Lock, error) {
 		return l, nil
 	}
 	l.released, l.until = true, time.Time{}
-	c.wait.unlocked(l)
+	c.wait.Unlocked(l.token)
 	c.release(context.Background(), r, true, nil)
 	return nil, ErrClosed
 }
@@ -168,7 +168,7 @@ func (l *Lock) unlock(ctx context.Context, rec *record, handOver bool) error {
 	if rec != nil {
 		rec.ended = true
 	}
-	c.wait.unlocked(l)
+	c.wait.Unlocked(l.token)
 	if handOver && c.cfg.clock.Now().Before(until) && c.queue.HandOver(l.turn, l.held.handover()) {
 		return nil // the next local caller's round takes the keys over
 	}

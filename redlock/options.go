@@ -182,20 +182,20 @@ type tunables struct {
 	newDeploymentWindow time.Duration
 	// graceCap bounds how long a waiter lets the waiter that a release
 	// named as next in line take the key before it tries itself (see
-	// inLineWait.grace).
+	// internal/waiting, inLineWait.grace).
 	graceCap time.Duration
 	// graceFloor is the shortest of those graces.
 	graceFloor time.Duration
 	// yieldWindow is how long after an announcement that named a waiter of
 	// another client a Lock's first round lets that waiter go first (see
-	// inLineWait.first).
+	// internal/waiting, inLineWait.First).
 	yieldWindow time.Duration
 	// scriptAcquires sends every acquire as the script, never as the
 	// pipelined acquire (internal/node): for tests whose faults act on an
 	// acquire's one command.
 	scriptAcquires bool
 	// noTopUp keeps a lock that a handoff gave from being acquired on the
-	// nodes that did not hand it off (see handoff.topUp): for tests.
+	// nodes that did not hand it off (see Client.topUp): for tests.
 	noTopUp bool
 }
 

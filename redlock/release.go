@@ -8,6 +8,7 @@ import (
 
 	"github.com/redquorum/redquorum/internal/node"
 	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/waiting"
 	"github.com/redquorum/redquorum/quorum"
 )
 
@@ -27,7 +28,7 @@ type handover struct {
 	AcquireTimeout time.Duration
 	// join is what the acquire told the waiting strategy on the nodes,
 	// which decides what the release sends to the nodes that refused it
-	// (see strategy.refused).
+	// (see waiting.Strategy.Refused).
 	join protocol.Join
 }
 
@@ -62,7 +63,7 @@ func (c *Client) release(ctx context.Context, r *round, unlock bool, lat []time.
 // prev's acquire landed after next's (which took the free key, perhaps
 // releasing it since). Where prev's acquire joined the line for a handoff,
 // a release may since have handed the key to it; an announced release takes
-// that off (see strategy.refused). Callers are within c.life.enter.
+// that off (see waiting.Strategy.Refused). Callers are within c.life.enter.
 func (c *Client) releaseHandedOver(next *round, prev handover) {
 	cmd := c.proto.Release(protocol.Release{Keys: next.storedKeys(), Token: prev.Token, TTL: prev.TTL, Announce: joinedRefused(c.wait, prev)})
 	c.releaseLock(context.Background(), cmd, next.name(), prev, next, nil)
@@ -101,7 +102,7 @@ func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string,
 	if after != nil && !after.calls.AllDone() {
 		timeout += after.callTimeout
 	}
-	atRefused, toRefused := c.wait.refused(h) // what the nodes that refused h's acquire are sent
+	atRefused, toRefused := c.wait.Refused(h.Token, h.join) // what the nodes that refused h's acquire are sent
 	return c.life.workers.Start(ctx, len(c.nodes), timeout, timed(lat, func(ctx context.Context, i int) error {
 		cmd := cmd
 		if h.Acquire != nil && refused(h.Acquire.Outcome(i)) {
@@ -171,10 +172,10 @@ func (r *round) handover() handover {
 }
 
 // joinedRefused reports whether the release of h goes to the nodes that
-// refused its acquire too (see strategy.refused): the lock's round joined
+// refused its acquire too (see waiting.Strategy.Refused): the lock's round joined
 // something there that its release takes back.
-func joinedRefused(s strategy, h handover) bool {
-	_, ok := s.refused(h)
+func joinedRefused(s waiting.Strategy, h handover) bool {
+	_, ok := s.Refused(h.Token, h.join)
 	return ok
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/redquorum/redquorum/internal/alloc"
 	"github.com/redquorum/redquorum/internal/node"
 	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/waiting"
 	"github.com/redquorum/redquorum/quorum"
 )
 
@@ -84,14 +84,14 @@ type round struct {
 // It sends est, the new-deployment shortcut's requests, when not nil, takes
 // the keys of the lock handed over with token handover when not "", and
 // tells the waiting strategy j.
-func (c *Client) newRound(keys []string, ttl time.Duration, est []protocol.Shortcut, handover string, j join, layer protocol.Layer) *round {
+func (c *Client) newRound(keys []string, ttl time.Duration, est []protocol.Shortcut, handover string, j waiting.Join, layer protocol.Layer) *round {
 	r, replies := alloc.WithSlice[round, protocol.AcquireReply](len(c.nodes)) // one allocation for up to alloc.Small nodes
 	r.c, r.keys, r.replies, r.est, r.early = c, keys, replies, est, !c.inService.Load()
-	token := j.token
+	token := j.Token
 	if token == "" {
 		token = protocol.NewToken(c.cfg.owner)
 	}
-	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Handover: handover, Join: j.on, Layer: layer}
+	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Handover: handover, Join: j.On, Layer: layer}
 	if est == nil {
 		r.cmd = c.proto.AcquireCmd(r.acq) // built once for the plain nodes
 		if !c.inService.Load() {
@@ -108,19 +108,12 @@ func (c *Client) newRound(keys []string, ttl time.Duration, est []protocol.Short
 	return r
 }
 
-// storedKeys returns the lock's keys as stored on the nodes.
-func (r *round) storedKeys() []string { return r.acq.Keys[:len(r.keys)] }
-
-// name is how errors and logs name the lock: its key, or its keys joined by
-// ", ".
-func (r *round) name() string { return strings.Join(r.keys, ", ") }
-
 // round makes one lock round (see newRound for est and j). When prev.Token
 // is not "", it takes over the keys of prev, a lock handed over by Unlock.
 // rec, when not nil, is the operation's record (see round.report). On
 // failure it releases what the round took, and returns the round, for its
 // replies, with the error. Callers are within c.life.enter.
-func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []protocol.Shortcut, prev handover, j join, layer protocol.Layer, rec *record) (*round, error) {
+func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []protocol.Shortcut, prev handover, j waiting.Join, layer protocol.Layer, rec *record) (*round, error) {
 	r := c.newRound(keys, ttl, est, prev.Token, j, layer)
 	if rec != nil && est != nil && est[0].Establish {
 		r.report = rec
@@ -323,7 +316,7 @@ func (r *round) freeIn() time.Duration {
 // round's place in the line of waiters; layer, for a semaphore's or a
 // read-write lock's round, what it tells the limit layer on the nodes (zero
 // for a lock's); rec, when not nil, records the rounds.
-func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, prev handover, j join, layer protocol.Layer, rec *record) (*Lock, time.Duration, *quorum.Round, error) {
+func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, prev handover, j waiting.Join, layer protocol.Layer, rec *record) (*Lock, time.Duration, *quorum.Round, error) {
 	if err := c.life.enter(); err != nil {
 		return nil, 0, nil, err
 	}
@@ -343,7 +336,7 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 		// the guard on each that still carries the mark (docs/SAFETY.md,
 		// "The new-deployment shortcut"). A node out of its guard grants
 		// either round as usual.
-		j.token = "" // each round's token is spent: a slow node may have its tombstone
+		j.Token = "" // each round's token is spent: a slow node may have its tombstone
 		r, err = c.round(ctx, keys, ttl, est, prev, j, layer, rec)
 		marked := err != nil && ctx.Err() == nil && r.marked()
 		if marked {

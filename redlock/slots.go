@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/waiting"
 )
 
 // slotRounds is one call's way through the slots of a semaphore: a
@@ -85,7 +86,7 @@ func (c *Client) slotPass(ctx context.Context, sr slotRounds, ttl time.Duration,
 		if sr.writer != "" {
 			keys = []string{sr.writer}
 		}
-		l, freeIn, _, err := c.attempt(ctx, keys, ttl, handover{}, join{}, sr.layer, rec)
+		l, freeIn, _, err := c.attempt(ctx, keys, ttl, handover{}, waiting.Join{}, sr.layer, rec)
 		if err == nil {
 			return l, slot, nil
 		}
@@ -142,10 +143,12 @@ func (s *Semaphore) mismatch(e *Error) error {
 }
 
 // slotWait is how a semaphore's caller waits between its passes over the
-// slots: a [waiter]'s backoff, give-up and jitter, cut short by a release
-// announced on a node (internal/wake) of any slot it found taken.
+// slots: a waiter's backoff, give-up and jitter (internal/waiting), cut
+// short by a release announced on a node (internal/wake) of any slot it
+// found taken.
 type slotWait struct {
-	w waiter // its Client, ctx, attempts, give-up and the last pass's start
+	c *Client
+	w *waiting.Waiter // its ctx, attempts, give-up and the last pass's start
 	// listen, hint and last are what the last pass found (see slotPass).
 	listen []string
 	hint   time.Duration
@@ -153,29 +156,25 @@ type slotWait struct {
 }
 
 func (c *Client) newSlotWait(ctx context.Context) *slotWait {
-	now := c.cfg.clock.Now()
 	_, hasDeadline := ctx.Deadline()
-	return &slotWait{w: waiter{c: c, ctx: ctx, start: now, began: now, ctxOnly: hasDeadline, giveUpAt: now.Add(c.cfg.maxWait)}}
+	return &slotWait{c: c, w: c.wait.Waiter(ctx, c.cfg.clock.Now(), hasDeadline)}
 }
 
-// sleep waits for the waiter's retry delay (see waiter.retryIn), or until
-// a node announces the release of one of w.listen (then plus the waiter's
-// jitter). It returns the error for the caller to return when ctx ends,
-// MaxWait passes or the Client closes: last, the last round's, with the
-// reason.
+// sleep waits for the waiter's retry delay (see waiting.Waiter.RetryIn), or
+// until a node announces the release of one of w.listen (then plus the
+// waiter's jitter). It returns the error for the caller to return when ctx
+// ends, MaxWait passes or the Client closes: last, the last round's, with
+// the reason.
 func (sw *slotWait) sleep(last *Error) error {
-	w, cfg := &sw.w, sw.w.c.cfg
-	timer := cfg.clock.After(w.retryIn(sw.hint, noAdjust))
-	_, woken, err := w.listenOn(w.c.waker(), sw.listen, timer, w.start, last)
+	w, c := sw.w, sw.c
+	timer := c.cfg.clock.After(w.RetryIn(sw.hint, nil))
+	_, woken, err := w.ListenOn(c.waker(), sw.listen, timer, w.Start())
 	if err != nil {
-		return err
+		return c.waitErr(err, last)
 	}
 	if woken { // spread the woken callers over a round's time
-		w.jitter()
+		w.Jitter()
 	}
-	w.start = cfg.clock.Now()
+	w.Begin()
 	return nil
 }
-
-// noAdjust leaves a delay as it is.
-func noAdjust(d time.Duration) time.Duration { return d }

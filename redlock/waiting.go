@@ -1,12 +1,15 @@
 package redlock
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redquorum/redquorum/internal/protocol"
+	"github.com/redquorum/redquorum/internal/waiting"
 	"github.com/redquorum/redquorum/internal/wake"
 	"github.com/redquorum/redquorum/quorum"
 )
@@ -64,97 +67,84 @@ func (c *config) checkWaiting(w Waiting) error {
 	return nil
 }
 
-// strategy is a Client's waiting strategy (Options.Waiting): the one seam
-// between the lock rounds, which know nothing of waiting, and the ways to
-// wait between them. Lock, round, Client and the release path keep none of
-// a strategy's state and reach it only through these methods. The
-// strategies are backoff (backoff.go), inLine (inline.go) and handoff
-// (handoff.go), each over the one before; see docs/ARCHITECTURE.md.
-type strategy interface {
-	// wait returns the waiting of one Lock call, with its waiter (one
-	// allocation for both).
-	wait() waiting
-	// refused returns the release (but for its keys) that the release of
-	// h sends to a node that refused h's acquire, and false for none: the
-	// lock never held the keys there.
-	refused(h handover) (protocol.Release, bool)
-	// unlocked is told that l is being released.
-	unlocked(l *Lock)
-	// waker returns the strategy's pub/sub connections to the nodes, on
-	// which every wait for a key's release listens (semaphores' and
-	// elections' too).
-	waker() *wake.Waker
-	// direct reports whether a Lock call for key (as given) that begins
-	// now, with no other caller of this Client for the key, makes its first
-	// round as TryLock does, before it has a waiter. It does when the
-	// strategy has no reason to let another client's waiter go first (see
-	// inLineWait.first) and this Client did not wait for the key lately.
-	// After a refusal the waiter listens for the key. Its new subscription
-	// ends the wait once a majority of the nodes confirm it (see
-	// wake.Waker.Listen). Its first round joins the line with the direct
-	// round's start as its ticket.
-	direct(key string) bool
-	// close stops the strategy's background work and waits for it.
-	close()
-}
-
-// waiting is one Lock call's part of its strategy, between its rounds.
-type waiting interface {
-	// first is called once, before the first round, after the caller's
-	// turn in the Client's local queue; it may make the caller wait.
-	first() error
-	// join returns what the next round tells the strategy on the nodes.
-	join() join
-	// failed is told that the round of j failed; calls are its acquires.
-	failed(j join, ttl time.Duration, calls *quorum.Round)
-	// delay returns the wait before the next round, given d, the backoff.
-	delay(d time.Duration) time.Duration
-	// sleep waits until timer fires, or until the strategy has a reason to
-	// try sooner. It returns the error for Lock to return when the caller
-	// must give up.
-	sleep(timer <-chan time.Time, last *Error) error
-	// handed returns the round of a lock that the nodes handed off to
-	// this waiter, with ttl, or nil. It may start calls: callers are
-	// within c.life.enter.
-	handed(ttl time.Duration) *round
-	// done is told that the Lock call returns l, or nil when it failed.
-	done(l *Lock)
-	// base returns the Lock call's waiter.
-	base() *waiter
-}
-
-// join is what one round of a waiter tells the strategy on the nodes.
-type join struct {
-	token string        // the round's token; "" for a new one
-	on    protocol.Join // the strategy's arguments
-	start time.Time     // when the round was sent, when the strategy needs it
-}
-
-// newStrategy returns the waiting strategy of c, which waits for
-// announcements on the nodes clients.
-func (c *Client) newStrategy(clients []redis.UniversalClient) strategy {
-	b := &backoff{c: c}
-	inLine := &inLine{backoff: b}
-	var s strategy
-	var ledger *wake.Ledger // nil: no handoffs
+// newStrategy returns the waiting strategy of c (internal/waiting), which
+// waits for announcements on the nodes clients.
+func (c *Client) newStrategy(clients []redis.UniversalClient) waiting.Strategy {
+	kind := waiting.Handoff
 	switch {
 	case c.cfg.waiting == WaitBackoff:
-		s = b
+		kind = waiting.Backoff
 	case c.cfg.waiting == WaitInLine || c.cfg.fencing || c.sharded:
 		// A fenced lock needs its round's fence, and a Cluster or a Ring
 		// node no script that reaches the node's state: their waiters are
 		// only named.
-		s = inLine
-	default:
-		h := &handoff{inLine: inLine, channel: protocol.HandChannel + protocol.NewToken("")}
-		c.proto.WithHandChannel(h.channel)
-		h.ledger = wake.NewLedger(h.channel, h.releaseStray)
-		s, ledger = h, h.ledger
+		kind = waiting.InLine
 	}
-	b.wake = wake.New(clients, c.cfg.wakeIdle, c.cfg.clock, ledger)
-	return s
+	cfg := c.cfg
+	return waiting.New(kind, waiting.Config{
+		Clock: cfg.clock, Quorum: cfg.quorum, Nodes: len(c.nodes),
+		MinRetry: cfg.minRetry, MaxRetry: cfg.maxRetry, MaxWait: cfg.maxWait,
+		Owner: cfg.owner, Prefix: cfg.prefix, NodeTimeout: cfg.nodeTimeout, Drift: cfg.drift,
+		YieldWindow: cfg.yieldWindow, GraceCap: cfg.graceCap, GraceFloor: cfg.graceFloor,
+		WakeIdle: cfg.wakeIdle, Proto: c.proto,
+	}, (*waitHost)(c), clients)
 }
 
 // waker returns c's pub/sub connections, which its waiting strategy
 // opened.
-func (c *Client) waker() *wake.Waker { return c.wait.waker() }
+func (c *Client) waker() *wake.Waker { return c.wait.Waker() }
+
+// waitErr returns the error for a lock call to return when its wait ended
+// with err (see waiting.Wait): ErrClosed, or last, the error of its last
+// round, with the context's error or the reason that MaxWait passed.
+func (c *Client) waitErr(err error, last *Error) error {
+	switch {
+	case errors.Is(err, waiting.ErrClosed):
+		return ErrClosed
+	case errors.Is(err, waiting.ErrMaxWait):
+		last.Reason = joinReason(last.Reason, fmt.Sprintf("gave up after Options.MaxWait %v", c.cfg.maxWait))
+	default:
+		last.ctx = err
+	}
+	return last
+}
+
+// joinReason joins two reasons, either of which may be empty, with "; ".
+func joinReason(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}
+
+// waitHost is a Client as its waiting strategy sees it (waiting.Host).
+type waitHost Client
+
+func (h *waitHost) Closing() <-chan struct{} { return h.life.closing }
+func (h *waitHost) Enter() error             { return h.life.enter() }
+func (h *waitHost) Exit()                    { h.life.exit() }
+
+func (h *waitHost) Start(ctx context.Context, timeout time.Duration, fn func(ctx context.Context, node int) error) *quorum.Round {
+	return h.life.workers.Start(ctx, len(h.nodes), timeout, fn)
+}
+
+func (h *waitHost) CallTimeout() time.Duration { return (*Client)(h).callTimeout() }
+
+func (h *waitHost) ReleaseAside(name string, rel protocol.Release, last *quorum.Round, ttl time.Duration) {
+	hd := handover{Token: rel.Token, TTL: ttl, Acquire: last, join: protocol.Join{Place: rel.Place}}
+	if last != nil {
+		hd.AcquireTimeout = (*Client)(h).callTimeout()
+	}
+	(*Client)(h).releaseAside(name, rel, hd)
+}
+
+func (h *waitHost) Release(ctx context.Context, node int, cmd protocol.Cmd, key string) error {
+	return h.nodes[node].Release(ctx, cmd, h.cfg.nodeTimeout, key)
+}
+
+func (h *waitHost) InLine(ctx context.Context, node int, key, line, member string) (string, bool, error) {
+	return h.nodes[node].InLine(ctx, key, line, member)
+}

@@ -1,4 +1,4 @@
-package redlock
+package waiting
 
 import (
 	"context"
@@ -27,16 +27,16 @@ func (hw *handWait) insure() <-chan time.Time {
 	if cur == "" || hw.h.ledger.HandedNodes(cur) != 0 {
 		return nil
 	}
-	cfg := hw.iw.w.c.cfg
+	cfg := &hw.h.cfg
 	switch hw.readLine(cur) {
 	case lineWaits:
 		hw.moving = false
 		hw.reads++
-		return cfg.clock.After(hw.delay(0))
+		return cfg.Clock.After(hw.delay(0))
 	case lineMoving:
 		if !hw.moving {
 			hw.moving = true
-			return cfg.clock.After(min(hw.iw.grace(), cfg.yieldWindow))
+			return cfg.Clock.After(min(hw.iw.grace(), cfg.YieldWindow))
 		}
 	}
 	hw.moving = false
@@ -58,16 +58,16 @@ const (
 // either. Reads change nothing on the nodes, and what they find never
 // decides who holds the key; a round does.
 func (hw *handWait) readLine(cur string) lineRead {
-	w, c := &hw.iw.w, hw.iw.w.c
-	if err := c.life.enter(); err != nil {
+	w, h := &hw.iw.w, hw.h
+	if err := h.host.Enter(); err != nil {
 		return lineWaits // closed: the wait ends with ErrClosed
 	}
-	defer c.life.exit()
-	line := protocol.LineKey(c.cfg.prefix, w.keys[0])
-	member := protocol.HandEntry(hw.iw.place, cur, hw.ttl, hw.h.channel)
+	defer h.host.Exit()
+	line := protocol.LineKey(h.cfg.Prefix, w.keys[0])
+	member := protocol.HandEntry(hw.iw.place, cur, hw.ttl, h.channel)
 	var found [3]atomic.Bool
-	r := c.life.workers.Start(w.ctx, len(c.nodes), c.callTimeout(), func(ctx context.Context, i int) error {
-		v, queued, err := c.nodes[i].InLine(ctx, hw.stored, line, member)
+	r := h.host.Start(w.ctx, h.host.CallTimeout(), func(ctx context.Context, i int) error {
+		v, queued, err := h.host.InLine(ctx, i, hw.stored, line, member)
 		if err != nil {
 			return err
 		}

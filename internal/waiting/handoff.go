@@ -1,4 +1,4 @@
-package redlock
+package waiting
 
 import (
 	"context"
@@ -8,14 +8,12 @@ import (
 	"time"
 
 	"github.com/redquorum/redquorum/clock"
-	"github.com/redquorum/redquorum/internal/alloc"
-	"github.com/redquorum/redquorum/internal/node"
 	"github.com/redquorum/redquorum/internal/protocol"
 	"github.com/redquorum/redquorum/internal/wake"
 	"github.com/redquorum/redquorum/quorum"
 )
 
-// handoff is the WaitHandoff strategy, over inLine. A waiter for one key
+// handoff is the Handoff strategy, over inLine. A waiter for one key
 // joins the line for a handoff on the node (handoff.lua), with its
 // Client's hand channel. On that channel each node tells the Client when
 // it handed the key off to one of the waiter's rounds. The waiter holds
@@ -28,46 +26,47 @@ type handoff struct {
 
 	mu sync.Mutex
 	// sole holds the hand values of the locks that the nodes handed off
-	// to their waiter's only round, until their Unlock (see unlocked).
+	// to their waiter's only round, until their Unlock (see Unlocked).
 	sole map[string]struct{}
 }
 
-// wait returns the in-line wait of one Lock call with its handoff part,
+// Wait returns the in-line wait of one lock call with its handoff part,
 // in one allocation.
-func (h *handoff) wait() waiting {
+func (h *handoff) Wait(ctx context.Context, keys []string, began time.Time, ctxOnly bool) Wait {
 	b := &struct {
 		inLineWait
 		hand handWait
 	}{inLineWait: inLineWait{s: h.inLine}, hand: handWait{h: h}}
 	b.inLineWait.hand, b.hand.iw = &b.hand, &b.inLineWait
+	b.w.init(h.backoff, ctx, keys, began, ctxOnly)
 	return &b.inLineWait
 }
 
-// refused is for a lock whose round joined the line for a handoff on the
+// Refused is for a lock whose round joined the line for a handoff on the
 // nodes that refused it, where a release may have handed the key off to
 // that round. It returns the release of what was handed off there, which
 // also takes the Client's entries off the line. The release leaves no
 // tombstones: the round's acquire was answered.
-func (h *handoff) refused(hd handover) (protocol.Release, bool) {
-	if hd.join.Channel == "" || strings.HasPrefix(hd.Token, protocol.HandPrefix) {
+func (h *handoff) Refused(token string, j protocol.Join) (protocol.Release, bool) {
+	if j.Channel == "" || strings.HasPrefix(token, protocol.HandPrefix) {
 		return protocol.Release{}, false
 	}
-	return protocol.Release{Token: hd.Token, Announce: true, Leave: true}, true
+	return protocol.Release{Token: token, Announce: true, Leave: true}, true
 }
 
-// unlocked forgets the handoffs to the round of l, when the nodes handed
-// l off. A slow node may hand the key off to that round only after this
-// release passed there. From now on, an announcement of such a handoff is
-// stray (see releaseStray). A handoff that this release overtakes is
-// released twice, harmlessly.
-func (h *handoff) unlocked(l *Lock) {
-	hand, ok := strings.CutPrefix(l.token, protocol.HandPrefix)
+// Unlocked forgets the handoffs to the round of the lock of token, when
+// the nodes handed it off. A slow node may hand the key off to that round
+// only after this release passed there. From now on, an announcement of
+// such a handoff is stray (see releaseStray). A handoff that this release
+// overtakes is released twice, harmlessly.
+func (h *handoff) Unlocked(token string) {
+	hand, ok := strings.CutPrefix(token, protocol.HandPrefix)
 	if !ok {
 		return
 	}
 	h.mu.Lock()
-	_, sole := h.sole[l.token]
-	delete(h.sole, l.token)
+	_, sole := h.sole[token]
+	delete(h.sole, token)
 	h.mu.Unlock()
 	// With sole, every node that handed it off took its round's entry off
 	// the line: if all did, the Client's next waiter for the key need not
@@ -75,7 +74,21 @@ func (h *handoff) unlocked(l *Lock) {
 	h.ledger.Forget(hand, sole)
 }
 
-// handWait is the handoff's part of one Lock call's wait in line (iw): its
+// Channel, Ledger, Sole and ReleaseStray make handoff a Handoffs.
+func (h *handoff) Channel() string { return h.channel }
+
+func (h *handoff) Ledger() *wake.Ledger { return h.ledger }
+
+func (h *handoff) Sole(token string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.sole[token]
+	return ok
+}
+
+func (h *handoff) ReleaseStray(node int, token, key string) { h.releaseStray(node, token, key) }
+
+// handWait is the handoff's part of one lock call's wait in line (iw): its
 // wait for a handoff on the node.
 type handWait struct {
 	iw *inLineWait
@@ -103,64 +116,64 @@ type handWait struct {
 // under its own token, made here, replacing the previous round's entry. A
 // release may then set the key to that token (with protocol.HandPrefix)
 // instead of deleting it.
-func (hw *handWait) join(j join) join {
+func (hw *handWait) join(j Join) Join {
 	w, h := &hw.iw.w, hw.h
 	if len(w.keys) != 1 || !h.ledger.Subscribed() {
 		return j
 	}
 	if hw.stored == "" {
-		hw.stored = w.c.stored(w.keys[0])
+		hw.stored = h.stored(w.keys[0])
 	}
-	j.on.Channel, j.start = h.channel, w.c.cfg.clock.Now()
-	if j.token != "" { // the first round
+	j.On.Channel, j.Start = h.channel, h.cfg.Clock.Now()
+	if j.Token != "" { // the first round
 		switch entries, cleared := h.ledger.Joining(hw.stored); {
 		case entries:
-			j.on.Entries = protocol.MayHave
+			j.On.Entries = protocol.MayHave
 		case cleared:
-			j.on.Entries = protocol.Cleared
+			j.On.Entries = protocol.Cleared
 		}
 	} else {
-		j.token = protocol.NewToken(w.c.cfg.owner)
+		j.Token = protocol.NewToken(h.cfg.Owner)
 	}
-	j.on.Prev = hw.current()
-	h.ledger.Expect(j.token, hw.stored)
+	j.On.Prev = hw.current()
+	h.ledger.Expect(j.Token, hw.stored)
 	hw.expected = true
 	return j
 }
 
 // failed notes that the round of j failed: if it joined for a handoff, a
 // release may hand the key off to its token from now on.
-func (hw *handWait) failed(j join, ttl time.Duration, calls *quorum.Round) {
-	if j.on.Channel == "" {
+func (hw *handWait) failed(j Join, ttl time.Duration, calls *quorum.Round) {
+	if j.On.Channel == "" {
 		return
 	}
 	hw.curCalls = calls
-	if j.on.Prev != "" {
+	if j.On.Prev != "" {
 		// The round took the previous one's entries off the line: a
 		// handoff to that one now is stray (see releaseStray).
-		hw.h.drop(j.on.Prev)
+		hw.h.drop(j.On.Prev)
 	}
-	hw.hands = append(hw.hands, j.token)
-	hw.curStart, hw.ttl = j.start, ttl
+	hw.hands = append(hw.hands, j.Token)
+	hw.curStart, hw.ttl = j.Start, ttl
 }
 
 // delay is the backoff's d until the waiter is in line for a handoff.
-// Then it is Options.MaxRetryDelay, doubled for each earlier round that
-// joined and each read of the nodes that found nothing to mend (see
-// insure), up to a quarter of the lock's TTL (or MaxRetryDelay, if more).
-// The key comes to the waiter in its turn, and an earlier round would only
-// find it taken: the timer is for a lost handoff or announcement. With a
-// flat period, every waiter in line would send a round each MaxRetryDelay,
-// each scanning the whole line: work quadratic in the line's length per
-// acquisition. A quarter of the TTL keeps the current round young enough
-// for its handoff to leave more than half the TTL (see handed).
+// Then it is Config.MaxRetry, doubled for each earlier round that joined
+// and each read of the nodes that found nothing to mend (see insure), up
+// to a quarter of the lock's TTL (or MaxRetry, if more). The key comes to
+// the waiter in its turn, and an earlier round would only find it taken:
+// the timer is for a lost handoff or announcement. With a flat period,
+// every waiter in line would send a round each MaxRetry, each scanning
+// the whole line: work quadratic in the line's length per acquisition. A
+// quarter of the TTL keeps the current round young enough for its handoff
+// to leave more than half the TTL (see handed).
 func (hw *handWait) delay(d time.Duration) time.Duration {
 	if hw.current() == "" {
 		return d
 	}
-	cfg := hw.iw.w.c.cfg
-	limit := max(cfg.maxRetry, hw.ttl/4)
-	wait := cfg.maxRetry
+	cfg := &hw.h.cfg
+	limit := max(cfg.MaxRetry, hw.ttl/4)
+	wait := cfg.MaxRetry
 	for i := 1; i < len(hw.hands)+hw.reads && wait < limit; i++ {
 		wait *= 2
 	}
@@ -180,7 +193,7 @@ func (hw *handWait) current() string {
 // the key off to the current round, and notes it for handed.
 func (hw *handWait) handedOff() bool {
 	cur := hw.current()
-	hw.gotHand = hw.gotHand || cur != "" && bits.OnesCount64(hw.h.ledger.HandedNodes(cur)) >= hw.iw.w.c.cfg.quorum
+	hw.gotHand = hw.gotHand || cur != "" && bits.OnesCount64(hw.h.ledger.HandedNodes(cur)) >= hw.h.cfg.Quorum
 	return hw.gotHand
 }
 
@@ -193,60 +206,59 @@ func (hw *handWait) handedOff() bool {
 func (hw *handWait) heardHand(timer <-chan time.Time) <-chan time.Time {
 	cur := hw.current()
 	if cur != "" && hw.h.ledger.HandedNodes(cur) != 0 && !hw.handedOff() {
-		cfg := hw.iw.w.c.cfg
-		return cfg.clock.After(min(hw.iw.grace(), cfg.yieldWindow))
+		cfg := &hw.h.cfg
+		return cfg.Clock.After(min(hw.iw.grace(), cfg.YieldWindow))
 	}
 	return timer
 }
 
-// handed returns the round of the lock that a quorum of nodes handed off
-// to the current round, or nil. Each of those nodes set the key for ttl
-// after the round's entry reached it, so after the round was sent. The
-// validity is thus measured from the round's start, as for any round. With
-// less than half the ttl left, it returns nil: the next round counts the
-// handed keys as its own (protocol.Join.Prev) and makes a lock of the full
-// ttl. See docs/SAFETY.md, "The handoff on the node keeps mutual
+// handed returns the lock that a quorum of nodes handed off to the
+// current round, and false for none. Each of those nodes set the key for ttl after
+// the round's entry reached it, so after the round was sent. The validity
+// is thus measured from the round's start, as for any round. With less
+// than half the ttl left, it returns none: the next round counts the
+// handed keys as its own (protocol.Join.Prev) and makes a lock of the
+// full ttl. See docs/SAFETY.md, "The handoff on the node keeps mutual
 // exclusion".
-func (hw *handWait) handed(ttl time.Duration) *round {
+func (hw *handWait) handed(ttl time.Duration) (Hand, bool) {
 	if !hw.gotHand {
-		return nil
+		return Hand{}, false
 	}
 	hw.gotHand = false
 	w, h := &hw.iw.w, hw.h
-	c := w.c
-	now := c.cfg.clock.Now()
-	validity := clock.Validity(ttl, now.Sub(hw.curStart), c.cfg.drift)
+	now := h.cfg.Clock.Now()
+	validity := clock.Validity(ttl, now.Sub(hw.curStart), h.cfg.Drift)
 	if validity < ttl/2 {
-		return nil
+		return Hand{}, false
 	}
 	tok := hw.current()
-	j := protocol.Join{Place: hw.iw.place, Ticket: w.began.UnixMilli() / ticketStep * ticketStep, Channel: h.channel, Prev: tok, Entries: protocol.MayHave}
-	r := c.handedRound(w.keys, ttl, protocol.HandPrefix+tok, hw.curStart, now.Add(validity), j)
+	hand := Hand{Token: protocol.HandPrefix + tok, Start: hw.curStart, Until: now.Add(validity),
+		Join:  protocol.Join{Place: hw.iw.place, Ticket: hw.iw.ticket(), Channel: h.channel, Prev: tok, Entries: protocol.MayHave},
+		Nodes: h.ledger.HandedNodes(tok), Last: hw.curCalls}
 	if w.attempts == 1 && len(hw.hands) == 1 && tok == hw.iw.place {
 		h.mu.Lock()
 		if h.sole == nil {
 			h.sole = map[string]struct{}{}
 		}
-		h.sole[r.acq.Token] = struct{}{}
+		h.sole[hand.Token] = struct{}{}
 		h.mu.Unlock()
 	}
-	h.topUp(r, h.ledger.HandedNodes(tok), hw.curCalls)
-	return r
+	return hand, true
 }
 
 // done forgets the waiter's rounds that joined for a handoff. The ledger
 // expects every round that joined: the first (whose token is the waiter's
-// place), the failed ones, and the one that obtained the lock. done
-// forgets them all, but for a lock handed off on the nodes, which its
-// Unlock forgets. A handoff to a forgotten round is stray, released when
-// announced (see releaseStray).
+// place), the failed ones, and the one that obtained the lock (of token;
+// "" when the call failed). done forgets them all, but for a lock handed
+// off on the nodes, which its Unlock forgets. A handoff to a forgotten
+// round is stray, released when announced (see releaseStray).
 //
 // A waiter that gave up leaves the line: one release of its current round
 // takes the Client's entries for the key off each line, and releases the
 // key where a node handed it off to that round. A waiter that holds the
 // lock leaves nothing: each of its rounds replaced the previous one's
 // entries, and the lock's round took its own off (a handoff popped them,
-// or refused releases them with the lock). An earlier round's entry that
+// or Refused releases them with the lock). An earlier round's entry that
 // a later one missed is stray when handed off, or taken off by the
 // Client's next first round for the key (protocol.MayHave).
 //
@@ -254,82 +266,23 @@ func (hw *handWait) handed(ttl time.Duration) *round {
 // still holds the key for that round: done releases it, as stray (see
 // handoff.drop), but for the lock's own round and a current round that
 // the leave releases.
-func (hw *handWait) done(l *Lock) {
-	var lockToken string
-	if l != nil {
-		lockToken = l.token
-	}
+func (hw *handWait) done(lockToken string) {
+	failed := lockToken == ""
 	cur := hw.current()
 	if hw.expected {
 		for _, t := range append(hw.hands, hw.iw.place, lockToken) {
 			switch {
 			case lockToken == protocol.HandPrefix+t:
-			case t == lockToken || l == nil && t == cur:
+			case t == lockToken || failed && t == cur:
 				hw.h.ledger.Forget(t, false)
 			default:
 				hw.h.drop(t)
 			}
 		}
 	}
-	if l == nil && cur != "" {
+	if failed && cur != "" {
 		hw.h.leave(hw.iw.w.keys[0], cur, hw.ttl)
 	}
-}
-
-// handedRound returns the record of a lock that a quorum of nodes handed
-// off on the node (see handWait.handed). keys hold token, a hand value,
-// since no earlier than start, and the lock is valid until until. The
-// round made no calls, so the lock's release and extensions go to every
-// node. j is the waiter's place, which its top-up takes off the line (see
-// topUp).
-func (c *Client) handedRound(keys []string, ttl time.Duration, token string, start, until time.Time, j protocol.Join) *round {
-	r, replies := alloc.WithSlice[round, protocol.AcquireReply](len(c.nodes))
-	r.c, r.keys, r.replies = c, keys, replies
-	r.acq = protocol.Acquire{Keys: append(c.storedKeys(keys, 1), c.stateKey), Token: token, TTL: ttl, Join: j}
-	r.cmd = c.proto.AcquireCmd(r.acq) // for topUp; the release shares its values
-	r.start, r.until = start, until
-	r.decide()
-	return r
-}
-
-// topUp acquires r's hand value, in the background, on the nodes that will
-// not hand the key off. r is a lock that the nodes in handed (a bit per
-// node) handed off. Those are the nodes where last, the waiter's round that
-// joined the line, was granted (and released as failed) or not sent. A node
-// whose answer to last is missing or an error is left alone: the request
-// may still land there. Where the acquire is granted, the lock's release
-// hands the key off too. Without this, a node that missed one handoff would
-// take part in none again, leaving a bare quorum that every waiter must
-// hear. A refusal changes nothing, the validity stays the handoff's, and
-// the lock's release waits for the acquire (see releaseLock).
-func (h *handoff) topUp(r *round, handed uint64, last *quorum.Round) {
-	c := h.c
-	if c.cfg.noTopUp || last == nil || len(c.nodes) > 64 {
-		return
-	}
-	var to uint64
-	for i := range c.nodes {
-		if handed&(1<<i) != 0 {
-			continue
-		}
-		if res, done := last.Result(i); !done || (res != nil && res != node.ErrNotSent) {
-			// The round joined there (the node is about to hand off too),
-			// or its request may still land there, and join.
-			continue
-		}
-		to |= 1 << i
-	}
-	if to == 0 {
-		return
-	}
-	r.callTimeout = c.cfg.nodeTimeout
-	r.background = true
-	r.calls = c.life.workers.Start(context.Background(), len(c.nodes), r.callTimeout, func(ctx context.Context, i int) error {
-		if to&(1<<i) == 0 {
-			return nil // handed off, or about to be
-		}
-		return r.acquireOn(ctx, i)
-	})
 }
 
 // leave takes the round with token of a waiter for key off the key's line
@@ -337,7 +290,7 @@ func (h *handoff) topUp(r *round, handed uint64, last *quorum.Round) {
 // releases (and hands off) the key (see handWait.done). It does not wait.
 // On a closed Client it sends nothing: the entries and the keys expire.
 func (h *handoff) leave(key, token string, ttl time.Duration) {
-	h.c.releaseAside(key, protocol.Release{Keys: []string{h.c.stored(key)}, Token: token, Announce: true, Leave: true}, handover{TTL: ttl})
+	h.host.ReleaseAside(key, protocol.Release{Keys: []string{h.stored(key)}, Token: token, Announce: true, Leave: true}, nil, ttl)
 }
 
 // drop forgets the waiter's round with token, and releases the key where
@@ -353,12 +306,11 @@ func (h *handoff) drop(token string) {
 	if nodes == 0 {
 		return
 	}
-	c := h.c
-	if err := c.life.enter(); err != nil {
+	if err := h.host.Enter(); err != nil {
 		return // closed: the handoffs expire
 	}
-	defer c.life.exit()
-	c.life.workers.Start(context.Background(), len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error {
+	defer h.host.Exit()
+	h.host.Start(context.Background(), h.cfg.NodeTimeout, func(ctx context.Context, i int) error {
 		if nodes&(1<<i) == 0 {
 			return nil
 		}
@@ -377,7 +329,7 @@ func (h *handoff) drop(token string) {
 // Close has unsubscribed the hand channel. The Waker's Close waits for it,
 // before the node clients close (see wake.Waker.Close).
 func (h *handoff) releaseStray(i int, token, key string) {
-	ctx, cancel := context.WithTimeout(context.Background(), h.c.cfg.nodeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.NodeTimeout)
 	defer cancel()
 	_ = h.releaseHand(ctx, i, token, key)
 }
@@ -385,7 +337,6 @@ func (h *handoff) releaseStray(i int, token, key string) {
 // releaseHand releases key (as stored) on node i where it holds the hand
 // value of the round with token, and hands it off to the next in line.
 func (h *handoff) releaseHand(ctx context.Context, i int, token, key string) error {
-	c := h.c
-	cmd := c.proto.Release(protocol.Release{Keys: []string{key}, Token: protocol.HandPrefix + token, Announce: true})
-	return c.nodes[i].Release(ctx, cmd, c.cfg.nodeTimeout, key)
+	cmd := h.cfg.Proto.Release(protocol.Release{Keys: []string{key}, Token: protocol.HandPrefix + token, Announce: true})
+	return h.host.Release(ctx, i, cmd, key)
 }
