@@ -75,11 +75,17 @@ func contendedInstructions(ctx context.Context, dir string, n, waiters int, st p
 		}
 		counts = append(counts, count{j.name, per})
 	}
-	per, err := releaseInstructions(ctx, dir, n, waiters, st)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", release, err)
+	for _, tombs := range []int{0, protocol.MaxTombstones} {
+		name := release
+		if tombs > 0 {
+			name = fmt.Sprintf("%s, the key keeping %d tombstones", release, tombs)
+		}
+		per, err := releaseInstructions(ctx, dir, n, waiters, st, tombs)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		counts = append(counts, count{name, per})
 	}
-	counts = append(counts, count{release, per})
 	if st == protocol.Handoff {
 		const leave = "a waiter's release that leaves the line (Leave)"
 		per, err := leaveInstructions(ctx, dir, n, waiters)
@@ -153,12 +159,21 @@ func joinInstructions(ctx context.Context, dir string, n, waiters int, st protoc
 
 // releaseInstructions counts the announced releases of
 // contendedInstructions, with waiters-1 other waiters behind the one
-// that each release names or hands the key off to.
-func releaseInstructions(ctx context.Context, dir string, n, waiters int, st protocol.Strategy) (float64, error) {
-	return underCallgrind(ctx, dir, fmt.Sprintf("release-%s-%d", strategyNames[st], waiters), n, func(addr string) (func(string, int) error, func(), error) {
+// that each release names or hands the key off to, the key keeping tombs
+// tombstones (tombstone.lua) that expire in an hour, which a handoff keeps.
+func releaseInstructions(ctx context.Context, dir string, n, waiters int, st protocol.Strategy, tombs int) (float64, error) {
+	return underCallgrind(ctx, dir, fmt.Sprintf("release-%s-%d-%d", strategyNames[st], waiters, tombs), n, func(addr string) (func(string, int) error, func(), error) {
 		c := redis.NewClient(redlock.NodeOptions(addr))
 		if err := c.HSet(ctx, protocol.StateKey, "g", "0").Err(); err != nil {
 			return nil, nil, err
+		}
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			return nil, nil, err
+		}
+		var tail string
+		for i := range tombs {
+			tail += fmt.Sprintf("\n%sgone%d\t%d", protocol.TombstonePrefix, i, now.Add(time.Hour).UnixMilli())
 		}
 		if err := fillLine(ctx, c, st, waiters-1); err != nil {
 			return nil, nil, err
@@ -176,7 +191,7 @@ func releaseInstructions(ctx context.Context, dir string, n, waiters int, st pro
 		}
 		p := protocol.New(redlock.DefaultRestartGuard, false, st, "")
 		return func(string, int) error {
-			if err := c.Set(ctx, "hot", protocol.WaitedPrefix+"holder", time.Hour).Err(); err != nil {
+			if err := c.Set(ctx, "hot", protocol.WaitedPrefix+"holder"+tail, time.Hour).Err(); err != nil {
 				return err
 			}
 			if err := c.ZAdd(ctx, protocol.LinePrefix+"hot", redis.Z{Score: 1, Member: entry}).Err(); err != nil {
@@ -190,9 +205,12 @@ func releaseInstructions(ctx context.Context, dir string, n, waiters int, st pro
 			if errors.Is(err, redis.Nil) {
 				left, err = "", nil
 			}
-			want := ""
+			want := tail[min(1, len(tail)):] // the tombstones alone: the first without its '\n'
+			if tombs == 1 {
+				want = protocol.TombstonePrefix + "gone0" // the form of a lone tombstone
+			}
 			if st == protocol.Handoff {
-				want = protocol.WaitedPrefix + protocol.HandPrefix + token
+				want = protocol.WaitedPrefix + protocol.HandPrefix + token + tail
 			}
 			if err == nil && (v != 1 || left != want) {
 				err = fmt.Errorf("release: %d, key %q, want 1 and %q", v, left, want)

@@ -253,6 +253,42 @@ func TestAcquireGuardedAfterSet(t *testing.T) {
 	}
 }
 
+// TestAcquireGuardedTakesBack: on a node in its restart guard, a key that
+// already holds the token (the pipelined acquire's SET, or a retry's) is
+// taken back: it keeps only its tombstones, or is gone without any.
+func TestAcquireGuardedTakesBack(t *testing.T) {
+	ctx := t.Context()
+	node := oneNode(t, false)
+	p := New(time.Minute, false, Kernel, "")
+	for _, keys := range [][]string{{"k"}, {"k", "k2"}} {
+		for _, tombs := range []int{0, 1, 2} {
+			require.NoError(t, node.FlushAll(ctx).Err()) // no state: the node lost its data
+			now := nodeTime(t, node)
+			value := "tok"
+			var kept []string
+			for i := range tombs {
+				tok := "gone" + strconv.Itoa(i)
+				value += tombstone(tok, now+time.Hour)
+				kept = append(kept, tok)
+			}
+			require.NoError(t, node.Set(ctx, "k", value, time.Minute).Err())
+			v, err := p.Run(ctx, node, p.AcquireCmd(Acquire{Keys: append(keys, StateKey), Token: "tok", TTL: time.Second}))
+			require.NoError(t, err)
+			r, err := DecodeAcquire(v)
+			require.NoError(t, err)
+			assert.Equal(t, Guarded, r.Kind, "%d key(s), %d tombstones", len(keys), tombs)
+			left, err := node.Get(ctx, "k").Result()
+			if tombs == 0 {
+				assert.ErrorIs(t, err, redis.Nil, "%d key(s): the key is gone, not %q", len(keys), left)
+				continue
+			}
+			require.NoError(t, err)
+			assert.Equal(t, kept, buriedTokens(t, node, left), "%d key(s): only the tombstones are left", len(keys))
+			assert.InDelta(t, time.Hour, node.PTTL(ctx, "k").Val(), float64(time.Second), "the key expires with its last tombstone")
+		}
+	}
+}
+
 // TestKernelIgnoresWaiting: without a waiting strategy the kernel reads a
 // key's mark but never sets one, joins no line, and takes hand values for
 // tokens like any other: a client of any strategy (or of none) shares keys
