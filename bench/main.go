@@ -62,7 +62,7 @@ func main() {
 // implementation by name, so the name alone must say everything that sets
 // it apart, the waiting strategy included.
 func runWorker(ctx context.Context, spec loadtest.WorkerSpec) error {
-	im, err := implsNamed(allImpls(nil), []string{spec.Impl})
+	im, err := implsNamed(allImpls(nodeTimeoutFromEnv()), []string{spec.Impl})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -93,6 +93,20 @@ func strategyOf(name string) (protocol.Strategy, bool) {
 		}
 	}
 	return protocol.Handoff, true
+}
+
+// nodeTimeoutEnv carries --node-timeout to the worker processes of a
+// scenario whose callers are processes, which inherit the environment.
+const nodeTimeoutEnv = "REDQUORUM_BENCH_NODE_TIMEOUT"
+
+// nodeTimeoutFromEnv returns redquorum's options with --node-timeout as
+// nodeTimeoutEnv carries it, nil for the defaults.
+func nodeTimeoutFromEnv() *redlock.Options {
+	d, err := time.ParseDuration(os.Getenv(nodeTimeoutEnv))
+	if err != nil || d <= 0 {
+		return nil
+	}
+	return &redlock.Options{NodeTimeout: d}
 }
 
 // allImpls returns every implementation the bench knows, redquorum's with
@@ -160,6 +174,7 @@ func run(ctx context.Context) error {
 	holdBlocking := flag.Bool("hold-blocking", false, "diagnostic: the hot-key and shared-key holders block their thread in the kernel (nanosleep) for their 1 ms instead of sleeping on a Go timer, which waits in whole milliseconds once the process is woken during the sleep (see loadtest.Scenario.HoldBlocking)")
 	election := flag.Int("election", 0, "instead of the scenarios: measure this many election failovers after a resign and as many after the leader's process died (see election.go)")
 	electionTTL := flag.Duration("election-ttl", time.Second, "the leadership's TTL for --election")
+	nodeTimeout := flag.Duration("node-timeout", 0, "redquorum's Options.NodeTimeout, the bound of each node call (0: the default, "+redlock.DefaultNodeTimeout.String()+"); redsync keeps its defaults")
 	commands := flag.Bool("commands", false, "count the commands the nodes run per operation, by name (INFO commandstats, reset at each measured phase), and print them under the table")
 	lineWaiters := flag.String("line-waiters", "7", "with --node-instructions: the waiters in the hot key's line for the contended counts, comma-separated (one set of counts for each)")
 	instr := flag.Int("node-instructions", 0, "instead of the scenarios: count the instructions one redis-server runs per lock+unlock, over this many operations, under valgrind's callgrind (see instr.go)")
@@ -168,8 +183,13 @@ func run(ctx context.Context) error {
 	if partial && !isSet("json") && !isSet("svg") && !isSet("md") {
 		*jsonFile, *svgFile, *mdFile = "", "", "" // keep results/ for full runs
 	}
-	if *duration <= 0 || *callers < 1 || *slow < 0 || *nodes < 1 || *rounds < 1 {
-		return errors.New("--duration must be positive, --callers, --nodes and --rounds at least 1, --slow-node not negative")
+	if *duration <= 0 || *callers < 1 || *slow < 0 || *nodes < 1 || *rounds < 1 || *nodeTimeout < 0 {
+		return errors.New("--duration must be positive, --callers, --nodes and --rounds at least 1, --slow-node and --node-timeout not negative")
+	}
+	if *nodeTimeout > 0 {
+		if err := os.Setenv(nodeTimeoutEnv, nodeTimeout.String()); err != nil {
+			return err
+		}
 	}
 
 	if *election > 0 {
@@ -190,10 +210,10 @@ func run(ctx context.Context) error {
 		}
 		return nodeInstructions(ctx, names, *instr, waiters)
 	}
-	impls := allImpls(nil)[:2]
+	impls := allImpls(nodeTimeoutFromEnv())[:2]
 	if *implName != "" {
 		var err error
-		if impls, err = implsNamed(allImpls(nil), strings.Split(*implName, ",")); err != nil {
+		if impls, err = implsNamed(allImpls(nodeTimeoutFromEnv()), strings.Split(*implName, ",")); err != nil {
 			return fmt.Errorf("--impl: %w", err)
 		}
 	}
@@ -309,6 +329,9 @@ func run(ctx context.Context) error {
 		}
 		if *holdBlocking {
 			cmd += " --hold-blocking"
+		}
+		if *nodeTimeout > 0 {
+			cmd += fmt.Sprintf(" --node-timeout %v", *nodeTimeout)
 		}
 		if *commands {
 			cmd += " --commands"
