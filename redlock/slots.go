@@ -148,7 +148,7 @@ func (s *Semaphore) mismatch(e *Error) error {
 // found taken.
 type slotWait struct {
 	c *Client
-	w *waiting.Waiter // its ctx, attempts, give-up and the last pass's start
+	w waiting.Waiter // its ctx, attempts, give-up and the last pass's start
 	// listen, hint and last are what the last pass found (see slotPass).
 	listen []string
 	hint   time.Duration
@@ -166,7 +166,7 @@ func (c *Client) newSlotWait(ctx context.Context) *slotWait {
 // ends, MaxWait passes or the Client closes: last, the last round's, with
 // the reason.
 func (sw *slotWait) sleep(last *Error) error {
-	w, c := sw.w, sw.c
+	w, c := &sw.w, sw.c
 	timer := c.cfg.clock.After(w.RetryIn(sw.hint, nil))
 	_, woken, err := w.ListenOn(c.waker(), sw.listen, timer, w.Start())
 	if err != nil {

@@ -82,7 +82,7 @@ func (c *Client) newStrategy(clients []redis.UniversalClient) waiting.Strategy {
 	}
 	cfg := c.cfg
 	return waiting.New(kind, waiting.Config{
-		Clock: cfg.clock, Quorum: cfg.quorum, Nodes: len(c.nodes),
+		Clock: cfg.clock, Quorum: cfg.quorum,
 		MinRetry: cfg.minRetry, MaxRetry: cfg.maxRetry, MaxWait: cfg.maxWait,
 		Owner: cfg.owner, Prefix: cfg.prefix, NodeTimeout: cfg.nodeTimeout, Drift: cfg.drift,
 		YieldWindow: cfg.yieldWindow, GraceCap: cfg.graceCap, GraceFloor: cfg.graceFloor,

@@ -29,8 +29,8 @@ func (b *backoff) Wait(ctx context.Context, keys []string, began time.Time, ctxO
 	return bw
 }
 
-func (b *backoff) Waiter(ctx context.Context, began time.Time, ctxOnly bool) *Waiter {
-	w := &Waiter{}
+func (b *backoff) Waiter(ctx context.Context, began time.Time, ctxOnly bool) Waiter {
+	var w Waiter
 	w.init(b, ctx, nil, began, ctxOnly)
 	return w
 }

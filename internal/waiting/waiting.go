@@ -27,7 +27,6 @@ var (
 type Config struct {
 	Clock  clock.Clock
 	Quorum int // of the nodes
-	Nodes  int
 	// MinRetry and MaxRetry bound the backoff between rounds; MaxWait is
 	// how long a call whose context has no deadline waits.
 	MinRetry, MaxRetry, MaxWait time.Duration
@@ -96,8 +95,9 @@ type Strategy interface {
 	// both). With ctxOnly only ctx bounds the wait, not Config.MaxWait.
 	Wait(ctx context.Context, keys []string, began time.Time, ctxOnly bool) Wait
 	// Waiter returns a waiter of the backoff alone, for callers that wait
-	// on keys of their own (a semaphore's slots).
-	Waiter(ctx context.Context, began time.Time, ctxOnly bool) *Waiter
+	// on keys of their own (a semaphore's slots), to keep in their own
+	// value: a waiter holds no pointer to itself.
+	Waiter(ctx context.Context, began time.Time, ctxOnly bool) Waiter
 	// Refused returns the release (but for its keys) that the release of
 	// the lock of token, whose round told the nodes j, sends to a node that
 	// refused that round, and false for none: the lock never held the

@@ -57,7 +57,7 @@ func (h *fakeHost) released() []protocol.Release {
 }
 
 func testConfig() Config {
-	return Config{Clock: clock.Real{}, Quorum: 2, Nodes: 3, MinRetry: 10 * time.Millisecond, MaxRetry: 80 * time.Millisecond,
+	return Config{Clock: clock.Real{}, Quorum: 2, MinRetry: 10 * time.Millisecond, MaxRetry: 80 * time.Millisecond,
 		MaxWait: time.Hour, Prefix: "p:", NodeTimeout: time.Second, YieldWindow: 10 * time.Millisecond,
 		GraceCap: time.Second, GraceFloor: time.Millisecond, WakeIdle: time.Second,
 		Proto: protocol.New(0, false, protocol.Handoff, "p:")}
