@@ -125,12 +125,16 @@ local function bury(key, head, rest, ttl, add)
   end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  -- tail is the tombstones kept, each after a '\n', n their number, last
+  -- the latest expiry and lone the first one's token part.
+  local tail, n, last, lone
   if not add then
     -- The usual case, no tombstone added, none expired, each in its timed
     -- form: rest stays as it is, read by plain finds (the loop below reads
     -- each tombstone by patterns into a table and writes it anew, some 5k
-    -- instructions a tombstone). n counts them, last is the latest expiry.
-    local at, n, last, first = 1, 0, 0
+    -- instructions a tombstone).
+    local at, first = 1
+    n, last = 0, 0
     while at <= #rest do
       local tab = string.find(rest, '\t', at + 1, true)
       local nl = string.find(rest, '\n', at + 1, true) or #rest + 1
@@ -138,48 +142,43 @@ local function bury(key, head, rest, ttl, add)
       if not exp or exp <= now then break end
       n, last, first, at = n + 1, math.max(last, exp), first or tab, nl
     end
-    if at > #rest and n <= 8 and (head or n > 0) then
-      if head then
-        redis.call('SET', key, head .. rest, 'PX', ttl)
-      elseif n == 1 then
-        redis.call('SET', key, string.sub(rest, 2, first - 1), 'PX', last - now)
+    if at > #rest and n <= 8 then
+      tail, lone = rest, not head and first and string.sub(rest, 2, first - 1)
+    end
+  end
+  if not tail then
+    local kept = {}
+    for e in string.gmatch(rest, '\n([^\n]+)') do
+      local at, _, exp = string.find(e, '\t(%d+)$')
+      local tomb = at and string.sub(e, 1, at - 1)
+      if tomb then
+        exp = tonumber(exp)
       else
-        redis.call('SET', key, string.sub(rest, 2), 'PX', last - now)
+        tomb, exp = e, now + redis.call('PTTL', key) -- the single form: the key's expiry
       end
-      return rest
+      if exp > now then kept[#kept + 1] = {tomb, exp} end
     end
-  end
-  local kept = {}
-  for e in string.gmatch(rest, '\n([^\n]+)') do
-    local at, _, exp = string.find(e, '\t(%d+)$')
-    local tomb = at and string.sub(e, 1, at - 1)
-    if tomb then
-      exp = tonumber(exp)
-    else
-      tomb, exp = e, now + redis.call('PTTL', key) -- the single form: the key's expiry
+    if add then kept[#kept + 1] = {'redquorum:gone:' .. add, now + ttl} end
+    while #kept > 8 do
+      local first = 1
+      for i = 2, #kept do
+        if kept[i][2] < kept[first][2] then first = i end
+      end
+      table.remove(kept, first)
     end
-    if exp > now then kept[#kept + 1] = {tomb, exp} end
-  end
-  if add then kept[#kept + 1] = {'redquorum:gone:' .. add, now + ttl} end
-  while #kept > 8 do
-    local first = 1
-    for i = 2, #kept do
-      if kept[i][2] < kept[first][2] then first = i end
+    tail, n, last, lone = {}, #kept, 0, kept[1] and kept[1][1]
+    for i, k in ipairs(kept) do
+      tail[i] = '\n' .. k[1] .. '\t' .. string.format('%.0f', k[2])
+      last = math.max(last, k[2])
     end
-    table.remove(kept, first)
+    tail = table.concat(tail)
   end
-  local tail, last = {}, 0
-  for i, k in ipairs(kept) do
-    tail[i] = '\n' .. k[1] .. '\t' .. string.format('%.0f', k[2])
-    last = math.max(last, k[2])
-  end
-  tail = table.concat(tail)
   if head then
     redis.call('SET', key, head .. tail, 'PX', ttl)
-  elseif #kept == 0 then
+  elseif n == 0 then
     redis.call('DEL', key)
-  elseif #kept == 1 then
-    redis.call('SET', key, kept[1][1], 'PX', last - now)
+  elseif n == 1 then
+    redis.call('SET', key, lone, 'PX', last - now)
   else
     redis.call('SET', key, string.sub(tail, 2), 'PX', last - now)
   end
