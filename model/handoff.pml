@@ -55,6 +55,15 @@ inline forget(c, i) {
   :: else -> skip \
   fi
 #define LINE_CLEAR(i) line0[i] = 0; line1[i] = 0
+/* JOIN_ADD: the pipelined join's ZADD NX of round r's entry, which leaves
+ * the client's other entries in line. */
+#define JOIN_ADD(c, r, i) \
+  if \
+  :: line0[i] == TOK(c, r) || line1[i] == TOK(c, r) -> skip \
+  :: line0[i] == 0 -> line0[i] = TOK(c, r) \
+  :: line0[i] != 0 && line0[i] != TOK(c, r) && line1[i] == 0 -> line1[i] = TOK(c, r) \
+  :: else -> skip \
+  fi
 #define LEAVE(c) skip
 #define SEND_HOOK(c) handed[c] = 0; byHand[c] = 0
 
@@ -160,6 +169,7 @@ inline handoff(i, announce) {
 #define GRANT_HOOK(c, r, i) skip
 #define REFUSED_HOOK(c, r, i) skip
 #define LINE_CLEAR(i) skip
+#define JOIN_ADD(c, r, i) skip
 #define LEAVE(c) skip
 #define SEND_HOOK(c) skip
 #define HANDOFF_HOOK(i, announce) skip

@@ -400,6 +400,13 @@ byte mh[C];               /* bit j: node j may hold the round's token */
 #define RBITS byte
 #endif
 byte acq[C*N];
+#ifdef PIPEJOIN
+/* PIPEJOIN: an acquire is the pipelined join (a waiter's round with the
+ * handoff on the node: internal/protocol.PipelinedJoin), one step, then
+ * the script where its reply decides nothing: PIPE's two steps, with
+ * pipeJoin as the first and no HGET. */
+#define PIPE
+#endif
 #ifdef PIPE
 /* PIPE: an acquire is the pipelined one (any acquire of a lock on a plain
  * node: internal/protocol.Pipelined), SET NX then HGET of the guard on one
@@ -735,6 +742,44 @@ inline pipeGet(c, r, i) {
   fi;
   printf("MSC: node %d: pipelined HGET %d of client %d -> %d\n", i, tt, c, g[i])
 }
+#ifdef PIPEJOIN
+/* pipeJoin: the pipelined join on node i, one MULTI transaction, so one
+ * step: SET key token NX PX ttl GET, which sets only a missing key, then
+ * the round's entry added to the line whatever the SET did (ZADD NX:
+ * JOIN_ADD, which takes no other entry of the client off). Its reply
+ * decides only a refusal: a marked key that another token holds, neither
+ * the waiter's previous round's token nor its hand value, keeping no
+ * tombstone of the token (the model's keys all have a TTL). Any other
+ * reply sends the script, which finds the key holding the token where the
+ * SET set it. JOINGRANT, a control: a SET that set the key counts as a
+ * grant. */
+inline pipeJoin(c, r, i) {
+  tt = TOK(c, r);
+  if
+  :: key[i] == 0 && mark[i] == 0 && tomb[i] == 0 ->
+#ifdef ORPHAN
+     assert(!(buriedAt[tt] & (1 << i)));
+#endif
+     key[i] = tt; kl[i] = T; JOIN_ADD(c, r, i);
+#ifdef JOINGRANT
+     PIPE_GRANTS(c, i)
+#else
+     SCRIPT_NEXT(c, r, i)
+#endif
+  :: key[i] != 0 && key[i] != tt && mark[i] && !FREE_BEFORE(c, r, i) && !(tomb[i] & (1 << tt)) ->
+     JOIN_ADD(c, r, i);
+     if
+     :: tok[c] == tt && phase[c] == ACQ -> rep[c*N+i] = TAKEN
+     :: else -> skip
+     fi
+  :: else -> JOIN_ADD(c, r, i); SCRIPT_NEXT(c, r, i)
+  fi;
+  printf("MSC: node %d: pipelined join %d of client %d -> key %d\n", i, tt, c, key[i])
+}
+#define PIPE_FIRST(c, r, i) pipeJoin(c, r, i)
+#else
+#define PIPE_FIRST(c, r, i) pipeSet(c, r, i)
+#endif
 #endif
 
 /* release: release.lua for the token of round r of client c (its hand
@@ -863,7 +908,7 @@ inline newServer(i) {
   :: atomic { acq[c*N+i] & (1 << r) -> acq[c*N+i] = acq[c*N+i] & ~(1 << r); \
        if \
        :: scr[c*N+i] & (1 << r) -> scr[c*N+i] = scr[c*N+i] & ~(1 << r); acquire(c, r, i) \
-       :: else -> pipeSet(c, r, i) \
+       :: else -> PIPE_FIRST(c, r, i) \
        fi; CLEAN } \
   :: atomic { hg[c*N+i] & (1 << r) -> hg[c*N+i] = hg[c*N+i] & ~(1 << r); pipeGet(c, r, i); CLEAN }
 #else

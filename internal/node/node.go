@@ -201,6 +201,23 @@ func (n *Node) Acquire(ctx context.Context, a *protocol.Acquire, shared protocol
 		}
 	}
 	cmd := shared
+	if n.kind == Plain && !n.cfg.ScriptAcquires && n.cfg.Protocol.PipelinedJoin(a) {
+		jc := n.cfg.Protocol.NewJoin(ctx, a)
+		n.proc.b.doAll(ctx, n.client, jc.Cmds())
+		rep, joined, free, err := jc.Reply()
+		n.cfg.Protocol.PutJoin(jc)
+		if err != nil {
+			return protocol.AcquireReply{}, n.explain(err)
+		}
+		if joined {
+			return rep, nil
+		}
+		if free {
+			b := *a
+			b.Join.Entries = protocol.MayHave // a grant takes the transaction's entry off
+			cmd = n.cfg.Protocol.AcquireCmd(b)
+		}
+	}
 	if cmd == nil || n.kind == Cluster {
 		b := *a
 		b.Keys = n.ScriptKeys(a.Keys)

@@ -206,6 +206,7 @@ type Protocol struct {
 	guard       any // the restart guard in ms; 0: off
 	fencing     bool
 	pipes       sync.Pool // of *PipelinedAcquire
+	joins       sync.Pool // of *JoinCmds
 	none        any       // "": an optional argument not sent
 	state       any       // the plain state key, for an announced release
 	handChannel any       // the client's hand channel (see HandChannel); nil: no handoffs
