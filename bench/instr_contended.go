@@ -50,26 +50,27 @@ type count struct {
 //     client's entries off the line and finds the key held by another.
 func contendedInstructions(ctx context.Context, dir string, n, waiters int, st protocol.Strategy) ([]count, error) {
 	type join struct {
-		name           string
-		first, cleared bool
+		name                      string
+		first, cleared, pipelined bool
 	}
 	var joins []join
 	release := "a release that hands the key off"
 	switch st {
 	case protocol.Handoff:
-		joins = []join{{"a waiter's round that joins the line for a handoff", false, false},
-			{"a waiter's first round that joins, looking for old entries", true, false},
-			{"a waiter's first round that joins, its client cleared", true, true}}
+		joins = []join{{"a waiter's round that joins the line for a handoff", false, false, false},
+			{"a waiter's first round that joins, looking for old entries", true, false, false},
+			{"a waiter's first round that joins, its client cleared", true, true, false},
+			{"the same as the pipelined join (MULTI, no script)", true, true, true}}
 	case protocol.InLine:
-		joins = []join{{"a waiter's round that joins the line", false, false}, {"a waiter's first round that joins the line", true, false}}
+		joins = []join{{"a waiter's round that joins the line", false, false, false}, {"a waiter's first round that joins the line", true, false, false}}
 		release = "a release that names the first in line"
 	default:
-		joins = []join{{"a waiter's round refused (the key marked)", false, false}}
+		joins = []join{{"a waiter's round refused (the key marked)", false, false, false}}
 		release = "a release announced to the waiters"
 	}
 	var counts []count
 	for _, j := range joins {
-		per, err := joinInstructions(ctx, dir, n, waiters, st, j.first, j.cleared)
+		per, err := joinInstructions(ctx, dir, n, waiters, st, j.first, j.cleared, j.pipelined)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", j.name, err)
 		}
@@ -100,14 +101,18 @@ func contendedInstructions(ctx context.Context, dir string, n, waiters int, st p
 // joinInstructions counts the refused rounds of contendedInstructions:
 // later rounds, or first rounds (of a client that may have entries left
 // unless cleared), of waiters waiters taking turns.
-func joinInstructions(ctx context.Context, dir string, n, waiters int, st protocol.Strategy, first, cleared bool) (float64, error) {
-	name := fmt.Sprintf("join-%s-%v-%v-%d", strategyNames[st], first, cleared, waiters)
+func joinInstructions(ctx context.Context, dir string, n, waiters int, st protocol.Strategy, first, cleared, pipelined bool) (float64, error) {
+	name := fmt.Sprintf("join-%s-%v-%v-%v-%d", strategyNames[st], first, cleared, pipelined, waiters)
 	return underCallgrind(ctx, dir, name, n, func(addr string) (func(string, int) error, func(), error) {
 		c := redis.NewClient(redlock.NodeOptions(addr))
 		if err := c.HSet(ctx, protocol.StateKey, "g", "0").Err(); err != nil {
 			return nil, nil, err
 		}
-		if err := c.Set(ctx, "hot", "holder", time.Hour).Err(); err != nil {
+		holder := "holder"
+		if pipelined {
+			holder = protocol.WaitedPrefix + holder // marked, as a script's join leaves it
+		}
+		if err := c.Set(ctx, "hot", holder, time.Hour).Err(); err != nil {
 			return nil, nil, err
 		}
 		ps := make([]*protocol.Protocol, waiters)
@@ -144,6 +149,22 @@ func joinInstructions(ctx context.Context, dir string, n, waiters int, st protoc
 				}
 			}
 			a := protocol.Acquire{Keys: []string{"hot", protocol.StateKey}, Token: token, TTL: 10 * time.Second, Join: j}
+			if pipelined {
+				jc := ps[w].NewJoin(ctx, &a)
+				_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+					for _, cmd := range jc.Cmds() {
+						_ = p.Process(ctx, cmd)
+					}
+					return nil
+				})
+				reply, joined, _, err := jc.Reply()
+				ps[w].PutJoin(jc)
+				if err != nil || !joined || reply.Kind != protocol.Taken {
+					return fmt.Errorf("pipelined join: %v, %v, %v", reply, joined, err)
+				}
+				prev[w] = token
+				return nil
+			}
 			r, err := ps[w].Run(ctx, c, ps[w].AcquireCmd(a))
 			if err != nil {
 				return err

@@ -122,6 +122,9 @@ layer-late|-DC=3 -DSPLIT=1 -DLATE|ok||layer.pml
 # drop: fresh-id, fresh-kill and failover-kill (each beyond 6 GB), and
 # const-failover (failover's 9 million states, with every variable kept
 # and checked at each step).
+# The pipelined join's runs (make model keeps their control,
+# ctl-joingrant): pipejoin (40 million states, 6 GB, about 10 minutes)
+# and pipejoin-crash, beyond it.
 # The pipelined acquire's runs beyond pipe and pipe-orphan: pipe-kill
 # and pipe-failover beyond 6 GB (MODEL_COLLAPSE=1), pipe-loss,
 # pipe-delayed and pipe-timeouts for the time.
@@ -132,12 +135,12 @@ layer-late|-DC=3 -DSPLIT=1 -DLATE|ok||layer.pml
 # make model keeps those of mutex, crash, loss, orphan and handoff2), and
 # the longest controls whose property another control of make model also
 # breaks (ctl-nomark beside ctl-replid; ctl-minority5 beside ctl-minority).
-EXTRA=" pipe-loss pipe-failover pipe-delayed pipe-timeouts pipe-kill failover-delayed handoff fence-failover fresh-crash timeouts5 fresh-id fresh-kill failover-kill const-failover crash-delayed fence mutex5 const-fence const-extend const-timeouts ctl-minority5 ctl-nomark "
+EXTRA=" pipejoin pipejoin-crash pipe-loss pipe-failover pipe-delayed pipe-timeouts pipe-kill failover-delayed handoff fence-failover fresh-crash timeouts5 fresh-id fresh-kill failover-kill const-failover crash-delayed fence mutex5 const-fence const-extend const-timeouts ctl-minority5 ctl-nomark "
 # Runs whose search takes long enough to pay for gcc -O2 (about 7 s to
 # build against under 1 s at -O0, for a search about twice as fast), the
 # longest first: they start first (below). The others' verifiers are
 # built with -O0.
-HEAVY=" pipe fence-loss const-failover failover ctl-nomark crash-delayed ctl-replid replid fresh const-crash crash mutex-delayed fence-crash ctl-seedzero ctl-backlog ctl-minority5 extend-crash loss5 layer-sem-all layer-rw3-all extend layer-late lockout ctl-nodrift5 mutex5 fence-failover fresh-crash handoff failover-delayed timeouts5 fresh-id fresh-kill failover-kill fence "
+HEAVY=" pipe pipejoin pipejoin-crash fence-loss const-failover failover ctl-nomark crash-delayed ctl-replid replid fresh const-crash crash mutex-delayed fence-crash ctl-seedzero ctl-backlog ctl-minority5 extend-crash loss5 layer-sem-all layer-rw3-all extend layer-late lockout ctl-nodrift5 mutex5 fence-failover fresh-crash handoff failover-delayed timeouts5 fresh-id fresh-kill failover-kill fence "
 declare -A TEXT=([exclusive]='ul[jj]>0' [fence]='fence[c]>maxFence' [order]='fence[c]>ofence[jj]' [orphan]='buriedAt[tt]' [lockout]='everState' [live]='acceptance cycle'
   [bound]='inside<=lowest' [rw]='inside==1')
 
