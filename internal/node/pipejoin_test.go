@@ -72,75 +72,77 @@ func TestPipelinedJoin(t *testing.T) {
 			require.NoError(t, admin.HSet(ctx, state, "g", strconv.FormatInt(until, 10)).Err())
 		}, protocol.Guarded, thenScript, "", true},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			require.NoError(t, admin.FlushAll(ctx).Err())
-			require.NoError(t, admin.HSet(ctx, state, "g", "0").Err())
-			client := redis.NewClient(&redis.Options{Addr: s.Addrs[0], MaxRetries: -1})
-			t.Cleanup(func() { _ = client.Close() })
-			sent := &sentNames{}
-			client.AddHook(sent)
-			cfg := &Config{Prefix: prefix, Protocol: protocol.New(guard, false, protocol.Handoff, prefix).WithHandChannel(channel),
-				Clock: clock.Real{}, Log: slog.New(slog.DiscardHandler), Tags: new(hashslot.Tags),
-				BatchWindow: time.Second}
-			n := New(client, "n", cfg)
-			token := "tok-" + strconv.FormatInt(time.Now().UnixNano(), 10)
-			prev := "prev-" + token
-			join := protocol.Join{Place: "place-" + token, Ticket: 1234, Entries: protocol.Cleared, Channel: channel, Prev: prev}
-			acquire := func(key string, j protocol.Join) (protocol.AcquireReply, error) {
-				a := &protocol.Acquire{Keys: []string{prefix + key, state}, Token: token, TTL: ttl, Join: j}
-				return n.Acquire(ctx, a, nil, nil)
-			}
-			_, err := acquire("warm", protocol.Join{}) // a new node's first acquire is the script
-			require.NoError(t, err)
-			require.NoError(t, admin.Del(ctx, prefix+"warm").Err())
-			sent.take()
-
-			tc.prepare(t, token, prev)
-			rep, err := acquire("k", join)
-			require.NoError(t, err)
-			assert.Equal(t, tc.want, rep.Kind)
-			assert.Equal(t, tc.sent, sent.take())
-			v, err := admin.Get(ctx, prefix+"k").Result()
-			if tc.left == "" {
-				assert.ErrorIs(t, err, redis.Nil, "a guarded node keeps nothing of the round: k holds %q", v)
-			} else if left := strings.ReplaceAll(tc.left, "TOKEN", token); strings.HasSuffix(left, "\t") {
-				assert.True(t, strings.HasPrefix(v, left), "k holds %q", v) // and the tombstone's expiry
-			} else {
-				assert.Equal(t, left, v)
-			}
-			entries, err := admin.ZRangeWithScores(ctx, line("k"), 0, -1).Result()
-			require.NoError(t, err)
-			if !tc.inLine {
-				assert.Empty(t, entries, "a granted round leaves no entry in line")
-				return
-			}
-			if tc.want != protocol.Taken || rep.Wait < 0 {
-				// Where the script would not have joined (a key without
-				// expiry, this round's tombstone, a guarded node), the
-				// transaction's entry stays: a hint, as any entry.
-				assert.Equal(t, []redis.Z{{Score: 1234, Member: join.Place + "|" + token + "|60000|" + channel}}, entries)
-				if tc.name == "key without expiry" {
-					assert.Less(t, rep.Wait, time.Duration(0))
+		for _, resp := range []int{2, 3} { // a nil in EXEC's reply reads alike in both
+			t.Run(tc.name+"/RESP"+strconv.Itoa(resp), func(t *testing.T) {
+				require.NoError(t, admin.FlushAll(ctx).Err())
+				require.NoError(t, admin.HSet(ctx, state, "g", "0").Err())
+				client := redis.NewClient(&redis.Options{Addr: s.Addrs[0], MaxRetries: -1, Protocol: resp})
+				t.Cleanup(func() { _ = client.Close() })
+				sent := &sentNames{}
+				client.AddHook(sent)
+				cfg := &Config{Prefix: prefix, Protocol: protocol.New(guard, false, protocol.Handoff, prefix).WithHandChannel(channel),
+					Clock: clock.Real{}, Log: slog.New(slog.DiscardHandler), Tags: new(hashslot.Tags),
+					BatchWindow: time.Second}
+				n := New(client, "n", cfg)
+				token := "tok-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+				prev := "prev-" + token
+				join := protocol.Join{Place: "place-" + token, Ticket: 1234, Entries: protocol.Cleared, Channel: channel, Prev: prev}
+				acquire := func(key string, j protocol.Join) (protocol.AcquireReply, error) {
+					a := &protocol.Acquire{Keys: []string{prefix + key, state}, Token: token, TTL: ttl, Join: j}
+					return n.Acquire(ctx, a, nil, nil)
 				}
-				return
-			}
-			assert.InDelta(t, ttl, rep.Wait, float64(time.Second))
-			// The script's refusal of the same round on a twin key.
-			require.NoError(t, admin.Copy(ctx, prefix+"k", prefix+"twin", 0, true).Err())
-			if tc.name == "unmarked key held by another token" {
-				require.NoError(t, admin.Set(ctx, prefix+"twin", "other", ttl).Err())
-			}
-			b := protocol.Acquire{Keys: []string{prefix + "twin", state}, Token: token, TTL: ttl, Join: join}
-			_, err = cfg.Protocol.Run(ctx, &n.proc, cfg.Protocol.AcquireCmd(b))
-			require.NoError(t, err)
-			twin, err := admin.ZRangeWithScores(ctx, line("twin"), 0, -1).Result()
-			require.NoError(t, err)
-			assert.Equal(t, twin, entries, "the same entries as the script's")
-			left, err := admin.PTTL(ctx, line("k")).Result()
-			require.NoError(t, err)
-			assert.Greater(t, left, ttl, "the line outlives the round's TTL")
-			assert.LessOrEqual(t, left, 2*ttl)
-		})
+				_, err := acquire("warm", protocol.Join{}) // a new node's first acquire is the script
+				require.NoError(t, err)
+				require.NoError(t, admin.Del(ctx, prefix+"warm").Err())
+				sent.take()
+
+				tc.prepare(t, token, prev)
+				rep, err := acquire("k", join)
+				require.NoError(t, err)
+				assert.Equal(t, tc.want, rep.Kind)
+				assert.Equal(t, tc.sent, sent.take())
+				v, err := admin.Get(ctx, prefix+"k").Result()
+				if tc.left == "" {
+					assert.ErrorIs(t, err, redis.Nil, "a guarded node keeps nothing of the round: k holds %q", v)
+				} else if left := strings.ReplaceAll(tc.left, "TOKEN", token); strings.HasSuffix(left, "\t") {
+					assert.True(t, strings.HasPrefix(v, left), "k holds %q", v) // and the tombstone's expiry
+				} else {
+					assert.Equal(t, left, v)
+				}
+				entries, err := admin.ZRangeWithScores(ctx, line("k"), 0, -1).Result()
+				require.NoError(t, err)
+				if !tc.inLine {
+					assert.Empty(t, entries, "a granted round leaves no entry in line")
+					return
+				}
+				if tc.want != protocol.Taken || rep.Wait < 0 {
+					// Where the script would not have joined (a key without
+					// expiry, this round's tombstone, a guarded node), the
+					// transaction's entry stays: a hint, as any entry.
+					assert.Equal(t, []redis.Z{{Score: 1234, Member: join.Place + "|" + token + "|60000|" + channel}}, entries)
+					if tc.name == "key without expiry" {
+						assert.Less(t, rep.Wait, time.Duration(0))
+					}
+					return
+				}
+				assert.InDelta(t, ttl, rep.Wait, float64(time.Second))
+				// The script's refusal of the same round on a twin key.
+				require.NoError(t, admin.Copy(ctx, prefix+"k", prefix+"twin", 0, true).Err())
+				if tc.name == "unmarked key held by another token" {
+					require.NoError(t, admin.Set(ctx, prefix+"twin", "other", ttl).Err())
+				}
+				b := protocol.Acquire{Keys: []string{prefix + "twin", state}, Token: token, TTL: ttl, Join: join}
+				_, err = cfg.Protocol.Run(ctx, &n.proc, cfg.Protocol.AcquireCmd(b))
+				require.NoError(t, err)
+				twin, err := admin.ZRangeWithScores(ctx, line("twin"), 0, -1).Result()
+				require.NoError(t, err)
+				assert.Equal(t, twin, entries, "the same entries as the script's")
+				left, err := admin.PTTL(ctx, line("k")).Result()
+				require.NoError(t, err)
+				assert.Greater(t, left, ttl, "the line outlives the round's TTL")
+				assert.LessOrEqual(t, left, 2*ttl)
+			})
+		}
 	}
 }
 
