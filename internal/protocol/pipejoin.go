@@ -16,14 +16,15 @@ import (
 // script. Its reply decides only the usual case: the key held, marked, by
 // another token that has a TTL, and no tombstone of this token on it. Then
 // the waiter stands in line exactly as acquire.lua's refusal would have put
-// it. Every other reply sends the acquire script, as a round that may have
-// entries left (MayHave): where the SET set the key, the script finds it
-// holding the token, grants it only on an established node and takes the
-// round's entry off the line; where the key was free for the round (its
-// tombstones only, or the waiter's previous round), the script grants it;
-// where it was unmarked, the script marks it. A transaction that did not
-// answer may have set the key, as any acquire. docs/SAFETY.md, "The
-// pipelined join", and model/handoff.pml (PIPEJOIN) check it.
+// it. Every other reply sends the acquire script. Where the key was free
+// for the round (the SET set it, or it held only tombstones, the token, or
+// the waiter's previous round), the script goes as a round that may have
+// entries left (MayHave): it grants the key only on an established node
+// (taking back what the SET set on a guarded one) and its grant takes the
+// transaction's entry off the line. Otherwise it goes as it was: it marks
+// an unmarked key, and finds the entry there already. A transaction that
+// did not answer may have set the key, as any acquire. docs/SAFETY.md,
+// "The pipelined join", and model/redlock.pml (PIPEJOIN) check it.
 
 // PipelinedJoin reports whether a may be sent as the pipelined join: the
 // round of a waiter with the handoff on the node, on one key, for a token
