@@ -178,8 +178,9 @@ type Decider interface {
 // state key. shared, when not nil, is a's command, built once for every node
 // that uses the plain state key. d is the acquire's round (see [Node.enter]).
 // An acquire that [protocol.Protocol.Pipelined] allows goes as the pipelined
-// acquire first where the node [Node.pipelines]. It goes as the script when
-// the pipeline's replies decide nothing.
+// acquire first where the node [Node.pipelines]; a waiter's round that
+// [protocol.Protocol.PipelinedJoin] allows goes as the pipelined join on a
+// plain node. Either goes as the script when its replies decide nothing.
 func (n *Node) Acquire(ctx context.Context, a *protocol.Acquire, shared protocol.Cmd, d Decider) (protocol.AcquireReply, error) {
 	if err := n.enter(ctx, d); err != nil {
 		return protocol.AcquireReply{}, err
