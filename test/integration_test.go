@@ -410,7 +410,7 @@ var aclArgs = []string{
 	"--user", "locker", "on", ">locker-secret", "resetkeys", "~lock:*",
 	"resetchannels", "&redquorum:released:lock:*", "&redquorum:waiting:*",
 	"-@all", "+evalsha", "+eval", "+get", "+set", "+pttl", "+pexpire", "+del", "+exists",
-	"+hget", "+hset", "+hsetnx", "+hdel", "+zadd", "+zrem", "+zpopmin", "+zrange", "+time", "+info", "+publish", "+subscribe", "+unsubscribe", "+ping",
+	"+hget", "+hset", "+hsetnx", "+hdel", "+zadd", "+zrem", "+zpopmin", "+zrange", "+time", "+info", "+publish", "+subscribe", "+unsubscribe", "+ping", "+multi", "+exec",
 	"--user", "admin", "on", ">admin-secret", "~*", "&*", "+@all",
 }
 

@@ -104,6 +104,10 @@ type Node struct {
 	// taken (Unix ns). See pipelines.
 	established atomic.Bool
 	foundAt     atomic.Int64
+	// noJoins is set once the server refused a pipelined join as a whole
+	// (see protocol.JoinCmds.Refused): the node's waiters' rounds go as the
+	// script from then on.
+	noJoins atomic.Bool
 }
 
 // foundFor is how long after a pipelined acquire found its key taken the
@@ -202,20 +206,26 @@ func (n *Node) Acquire(ctx context.Context, a *protocol.Acquire, shared protocol
 		}
 	}
 	cmd := shared
-	if n.kind == Plain && !n.cfg.ScriptAcquires && n.cfg.Protocol.PipelinedJoin(a) {
+	if n.kind == Plain && !n.cfg.ScriptAcquires && !n.noJoins.Load() && n.cfg.Protocol.PipelinedJoin(a) {
 		jc := n.cfg.Protocol.NewJoin(ctx, a)
 		n.proc.b.doAll(ctx, n.client, jc.Cmds())
 		rep, joined, free, err := jc.Reply()
+		refused := jc.Refused()
 		n.cfg.Protocol.PutJoin(jc)
+		if refused && !n.noJoins.Swap(true) {
+			n.cfg.Log.Debug("redlock: the node refuses the pipelined join; its waiters' rounds go as the script", "node", n.name)
+		}
 		if err != nil {
 			return protocol.AcquireReply{}, n.explain(err)
 		}
 		if joined {
 			return rep, nil
 		}
-		if free {
+		if free || refused {
+			// A grant takes the transaction's entry off. (Without MULTI, the
+			// commands after it ran one by one: the SET may have set the key.)
 			b := *a
-			b.Join.Entries = protocol.MayHave // a grant takes the transaction's entry off
+			b.Join.Entries = protocol.MayHave
 			cmd = n.cfg.Protocol.AcquireCmd(b)
 		}
 	}

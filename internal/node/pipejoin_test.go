@@ -183,3 +183,55 @@ func TestPipelinedJoinNotSent(t *testing.T) {
 		assert.Equal(t, name == "no guard", p.PipelinedJoin(a(func(*protocol.Acquire) {})), name)
 	}
 }
+
+// TestPipelinedJoinRefused, on a real server: a user whose ACL lacks MULTI
+// gets the script's answer, the same as without the transaction (its
+// commands ran one by one, the EXEC refused), and the node sends its later
+// waiters' rounds as the script alone.
+func TestPipelinedJoinRefused(t *testing.T) {
+	const prefix, ttl, channel = "p:", time.Minute, protocol.HandChannel + "c1"
+	s := redisproc.StartT(t, 1)
+	admin := redis.NewClient(&redis.Options{Addr: s.Addrs[0], Protocol: 2})
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx := t.Context()
+	state := prefix + protocol.StateKey
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all", "-multi").Err())
+	require.NoError(t, admin.HSet(ctx, state, "g", "0").Err())
+	client := redis.NewClient(&redis.Options{Addr: s.Addrs[0], Username: "locker", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	sent := &sentNames{}
+	client.AddHook(sent)
+	cfg := &Config{Prefix: prefix, Protocol: protocol.New(time.Minute, false, protocol.Handoff, prefix).WithHandChannel(channel),
+		Clock: clock.Real{}, Log: slog.New(slog.DiscardHandler), Tags: new(hashslot.Tags), BatchWindow: time.Second}
+	n := New(client, "n", cfg)
+	_, err := n.Acquire(ctx, &protocol.Acquire{Keys: []string{prefix + "warm", state}, Token: "warm", TTL: ttl}, nil, nil)
+	require.NoError(t, err)
+	sent.take()
+
+	for i, want := range [][]string{
+		{"multi", "set", "zadd", "pttl", "pexpire", "exec", "evalsha"}, // refused, then the script
+		{"evalsha"}, // the script alone from then on
+	} {
+		for _, key := range []string{"held", "free"} {
+			require.NoError(t, admin.Del(ctx, prefix+key, protocol.LineKey(prefix, key)).Err())
+		}
+		require.NoError(t, admin.Set(ctx, prefix+"held", "w:other", ttl).Err())
+		for _, key := range []string{"free", "held"} { // the refused transaction's SET runs alone, and sets the free key
+			token := "tok-" + strconv.Itoa(i) + key
+			j := protocol.Join{Place: token, Ticket: 1, Entries: protocol.Cleared, Channel: channel}
+			rep, err := n.Acquire(ctx, &protocol.Acquire{Keys: []string{prefix + key, state}, Token: token, TTL: ttl, Join: j}, nil, nil)
+			require.NoError(t, err)
+			if key == "held" {
+				assert.Equal(t, protocol.Taken, rep.Kind)
+				assert.Equal(t, []redis.Z{{Score: 1, Member: token + "|" + token + "|60000|" + channel}},
+					admin.ZRangeWithScores(ctx, protocol.LineKey(prefix, key), 0, -1).Val(), "in line once")
+				assert.Equal(t, []string{"evalsha"}, sent.take(), "round %d: the node sends no more transactions", i)
+			} else {
+				assert.Equal(t, protocol.Granted, rep.Kind)
+				assert.Equal(t, token, admin.Get(ctx, prefix+key).Val())
+				assert.Empty(t, admin.ZRange(ctx, protocol.LineKey(prefix, key), 0, -1).Val(), "a granted round leaves no entry")
+				assert.Equal(t, want, sent.take(), "round %d", i)
+			}
+		}
+	}
+}

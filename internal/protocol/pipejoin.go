@@ -140,6 +140,12 @@ func (jc *JoinCmds) Reply() (rep AcquireReply, joined, free bool, err error) {
 	}
 }
 
+// Refused reports whether the server refused the transaction as a whole:
+// its EXEC answered an error (a command the ACL forbids, MULTI among them,
+// or that the server does not know). A node that refuses one refuses the
+// next: its waiters' rounds are better sent as the script alone.
+func (jc *JoinCmds) Refused() bool { return isServerError(jc.exec.Err()) }
+
 // What a key's value is to a round's acquire, as acquire.lua sees it.
 const (
 	refused  = iota // a marked key that another token holds
