@@ -221,9 +221,8 @@ func (n *Node) Acquire(ctx context.Context, a *protocol.Acquire, shared protocol
 		if joined {
 			return rep, nil
 		}
-		if free || refused {
-			// A grant takes the transaction's entry off. (Without MULTI, the
-			// commands after it ran one by one: the SET may have set the key.)
+		if free {
+			// A grant takes the transaction's entry off.
 			b := *a
 			b.Join.Entries = protocol.MayHave
 			cmd = n.cfg.Protocol.AcquireCmd(b)

@@ -107,15 +107,19 @@ func (jc *JoinCmds) Cmds() []redis.Cmder { return jc.cmds[:] }
 // Reply returns the node's answer once the commands have run. joined is
 // false when the reply decides nothing and the acquire script must be sent:
 // as a round that may have entries left (MayHave) when free is set, for the
-// key was free for the round, so that the script's grant takes the
-// transaction's entry off; as it was otherwise (the script marks an
-// unmarked key, and adds the same entry, which is there already). err is
-// set when the transaction's reply did not come: the node may hold the key.
+// key was free for the round (or may have been: the transaction failed),
+// so that the script's grant takes the transaction's entry off; as it was
+// otherwise (the script marks an unmarked key, and adds the same entry,
+// which is there already). err is set when the transaction's reply did not
+// come: the node may hold the key.
 func (jc *JoinCmds) Reply() (rep AcquireReply, joined, free bool, err error) {
 	vals, err := jc.exec.Result()
 	if err != nil {
 		if isServerError(err) {
-			return AcquireReply{}, false, false, nil // refused or aborted: the script answers
+			// Refused or aborted: the script answers. Where MULTI itself was
+			// refused, the commands after it ran one by one: the SET may have
+			// set the key, and the ZADD left the entry.
+			return AcquireReply{}, false, true, nil
 		}
 		return AcquireReply{}, false, false, err
 	}
@@ -140,11 +144,21 @@ func (jc *JoinCmds) Reply() (rep AcquireReply, joined, free bool, err error) {
 	}
 }
 
-// Refused reports whether the server refused the transaction as a whole:
-// its EXEC answered an error (a command the ACL forbids, MULTI among them,
-// or that the server does not know). A node that refuses one refuses the
-// next: its waiters' rounds are better sent as the script alone.
-func (jc *JoinCmds) Refused() bool { return isServerError(jc.exec.Err()) }
+// Refused reports whether the server refused a command of the transaction
+// for good: the ACL forbids it (NOPERM), MULTI among them, or the server
+// does not know it. A node that refuses one refuses the next: its waiters'
+// rounds are better sent as the script alone. (A passing error, LOADING or
+// OOM, is not such a refusal.)
+func (jc *JoinCmds) Refused() bool {
+	for _, c := range jc.cmds {
+		if err := c.Err(); isServerError(err) {
+			if msg := err.Error(); strings.Contains(msg, "NOPERM") || strings.Contains(msg, "unknown command") {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // What a key's value is to a round's acquire, as acquire.lua sees it.
 const (
