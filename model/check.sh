@@ -124,7 +124,7 @@ layer-late|-DC=3 -DSPLIT=1 -DLATE|ok||layer.pml
 # and checked at each step).
 # The pipelined join's runs (make model keeps their control,
 # ctl-joingrant): pipejoin (40 million states, 6 GB, about 10 minutes)
-# and pipejoin-crash, beyond it.
+# and pipejoin-crash (37 million states, 7.9 GB with MODEL_COLLAPSE=1).
 # The pipelined acquire's runs beyond pipe and pipe-orphan: pipe-kill
 # and pipe-failover beyond 6 GB (MODEL_COLLAPSE=1), pipe-loss,
 # pipe-delayed and pipe-timeouts for the time.
