@@ -145,19 +145,24 @@ func (jc *JoinCmds) Reply() (rep AcquireReply, joined, free bool, err error) {
 }
 
 // Refused reports whether the server refused a command of the transaction
-// for good: the ACL forbids it (NOPERM), MULTI among them, or the server
-// does not know it. A node that refuses one refuses the next: its waiters'
-// rounds are better sent as the script alone. (A passing error, LOADING or
-// OOM, is not such a refusal.)
+// for good: the ACL forbids it (NOPERM), MULTI among them, the server does
+// not know it, or reads it as a syntax error (SET with both NX and GET
+// before Redis 7.0). A node that refuses one refuses the next: its
+// waiters' rounds are better sent as the script alone. (A passing error,
+// LOADING or OOM, is not such a refusal.)
 func (jc *JoinCmds) Refused() bool {
 	for _, c := range jc.cmds {
-		if err := c.Err(); isServerError(err) {
-			if msg := err.Error(); strings.Contains(msg, "NOPERM") || strings.Contains(msg, "unknown command") {
-				return true
-			}
+		if err := c.Err(); isServerError(err) && refusedForGood(err.Error()) {
+			return true
 		}
 	}
 	return false
+}
+
+// refusedForGood reports whether msg, a server's error reply, would come
+// again for the same command.
+func refusedForGood(msg string) bool {
+	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "unknown command") || strings.Contains(msg, "syntax error")
 }
 
 // What a key's value is to a round's acquire, as acquire.lua sees it.

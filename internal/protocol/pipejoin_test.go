@@ -61,3 +61,24 @@ func TestRefusalAsScript(t *testing.T) {
 	assert.Equal(t, refused, refusal(WaitedPrefix+prev, token, ""))
 	assert.Equal(t, refused, refusal(WaitedPrefix+HandPrefix, token, ""))
 }
+
+// TestRefusedForGood: the errors after which a node sends no more
+// pipelined joins, as Redis 7.0 words them (an ACL's NOPERM, an unknown
+// command, the syntax error that SET with both NX and GET meets before
+// 7.0, each alone or as EXEC's abort), and passing ones that do not stop
+// them.
+func TestRefusedForGood(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"NOPERM User locker has no permissions to run the 'multi' command":                true,
+		"EXECABORT Transaction discarded because of: NOPERM this user has no permissions": true,
+		"ERR unknown command 'multi', with args beginning with: ":                         true,
+		"ERR syntax error": true,
+		"EXECABORT Transaction discarded because of: ERR syntax error": true,
+		"LOADING Redis is loading the dataset in memory":               false,
+		"OOM command not allowed when used memory > 'maxmemory'.":      false,
+		"BUSY Redis is busy running a script.":                         false,
+		"ERR EXEC without MULTI":                                       false,
+	} {
+		assert.Equal(t, want, refusedForGood(msg), msg)
+	}
+}
