@@ -77,8 +77,7 @@ end
 -- what a release of token leaves on a key that does not hold it, so that
 -- token's acquire, if the network still delivers it, is refused. A key
 -- keeps each tombstone until the tombstone expires, whoever holds the key
--- meanwhile (a holder's key keeps the expired ones too, until it is free
--- again), or until the key itself expires; it keeps at most 8,
+-- meanwhile, or until the key itself expires; it keeps at most 8,
 -- and beyond that drops the one that expires first. Forms (see value.lua):
 -- a key with no holder and one tombstone is "redquorum:gone:" .. token, which
 -- expires with the key (the form of the previous release, whose clients
@@ -95,20 +94,15 @@ local function buried(rest, token)
   return string.find(rest, e .. '\n', 1, true) ~= nil or string.find(rest, e .. '\t', 1, true) ~= nil
 end
 
--- bury sets key to head (a mark and a holder) and the tombstones of rest,
--- for ttl ms, and returns what follows head. With head nil, the key has no
--- holder: it keeps the live tombstones of rest, with add's (a token) for
--- ttl ms when add is given, and is deleted when none is left.
+-- bury sets key to head (a mark and a holder) and the tombstones of rest
+-- that have not expired, for ttl ms, and returns what follows head. With
+-- head nil, the key has no holder: it keeps the live tombstones of rest,
+-- with add's (a token) for ttl ms when add is given, and is deleted when
+-- none is left.
 local function bury(key, head, rest, ttl, add)
-  if head and (rest == '' or string.find(rest, '\t', 1, true)) then
-    -- A holder's key keeps rest as it is, expired tombstones too: a
-    -- tombstone refuses only its own token's acquire, so keeping it longer
-    -- costs nobody, and the expired ones go once the key is free again
-    -- (below), or are the first crowded out. A '\t' means the timed form
-    -- (the lone, untimed one has none), which no clock read needs: a
-    -- handoff with 8 tombstones costs what one without them does.
-    redis.call('SET', key, head .. rest, 'PX', ttl)
-    return rest
+  if rest == '' and head then
+    redis.call('SET', key, head, 'PX', ttl)
+    return ''
   end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -116,10 +110,10 @@ local function bury(key, head, rest, ttl, add)
   -- the latest expiry and lone the first one's token part.
   local tail, n, last, lone
   if not add then
-    -- A key left without a holder, no tombstone added, none expired, each
-    -- in its timed form: rest stays as it is, read by plain finds for the
-    -- latest expiry (the loop below reads each tombstone by patterns into
-    -- a table and writes it anew, some 5k instructions a tombstone).
+    -- The usual case, no tombstone added, none expired, each in its timed
+    -- form: rest stays as it is, read by plain finds (the loop below reads
+    -- each tombstone by patterns into a table and writes it anew, some 5k
+    -- instructions a tombstone).
     local at, first = 1
     n, last = 0, 0
     while at <= #rest do
@@ -130,7 +124,7 @@ local function bury(key, head, rest, ttl, add)
       n, last, first, at = n + 1, math.max(last, exp), first or tab, nl
     end
     if at > #rest and n <= 8 then
-      tail, lone = rest, first and string.sub(rest, 2, first - 1)
+      tail, lone = rest, not head and first and string.sub(rest, 2, first - 1)
     end
   end
   if not tail then
