@@ -176,10 +176,10 @@ const (
 // refusal returns what v, a key's value, is to token's round, whose
 // waiter's previous round was prev ("" for none).
 func refusal(v, token, prev string) int {
-	h, marked := strings.CutPrefix(v, WaitedPrefix)
-	rest := ""
-	if i := strings.IndexByte(h, '\n'); i >= 0 {
-		h, rest = h[:i], h[i:]
+	h, marked := Holding(v)
+	rest := "" // the tombstones, each after a '\n'
+	if i := strings.IndexByte(v, '\n'); i >= 0 {
+		rest = v[i:]
 	}
 	if strings.HasPrefix(h, TombstonePrefix) { // no holder: the first tombstone
 		h, rest = "", "\n"+h+rest
