@@ -97,6 +97,7 @@ type Round struct {
 	left    atomic.Int32 // calls still running; the last one to return cancels their context
 	nctx    context.Context
 	cancel  context.CancelFunc
+	cctx    lingerCtx       // the calls' context when they may linger (see StartLinger)
 	calls   *sync.WaitGroup // the Workers' count of calls in flight; nil without Workers
 
 	mu sync.Mutex // guards the outcomes' done channels
@@ -176,10 +177,27 @@ func (w *Workers) work(j job) {
 
 // Start is [Start] with the calls run by w's workers.
 func (w *Workers) Start(ctx context.Context, n int, timeout time.Duration, fn func(ctx context.Context, node int) error) *Round {
+	return w.StartLinger(ctx, n, timeout, 0, fn)
+}
+
+// StartLinger is [Workers.Start], except that a call may go on reading its
+// node's answer for up to linger after the round's timeout. The calls'
+// context is done, and its Err set, at the round's timeout, as with Start,
+// so a call that has not begun by then need not begin. Its deadline is
+// linger later: the deadline that a client applies to socket reads and
+// writes. A call in flight at the timeout thus still gets its answer, which
+// [Round.Outcome] and [Round.Result] report, instead of abandoning its
+// connection mid-read; [Round.Await] decides at the timeout regardless. A
+// nil *Workers starts a goroutine per call.
+func (w *Workers) StartLinger(ctx context.Context, n int, timeout, linger time.Duration, fn func(ctx context.Context, node int) error) *Round {
 	r, nodes := alloc.WithSlice[Round, outcome](n) // one allocation for up to alloc.Small nodes
 	r.nodes = nodes
 	r.n, r.fn, r.results = n, fn, make(chan result, n)
 	r.nctx, r.cancel = context.WithTimeout(ctx, timeout)
+	if linger > 0 {
+		d, _ := r.nctx.Deadline()
+		r.cctx = lingerCtx{Context: r.nctx, deadline: d.Add(linger)}
+	}
 	r.left.Store(int32(n))
 	r.wg.Add(n)
 	if w != nil {
@@ -207,7 +225,11 @@ func (w *Workers) Start(ctx context.Context, n int, timeout time.Duration, fn fu
 // run makes node i's call and records its outcome.
 func (r *Round) run(i int) {
 	defer r.wg.Done()
-	err := r.fn(r.nctx, i)
+	var ctx context.Context = r.nctx
+	if r.cctx.Context != nil {
+		ctx = &r.cctx
+	}
+	err := r.fn(ctx, i)
 	o := &r.nodes[i]
 	o.err = err
 	r.mu.Lock()
@@ -225,13 +247,24 @@ func (r *Round) run(i int) {
 	}
 }
 
+// lingerCtx is the round's context with a later deadline (see
+// [Workers.StartLinger]). A context may end before its deadline, as a
+// cancelled one does: this one ends at the round's timeout.
+type lingerCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c *lingerCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
 // Await blocks until the round is decided and returns how many nodes had
 // succeeded by then. It returns a nil error once need nodes have succeeded.
 // It returns an [*Error] once so many failed that need is out of reach,
 // once the round's timeout has passed since Start, or once ctx is done.
 // It never waits for a node whose answer cannot change the outcome.
 // Calls still outstanding keep running until they return or their context
-// expires. [Round.Outcome] and [Round.Wait] wait for them.
+// ends (its deadline, with [Workers.StartLinger]). [Round.Outcome] and
+// [Round.Wait] wait for them.
 func (r *Round) Await(ctx context.Context, need int) (int, error) {
 	var (
 		ok, failed int
@@ -321,6 +354,11 @@ func (r *Round) AllDone() bool { return r.left.Load() == 0 }
 
 // Wait blocks until every call of the round has returned.
 func (r *Round) Wait() { r.wg.Wait() }
+
+// Settle blocks until every call of the round has returned, or until the
+// round's timeout has passed or its context ended, whichever comes first.
+// Calls that linger past the timeout (see [Workers.StartLinger]) go on.
+func (r *Round) Settle() { <-r.nctx.Done() }
 
 // Run is Start followed by Await. It returns once the outcome is decided,
 // with the Round for the calls that may still be outstanding.

@@ -166,6 +166,66 @@ func TestNodeContextExpires(t *testing.T) {
 	assert.False(t, deadline.IsZero())
 }
 
+// socket is a node's call as a client with context deadlines makes it: the
+// answer comes after delay unless the context's deadline passes first.
+func socket(delay time.Duration) func(ctx context.Context, i int) error {
+	return func(ctx context.Context, i int) error {
+		d, _ := ctx.Deadline()
+		if i == 0 || time.Until(d) > delay {
+			time.Sleep(delay * time.Duration(i))
+			return nil
+		}
+		time.Sleep(time.Until(d))
+		return context.DeadlineExceeded
+	}
+}
+
+// A lingering round decides at its timeout, but its late call keeps its
+// deadline and returns its answer; without linger, the same call runs out
+// the round's deadline.
+func TestLinger(t *testing.T) {
+	leakcheck.Check(t)
+	const timeout, delay = 20 * time.Millisecond, 60 * time.Millisecond
+	for _, linger := range []time.Duration{0, time.Second} {
+		t.Run(linger.String(), func(t *testing.T) {
+			w := NewWorkers()
+			defer w.Close()
+			before := time.Now()
+			r := w.StartLinger(t.Context(), 2, timeout, linger, socket(delay))
+			ok, err := r.Await(t.Context(), 2)
+			assert.Equal(t, 1, ok)
+			var qe *Error
+			require.ErrorAs(t, err, &qe)
+			require.Len(t, qe.Nodes(), 1)
+			late := r.Outcome(1)
+			if linger == 0 {
+				assert.ErrorIs(t, late, context.DeadlineExceeded)
+				return
+			}
+			assert.ErrorIs(t, qe.Nodes()[0], ErrTimeout, "decided at the timeout")
+			assert.NoError(t, late, "the late answer is read")
+			// A call that begins after the timeout finds its context done.
+			var begun error
+			var deadline time.Time
+			r2 := w.StartLinger(t.Context(), 1, timeout, linger, func(ctx context.Context, i int) error {
+				time.Sleep(2 * timeout)
+				begun = ctx.Err()
+				deadline, _ = ctx.Deadline()
+				return nil
+			})
+			r2.Wait()
+			assert.ErrorIs(t, begun, context.DeadlineExceeded)
+			assert.GreaterOrEqual(t, deadline.Sub(before), timeout+linger)
+			// Settle returns at the timeout while a call lingers.
+			r3 := w.StartLinger(t.Context(), 2, timeout, linger, socket(linger/2))
+			r3.Settle()
+			_, done := r3.Result(1)
+			assert.False(t, done, "Settle waited for the lingering call")
+			assert.NoError(t, r3.Outcome(1))
+		})
+	}
+}
+
 func TestZeroNodes(t *testing.T) {
 	r, ok, err := Run(t.Context(), 0, 1, time.Second, nil)
 	assert.Equal(t, 0, ok)

@@ -220,7 +220,7 @@ func (lead *Leadership) write(ctx context.Context, op string, rec protocol.Recor
 	if rec.Value != "" {
 		record = rec.String()
 	}
-	r := c.life.workers.Start(detach(ctx), len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error { // as a lock round's acquires
+	r := c.start(detach(ctx), c.cfg.nodeTimeout, func(ctx context.Context, i int) error { // as a lock round's acquires
 		return c.nodes[i].Elect(ctx, keys, rec.Token, record, announce)
 	})
 	ok, err := r.Await(ctx, c.cfg.quorum)

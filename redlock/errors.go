@@ -240,7 +240,8 @@ func unfixable(err error) bool {
 // round can overcome. That takes errors that no retry fixes, or unknown
 // fence counters, on so many nodes that the others are fewer than a quorum.
 // When a node's outcome hints at it, final first waits for the nodes that
-// had not answered at the decision, within the round's node timeout. It
+// had not answered at the decision, within the round's node timeout and
+// linger (see Client.start). It
 // records their outcomes in e, where errors.Is and errors.As find them.
 func (e *Error) final() bool {
 	if fixed, fence, _ := lasting(e.Nodes); e.round == nil || fixed+fence == 0 {

@@ -59,7 +59,7 @@ func (c *Client) topUp(r *round, handed uint64, last *quorum.Round) {
 	}
 	r.callTimeout = c.cfg.nodeTimeout
 	r.background = true
-	r.calls = c.life.workers.Start(context.Background(), len(c.nodes), r.callTimeout, func(ctx context.Context, i int) error {
+	r.calls = c.start(context.Background(), r.callTimeout, func(ctx context.Context, i int) error {
 		if to&(1<<i) == 0 {
 			return nil // handed off, or about to be
 		}

@@ -257,7 +257,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, rec *record) error
 		return ctxError("extend", l.name(), err)
 	}
 	held, lat := l.held, rec.latencies()
-	r := c.life.workers.Start(detach(ctx), len(c.nodes), c.cfg.nodeTimeout, timed(lat, func(ctx context.Context, i int) error { // as a round's acquires
+	r := c.start(detach(ctx), c.cfg.nodeTimeout, timed(lat, func(ctx context.Context, i int) error { // as a round's acquires
 		if held.calls != nil { // nil: handed off on the node (see handedRound)
 			if res, done := held.calls.Result(i); done && refused(res) {
 				return errSkipped

@@ -25,6 +25,11 @@ const (
 	DefaultRestartGuard  = time.Minute
 )
 
+// lingering is how many node timeouts a node call goes on reading its
+// node's answer once its round has decided without it (see
+// Options.NodeTimeout).
+const lingering = 4
+
 // Options configures a [Client]. The zero value of every field means the
 // documented default, so a nil *Options is a valid configuration.
 type Options struct {
@@ -39,10 +44,14 @@ type Options struct {
 	// DefaultDriftFactor (1%). It must be in [0, 0.5).
 	DriftFactor float64
 
-	// NodeTimeout bounds each request to a node. A node that has not answered
-	// by then counts as failed for the round. Keep it small next to your
-	// TTLs: a round can last NodeTimeout, and its time comes off the
-	// validity. Zero means DefaultNodeTimeout.
+	// NodeTimeout bounds how long a round waits for each node. A node that
+	// has not answered by then counts as failed for the round. Its request
+	// still reads the answer for up to 4 × NodeTimeout more, on the same
+	// connection, so that a node or a client host that is slow for a moment
+	// costs no new connections, and a late grant is released as soon as it
+	// arrives. Keep it small next to your TTLs: a round can last
+	// NodeTimeout, and its time comes off the validity. Zero means
+	// DefaultNodeTimeout.
 	NodeTimeout time.Duration
 
 	// MinRetryDelay and MaxRetryDelay bound the random wait between the
@@ -190,6 +199,10 @@ type tunables struct {
 	// another client a Lock's first round lets that waiter go first (see
 	// internal/waiting, inLineWait.First).
 	yieldWindow time.Duration
+	// linger is how long a node call may go on reading its node's answer
+	// after its round has decided without it (quorum.Workers.StartLinger):
+	// lingering times the node timeout (see Client.start).
+	linger time.Duration
 	// scriptAcquires sends every acquire as the script, never as the
 	// pipelined acquire (internal/node): for tests whose faults act on an
 	// acquire's one command.
@@ -244,6 +257,7 @@ func (o *Options) config(n int) (config, error) {
 		return c, err
 	}
 	c.graceCap = c.nodeTimeout
+	c.linger = lingering * c.nodeTimeout
 	c.yieldWindow = min(c.yieldWindow, c.nodeTimeout)
 	if err := c.restartGuard(o); err != nil {
 		return c, err

@@ -20,7 +20,7 @@ type handover struct {
 	TTL   time.Duration // the lock's TTL, for the tombstones of its release
 	// Acquire is the round that obtained the lock: it tells, per node,
 	// whether its acquire set the keys. Its answers may still be coming,
-	// for at most AcquireTimeout. The next caller's acquire on a node, and
+	// for at most AcquireTimeout and the Client's linger after it. The next caller's acquire on a node, and
 	// the release of what is left of the lock, wait for that node's answer,
 	// so that neither overtakes the lock's own acquire. The release skips
 	// the nodes that refused.
@@ -92,18 +92,18 @@ func (c *Client) releaseAside(name string, rel protocol.Release, h handover) {
 // that it never overtakes it. It skips the nodes where that acquire did not
 // set the keys, and those where after, a later round on the same keys, took
 // them over (see round.tookHandover). The wait for an acquire is bounded by its
-// call timeout, and the release still has a node timeout after it. lat is
-// as for release.
+// call timeout and the linger after it (see Client.start), and the release
+// still has a node timeout after that. lat is as for release.
 func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string, h handover, after *round, lat []time.Duration) *quorum.Round {
 	timeout := c.cfg.nodeTimeout
 	if h.Acquire != nil && !h.Acquire.AllDone() {
-		timeout += h.AcquireTimeout
+		timeout += h.AcquireTimeout + c.cfg.linger
 	}
 	if after != nil && !after.calls.AllDone() {
-		timeout += after.callTimeout
+		timeout += after.callTimeout + c.cfg.linger
 	}
 	atRefused, toRefused := c.wait.Refused(h.Token, h.join) // what the nodes that refused h's acquire are sent
-	return c.life.workers.Start(ctx, len(c.nodes), timeout, timed(lat, func(ctx context.Context, i int) error {
+	return c.start(ctx, timeout, timed(lat, func(ctx context.Context, i int) error {
 		cmd := cmd
 		if h.Acquire != nil && refused(h.Acquire.Outcome(i)) {
 			if !toRefused {

@@ -125,7 +125,7 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	// returned must not cancel the acquires still on their way to the
 	// slower nodes, which would leave the lock on fewer nodes and, where
 	// a cancelled acquire is in doubt, a tombstone from its release.
-	r.calls = c.life.workers.Start(detachIn(&r.detached, ctx), len(c.nodes), r.callTimeout, timed(r.lat, r.acquireOn))
+	r.calls = c.start(detachIn(&r.detached, ctx), r.callTimeout, timed(r.lat, r.acquireOn))
 	ok, err := r.calls.Await(ctx, c.cfg.quorum)
 	if err == nil {
 		r.decide()
@@ -146,6 +146,18 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	}
 	c.release(context.Background(), r, false, nil)
 	return r, e
+}
+
+// start starts a round of calls, one per node, decided at timeout. Each
+// call may go on reading its node's answer for the Client's linger after
+// that: a call cut off at the timeout would close its connection mid-read,
+// and the next call would dial, handshake and check a new one, which costs
+// a node that is slow for a moment (an overloaded host) far more than the
+// answer. The answer, late or not, is what a release waits for (see
+// releaseLock). Rounds whose caller waits for every call use
+// c.life.workers.Start instead.
+func (c *Client) start(ctx context.Context, timeout time.Duration, fn func(ctx context.Context, node int) error) *quorum.Round {
+	return c.life.workers.StartLinger(ctx, len(c.nodes), timeout, c.cfg.linger, fn)
 }
 
 // callTimeout bounds the node calls of an acquire round. It is the node
@@ -273,7 +285,7 @@ func (c *Client) writeFence(ctx context.Context, r *round) (*quorum.Round, int, 
 		hi = max(hi, r.replies[i].Fence)
 	}
 	r.fence = uint64(hi) + 1
-	w := c.life.workers.Start(detach(ctx), len(c.nodes), c.cfg.nodeTimeout, func(ctx context.Context, i int) error { // as the acquires
+	w := c.start(detach(ctx), c.cfg.nodeTimeout, func(ctx context.Context, i int) error { // as the acquires
 		if !granted[i] {
 			return errSkipped
 		}

@@ -16,7 +16,8 @@ import (
 // of its guard, and every node is guarded. Each node's guard began within
 // the new-deployment window. Each state is unmarked, or marked with the ids
 // seen now. When every node that answered was guarded, newDeployment waits
-// for the others' answers, late ones included (see callTimeout). It reports
+// for the others' answers, late ones included (see callTimeout and
+// Client.start). It reports
 // them in err.
 func (c *Client) newDeployment(r *round, err error) []protocol.Shortcut {
 	if err == nil || c.cfg.guard == 0 || c.inService.Load() {

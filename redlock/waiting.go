@@ -128,7 +128,7 @@ func (h *waitHost) Enter() error             { return h.life.enter() }
 func (h *waitHost) Exit()                    { h.life.exit() }
 
 func (h *waitHost) Start(ctx context.Context, timeout time.Duration, fn func(ctx context.Context, node int) error) *quorum.Round {
-	return h.life.workers.Start(ctx, len(h.nodes), timeout, fn)
+	return (*Client)(h).start(ctx, timeout, fn)
 }
 
 func (h *waitHost) CallTimeout() time.Duration { return (*Client)(h).callTimeout() }

@@ -55,7 +55,8 @@ const (
 // readLine reads the key and the entry in line of the waiter's round with
 // token cur on every node, and waits for the answers. A node that does
 // not answer in time counts for nothing: a round would not reach it
-// either. Reads change nothing on the nodes, and what they find never
+// either. Its call goes on (see quorum.Round.Settle); an answer that
+// comes before the flags are read counts as a timely one. Reads change nothing on the nodes, and what they find never
 // decides who holds the key; a round does.
 func (hw *handWait) readLine(cur string) lineRead {
 	w, h := &hw.iw.w, hw.h
@@ -79,7 +80,7 @@ func (hw *handWait) readLine(cur string) lineRead {
 		}
 		return nil
 	})
-	r.Wait()
+	r.Settle()
 	switch {
 	case found[lineMend].Load():
 		return lineMend

@@ -55,7 +55,8 @@ type Host interface {
 	Enter() error
 	Exit()
 	// Start calls fn for every node in the background, on the Client's
-	// workers, each within timeout (quorum.Workers.Start).
+	// workers, each decided at timeout and lingering after it
+	// (quorum.Workers.StartLinger).
 	Start(ctx context.Context, timeout time.Duration, fn func(ctx context.Context, node int) error) *quorum.Round
 	// CallTimeout is the timeout of a round's node calls now.
 	CallTimeout() time.Duration
