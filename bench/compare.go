@@ -107,6 +107,10 @@ func figures(results []loadtest.Result, baseName, our string) []figure {
 		}
 		figs = append(figs, figure{name: r.Title + ": node CPU per operation", base: b.NodeCPU.PerOp, our: r.NodeCPU.PerOp,
 			unit: "µs", baseCoarse: b.NodeCPU.Coarse(), ourCoarse: r.NodeCPU.Coarse()})
+		if r.ClientCPU != nil && b.ClientCPU != nil {
+			figs = append(figs, figure{name: r.Title + ": client CPU per operation", base: b.ClientCPU.PerOp, our: r.ClientCPU.PerOp,
+				unit: "µs", baseCoarse: b.ClientCPU.Coarse(), ourCoarse: r.ClientCPU.Coarse()})
+		}
 	}
 	return figs
 }

@@ -1004,3 +1004,58 @@ func lockedBeforeTimer(t *testing.T, c *cluster, lc <-chan *Lock, ec <-chan erro
 		t.Fatalf("the Lock waits for its retry timer: %s", why)
 	}
 }
+
+// TestHandValueReleaseNoTombstone: the release of a lock that a handoff
+// gave (a hand value) leaves no tombstone on a node where the key is free
+// and no top-up acquire of the hand value is in doubt: there, node 0 lost
+// the holder's key, so it did not hand the key off, and the waiter's round
+// had joined its line, so no top-up went there.
+// A plain token's release leaves its tombstone on a free key all the same
+// (the control), and so did a hand value's before: on a hot key those
+// piled up to the limit, and every grant and handoff read them all.
+func TestHandValueReleaseNoTombstone(t *testing.T) {
+	leakcheck.Check(t)
+	c := newCluster(t, 5)
+	c.tune = func(tn *tunables) { tn.yieldWindow = time.Second }
+	a, b := handoffPair(t, c)
+	for try := range 3 {
+		key := fmt.Sprintf("k%d", try)
+		listenedLately(b, key) // b's first round is its waiter's, which joins the line
+		la, err := a.Lock(t.Context(), key, time.Minute)
+		require.NoError(t, err)
+		settle(a)
+		lc, ec := lockLater(b, key, 10*time.Second)
+		waitHandInLine(t, c, key, b)
+		waitHandChannel(t, c, b, key)
+		c.srv[0].Del(key) // node 0 will not hand the key off to b
+		require.NoError(t, la.Unlock(t.Context()))
+		lb := <-lc
+		require.NoError(t, <-ec)
+		settle(a)
+		settle(b)
+		if !strings.HasPrefix(lb.Token(), protocol.HandPrefix) {
+			t.Logf("attempt %d: b took %s with a round", try, key)
+			require.NoError(t, lb.Unlock(t.Context()))
+			continue
+		}
+		require.False(t, held(c.srv[0], key), "node 0 did not hand the key off")
+		require.NoError(t, lb.Unlock(t.Context()))
+		settle(b)
+		for i, m := range c.srv {
+			v, _ := m.Get(key)
+			assert.NotContains(t, v, protocol.TombstonePrefix+protocol.HandPrefix, "node %d: the hand value's release left a tombstone", i)
+			assert.False(t, held(m, key), "node %d: %s left holding %q", i, key, v)
+		}
+		// The control: a plain token's release on a free key.
+		pa, err := a.Lock(t.Context(), key, time.Minute)
+		require.NoError(t, err)
+		settle(a)
+		c.srv[0].Del(key)
+		require.NoError(t, pa.Unlock(t.Context()))
+		settle(a)
+		v, _ := c.srv[0].Get(key)
+		assert.Equal(t, protocol.TombstonePrefix+pa.Token(), v, "a plain token's release leaves its tombstone")
+		return
+	}
+	t.Fatal("no attempt handed the key off on the nodes")
+}

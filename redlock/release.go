@@ -103,8 +103,22 @@ func (c *Client) releaseLock(ctx context.Context, cmd protocol.Cmd, name string,
 		timeout += after.callTimeout + c.cfg.linger
 	}
 	atRefused, toRefused := c.wait.Refused(h.Token, h.join) // what the nodes that refused h's acquire are sent
+	// A hand value's tombstone would refuse only an acquire of the hand
+	// value, which only the lock's top-up sends (see topUp), once per node:
+	// a handoff that sets a hand value reads no tombstone. So a hand
+	// value's release leaves one only where the top-up's acquire is in
+	// doubt, instead of on every node where the key is free; on a hot key
+	// they would otherwise pile up, and every grant and handoff there reads
+	// them all.
+	var bare protocol.Cmd
+	if strings.HasPrefix(h.Token, protocol.HandPrefix) {
+		bare = protocol.WithoutTombstones(cmd)
+	}
 	return c.start(ctx, timeout, timed(lat, func(ctx context.Context, i int) error {
 		cmd := cmd
+		if bare != nil && (h.Acquire == nil || granted(h.Acquire.Outcome(i))) {
+			cmd = bare // no top-up acquire there, or one that answered
+		}
 		if h.Acquire != nil && refused(h.Acquire.Outcome(i)) {
 			if !toRefused {
 				return errSkipped // the lock never held the keys there

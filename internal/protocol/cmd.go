@@ -217,6 +217,14 @@ func (p *Protocol) Release(r Release) Cmd {
 	return p.releaseArgs(cmd, r.Token, p.ttlArg(r.TTL), r)
 }
 
+// WithoutTombstones returns a copy of rel, a release's command, that
+// leaves no tombstone (its ttl 0). rel is not changed.
+func WithoutTombstones(rel Cmd) Cmd {
+	c := slices.Clone(rel)
+	c[3+c[2].(int)+1] = int64(0)
+	return c
+}
+
 // ReleaseAfter returns r, the release of the lock that acq, an acquire's
 // command, asked for. It shares acq's boxed keys, token and ttl, so r's
 // Keys, Token and TTL are not read.

@@ -187,6 +187,11 @@ func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string
 	if err != nil {
 		return Result{}, err
 	}
+	self := []int{os.Getpid()}
+	client0, err := nodeTicks(self)
+	if err != nil {
+		return Result{}, err
+	}
 	stop := r.progress(impl.Name, sc)
 	if cut != nil {
 		t := time.AfterFunc(sc.Duration/2, cut)
@@ -201,6 +206,11 @@ func (r *Runner) Run(ctx context.Context, impl Impl, sc Scenario, addrs []string
 		}
 		res.Commands = newCommands(calls, usec, res.Ops)
 	}
+	client1, err := nodeTicks(self)
+	if err != nil {
+		return Result{}, err
+	}
+	res.ClientCPU = newNodeCPU(client1-client0, res.Ops)
 	ticks1, err := nodeTicks(r.NodePIDs)
 	if err != nil {
 		return Result{}, err

@@ -63,7 +63,8 @@ func statTicks(stat string) (int64, error) {
 	return utime + stime, nil
 }
 
-// NodeCPU is the CPU time the nodes' processes used during a run.
+// NodeCPU is the CPU time that processes used during a run: the nodes'
+// (Result.NodeCPU), or the callers' (Result.ClientCPU).
 type NodeCPU struct {
 	// Ticks is the sum over the processes of utime+stime, in clock ticks of
 	// 10 ms.

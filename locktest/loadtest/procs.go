@@ -97,7 +97,12 @@ func (r *Runner) runProcs(ctx context.Context, impl Impl, sc Scenario, addrs, no
 			return Result{}, fmt.Errorf("loadtest: start worker %d: %w", w, err)
 		}
 	}
-	cpu := r.nodeCPUBetween(ctx, start, deadline)
+	cpu := ticksBetween(ctx, start, deadline, r.NodePIDs)
+	pids := make([]int, len(cmds))
+	for w, cmd := range cmds {
+		pids[w] = cmd.Process.Pid
+	}
+	clientCPU := ticksBetween(ctx, start, deadline, pids)
 	var counting chan commandsOrError
 	if r.CountCommands {
 		counting = commandsBetween(ctx, nodes, start, deadline)
@@ -118,18 +123,19 @@ func (r *Runner) runProcs(ctx context.Context, impl Impl, sc Scenario, addrs, no
 		}
 	}
 	stop()
-	ticks := <-cpu
+	ticks, clientTicks := <-cpu, <-clientCPU
 	var counted commandsOrError
 	if counting != nil {
 		counted = <-counting
 	}
-	if err := errors.Join(append(errs, ticks.err, counted.err)...); err != nil {
+	if err := errors.Join(append(errs, ticks.err, clientTicks.err, counted.err)...); err != nil {
 		return Result{}, fmt.Errorf("loadtest: %s in %s: %w", impl.Name, sc.ID, err)
 	}
 	res := gather(callers, sc, deadline.Sub(start))
 	if r.NodePIDs != nil {
 		res.NodeCPU = newNodeCPU(ticks.n, res.Ops)
 	}
+	res.ClientCPU = newNodeCPU(clientTicks.n, res.Ops)
 	if counting != nil {
 		res.Commands = newCommands(counted.calls, counted.usec, res.Ops)
 	}
@@ -169,17 +175,17 @@ type ticksOrError struct {
 	err error
 }
 
-// nodeCPUBetween reads the CPU time of r.NodePIDs at from and at to. It
-// sends the difference on the returned channel, which is buffered, at to or
-// when ctx ends.
-func (r *Runner) nodeCPUBetween(ctx context.Context, from, to time.Time) <-chan ticksOrError {
+// ticksBetween reads the CPU time of pids at from and at to. It sends the
+// difference on the returned channel, which is buffered, at to or when ctx
+// ends.
+func ticksBetween(ctx context.Context, from, to time.Time, pids []int) <-chan ticksOrError {
 	ch := make(chan ticksOrError, 1)
 	go func() {
 		var t ticksOrError
-		t0, err := sleepThenTicks(ctx, from, r.NodePIDs)
+		t0, err := sleepThenTicks(ctx, from, pids)
 		if err == nil {
 			var t1 int64
-			t1, err = sleepThenTicks(ctx, to, r.NodePIDs)
+			t1, err = sleepThenTicks(ctx, to, pids)
 			t.n = t1 - t0
 		}
 		t.err = err

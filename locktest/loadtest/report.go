@@ -99,7 +99,7 @@ func Ms(d time.Duration) string {
 // measured, a line under the table explains it and marks coarse figures.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "impl\tscenario\tops/s\tp50\tp90\tp99\tp99.9\tallocs/op\tnode µs/op\terrors\tnote")
+	fmt.Fprintln(tw, "impl\tscenario\tops/s\tp50\tp90\tp99\tp99.9\tallocs/op\tnode µs/op\tclient µs/op\terrors\tnote")
 	measured, coarse := false, false
 	for _, r := range results {
 		measured = measured || r.NodeCPU != nil
@@ -115,8 +115,8 @@ func WriteTable(w io.Writer, results []Result) error {
 		if r.FirstError != "" {
 			note = strings.TrimSpace(note + " first error: " + shorten(r.FirstError, 80))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Impl, r.Title, r.PerSec,
-			Ms(r.Latency.P50), Ms(r.Latency.P90), Ms(r.Latency.P99), Ms(r.Latency.P999), allocs, r.NodeCPU, r.Errors, note)
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Impl, r.Title, r.PerSec,
+			Ms(r.Latency.P50), Ms(r.Latency.P90), Ms(r.Latency.P99), Ms(r.Latency.P999), allocs, r.NodeCPU, r.ClientCPU, r.Errors, note)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -124,7 +124,7 @@ func WriteTable(w io.Writer, results []Result) error {
 	if !measured {
 		return nil
 	}
-	legend := "node µs/op: CPU time (user+system) of the node processes per operation"
+	legend := "node µs/op: CPU time (user+system) of the node processes per operation; client µs/op: of the callers' processes (the load generator's included)"
 	if coarse {
 		legend += fmt.Sprintf("; ~ marks a figure from fewer than %d clock ticks of 10 ms: coarse, run longer", CoarseTicks)
 	}

@@ -45,6 +45,11 @@ type Result struct {
 	// NodeCPU is the CPU time of the nodes' processes per operation, when
 	// the Runner knows them (Runner.NodePIDs); nil otherwise.
 	NodeCPU *NodeCPU `json:"node_cpu,omitempty"`
+	// ClientCPU is the CPU time of the callers' processes per operation:
+	// this process for callers in it, the worker processes otherwise. It
+	// includes the load generator's own bookkeeping, the same for every
+	// implementation.
+	ClientCPU *NodeCPU `json:"client_cpu,omitempty"`
 	// Commands counts the commands the nodes ran, when the Runner counts
 	// them (Runner.CountCommands); nil otherwise.
 	Commands *Commands `json:"commands,omitempty"`
@@ -148,12 +153,15 @@ func Merge(rs []Result) Result {
 	m.Shares = nil
 	m.Ops, m.Errors, m.Seconds, m.Overlaps = 0, 0, 0, 0
 	var allocs, bytes float64
-	var ticks int64
+	var ticks, clientTicks int64
 	var cmds []*Commands
 	for _, r := range rs {
 		cmds = append(cmds, r.Commands)
 		if r.NodeCPU != nil {
 			ticks += r.NodeCPU.Ticks
+		}
+		if r.ClientCPU != nil {
+			clientTicks += r.ClientCPU.Ticks
 		}
 		m.samples = append(m.samples, r.samples...)
 		m.gaps = append(m.gaps, r.gaps...)
@@ -190,6 +198,9 @@ func Merge(rs []Result) Result {
 	m.Latency = dist(m.samples)
 	if m.NodeCPU != nil {
 		m.NodeCPU = newNodeCPU(ticks, m.Ops)
+	}
+	if m.ClientCPU != nil {
+		m.ClientCPU = newNodeCPU(clientTicks, m.Ops)
 	}
 	m.Commands = mergeCommands(cmds)
 	return m
