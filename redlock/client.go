@@ -231,7 +231,7 @@ func (c *Client) ready(ctx context.Context, keys []string) error {
 // full (see Error.final) or the same server found twice by its
 // connections.
 func (c *Client) tryOnce(ctx context.Context, keys []string, ttl time.Duration, rec *record) (*Lock, error) {
-	l, _, _, err := c.attempt(ctx, keys, ttl, handover{}, waiting.Join{}, protocol.Layer{}, rec)
+	l, _, _, err := c.attempt(ctx, keys, ttl, handover{}, nil, waiting.Join{}, protocol.Layer{}, rec)
 	if err != nil && c.servers.Err() != nil {
 		return nil, c.sameServer(keys)
 	}
@@ -283,7 +283,7 @@ func (c *Client) lockRounds(ctx context.Context, keys []string, ttl time.Duratio
 		// Nobody else of this Client wants the keys: the round TryLock
 		// makes, with no waiter, no place in line and no strategy state.
 		// A refusal makes the wait (see waiting.Strategy.Direct).
-		l, freeIn, _, err := c.attempt(ctx, keys, ttl, handover{}, waiting.Join{}, protocol.Layer{}, rec)
+		l, freeIn, _, err := c.attempt(ctx, keys, ttl, handover{}, nil, waiting.Join{}, protocol.Layer{}, rec)
 		if err == nil {
 			l.turn = turn
 			c.queue.Held(turn, l.Until())
@@ -322,7 +322,8 @@ func (c *Client) waitRounds(ctx context.Context, lw *lockWait, ttl time.Duration
 			return l, nil
 		}
 		j := lw.wt.Join()
-		l, freeIn, calls, err := c.attempt(ctx, keys, ttl, prev, j, protocol.Layer{}, rec)
+		// After the last round's clean-up, which it must not overtake.
+		l, freeIn, calls, err := c.attempt(ctx, keys, ttl, prev, cleanupOf(last), j, protocol.Layer{}, rec)
 		if err == nil {
 			lw.held(l)
 			return l, nil

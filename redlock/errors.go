@@ -92,6 +92,10 @@ type Error struct {
 	cause    error         // the quorum package's error, or another cause
 	ctx      error         // the caller's context error, when it ended the operation
 	round    *quorum.Round // the calls whose outcomes Nodes holds; nil for none
+	// cleanup is the release of what the failed lock round took (see
+	// Client.round), which the caller's next round must not overtake; nil
+	// for none.
+	cleanup *quorum.Round
 	// earlier is Lock's round before this one: the message names its
 	// causes when this round's nodes tell none (the context ended the
 	// round before they answered).

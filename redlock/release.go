@@ -20,10 +20,10 @@ type handover struct {
 	TTL   time.Duration // the lock's TTL, for the tombstones of its release
 	// Acquire is the round that obtained the lock: it tells, per node,
 	// whether its acquire set the keys. Its answers may still be coming,
-	// for at most AcquireTimeout and the Client's linger after it. The next caller's acquire on a node, and
-	// the release of what is left of the lock, wait for that node's answer,
-	// so that neither overtakes the lock's own acquire. The release skips
-	// the nodes that refused.
+	// for at most AcquireTimeout and the Client's linger after it. The
+	// next caller's acquire on a node, and the release of what is left of
+	// the lock, wait for that node's answer, so that neither overtakes the
+	// lock's own acquire. The release skips the nodes that refused.
 	Acquire        *quorum.Round
 	AcquireTimeout time.Duration
 	// join is what the acquire told the waiting strategy on the nodes,

@@ -57,6 +57,13 @@ type round struct {
 	// the node (see tookHandover).
 	handedOver        *quorum.Round
 	handedOverGranted atomic.Uint64
+	// after is the clean-up release of the caller's previous round, which
+	// failed, or nil. This round's acquire on a node waits for that
+	// release's answer there: sent before it, the acquire could overtake
+	// it, find the key held by the previous round's token, and mark it, and
+	// the release would then announce the key, waking this caller's waiter
+	// into a round for nothing (TestWakeNotOnFailedRounds).
+	after *quorum.Round
 
 	// background is set for a round that nobody waits for (see topUp).
 	background bool
@@ -113,8 +120,9 @@ func (c *Client) newRound(keys []string, ttl time.Duration, est []protocol.Short
 // rec, when not nil, is the operation's record (see round.report). On
 // failure it releases what the round took, and returns the round, for its
 // replies, with the error. Callers are within c.life.enter.
-func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []protocol.Shortcut, prev handover, j waiting.Join, layer protocol.Layer, rec *record) (*round, error) {
+func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, est []protocol.Shortcut, prev handover, after *quorum.Round, j waiting.Join, layer protocol.Layer, rec *record) (*round, error) {
 	r := c.newRound(keys, ttl, est, prev.Token, j, layer)
+	r.after = after
 	if rec != nil && est != nil && est[0].Establish {
 		r.report = rec
 	}
@@ -144,7 +152,7 @@ func (c *Client) round(ctx context.Context, keys []string, ttl time.Duration, es
 	if err == nil {
 		e.Reason = fmt.Sprintf("the round took too long: validity %v after ttl %v and drift allowance %v", validity, ttl, clock.Drift(ttl, c.cfg.drift))
 	}
-	c.release(context.Background(), r, false, nil)
+	e.cleanup = c.release(context.Background(), r, false, nil)
 	return r, e
 }
 
@@ -201,16 +209,15 @@ func (r *round) acquire(ctx context.Context, i int) error {
 	if r.background {
 		d = nil // nobody waits for it: sent even to a busy node
 	}
+	if r.after != nil && !answered(ctx, r.after, i) {
+		return node.ErrNotSent // the previous round's clean-up has not answered here yet
+	}
 	if r.handedOver != nil {
 		// Wait for the handed-over lock's acquire to answer here: sent
 		// before, this one could overtake it (see tookHandover). Not sent when
 		// the round's time runs out first.
-		if _, done := r.handedOver.Result(i); !done {
-			select {
-			case <-r.handedOver.Done(i):
-			case <-ctx.Done():
-				return node.ErrNotSent
-			}
+		if !answered(ctx, r.handedOver, i) {
+			return node.ErrNotSent
 		}
 		if res, _ := r.handedOver.Result(i); granted(res) && i < 64 {
 			r.handedOverGranted.Or(1 << i)
@@ -238,6 +245,29 @@ func (r *round) acquire(ctx context.Context, i int) error {
 	}
 	if rep.Fence < 0 {
 		return ErrFenceUnknown
+	}
+	return nil
+}
+
+// answered waits until rd's call to node i has returned, and reports
+// whether it has; false if ctx ends first.
+func answered(ctx context.Context, rd *quorum.Round, i int) bool {
+	if _, done := rd.Result(i); done {
+		return true
+	}
+	select {
+	case <-rd.Done(i):
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// cleanupOf returns the clean-up release of the failed lock round whose
+// error err is, or nil.
+func cleanupOf(err error) *quorum.Round {
+	if e := (*Error)(nil); errors.As(err, &e) && e != nil {
+		return e.cleanup
 	}
 	return nil
 }
@@ -328,12 +358,12 @@ func (r *round) freeIn() time.Duration {
 // round's place in the line of waiters; layer, for a semaphore's or a
 // read-write lock's round, what it tells the limit layer on the nodes (zero
 // for a lock's); rec, when not nil, records the rounds.
-func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, prev handover, j waiting.Join, layer protocol.Layer, rec *record) (*Lock, time.Duration, *quorum.Round, error) {
+func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, prev handover, after *quorum.Round, j waiting.Join, layer protocol.Layer, rec *record) (*Lock, time.Duration, *quorum.Round, error) {
 	if err := c.life.enter(); err != nil {
 		return nil, 0, nil, err
 	}
 	defer c.life.exit()
-	r, err := c.round(ctx, keys, ttl, nil, prev, j, layer, rec)
+	r, err := c.round(ctx, keys, ttl, nil, prev, after, j, layer, rec)
 	est := c.newDeployment(r, err)
 	shortcut := est != nil && ctx.Err() == nil
 	kind := acquireRound
@@ -349,7 +379,7 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 		// "The new-deployment shortcut"). A node out of its guard grants
 		// either round as usual.
 		j.Token = "" // each round's token is spent: a slow node may have its tombstone
-		r, err = c.round(ctx, keys, ttl, est, prev, j, layer, rec)
+		r, err = c.round(ctx, keys, ttl, est, prev, cleanupOf(err), j, layer, rec)
 		marked := err != nil && ctx.Err() == nil && r.marked()
 		if marked {
 			rec.addAcquire(r, shortcutRound)
@@ -364,7 +394,7 @@ func (c *Client) attempt(ctx context.Context, keys []string, ttl time.Duration, 
 			// The establishing round is an ordinary one: it decides at the
 			// quorum, and a slow node's request ends that node's guard when
 			// it arrives, if the state still carries the mark.
-			r, err = c.round(ctx, keys, ttl, est, prev, j, layer, rec)
+			r, err = c.round(ctx, keys, ttl, est, prev, cleanupOf(err), j, layer, rec)
 			rec.addAcquire(r, establishRound)
 		}
 	}

@@ -86,7 +86,7 @@ func (c *Client) slotPass(ctx context.Context, sr slotRounds, ttl time.Duration,
 		if sr.writer != "" {
 			keys = []string{sr.writer}
 		}
-		l, freeIn, _, err := c.attempt(ctx, keys, ttl, handover{}, waiting.Join{}, sr.layer, rec)
+		l, freeIn, _, err := c.attempt(ctx, keys, ttl, handover{}, nil, waiting.Join{}, sr.layer, rec)
 		if err == nil {
 			return l, slot, nil
 		}

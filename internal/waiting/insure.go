@@ -56,8 +56,9 @@ const (
 // token cur on every node, and waits for the answers. A node that does
 // not answer in time counts for nothing: a round would not reach it
 // either. Its call goes on (see quorum.Round.Settle); an answer that
-// comes before the flags are read counts as a timely one. Reads change nothing on the nodes, and what they find never
-// decides who holds the key; a round does.
+// comes before the flags are read counts as a timely one. Reads change
+// nothing on the nodes, and what they find never decides who holds the
+// key; a round does.
 func (hw *handWait) readLine(cur string) lineRead {
 	w, h := &hw.iw.w, hw.h
 	if err := h.host.Enter(); err != nil {
