@@ -128,14 +128,18 @@ func (r *Runner) runProcs(ctx context.Context, impl Impl, sc Scenario, addrs, no
 	if counting != nil {
 		counted = <-counting
 	}
-	if err := errors.Join(append(errs, ticks.err, clientTicks.err, counted.err)...); err != nil {
+	if err := errors.Join(append(errs, ticks.err, counted.err)...); err != nil {
 		return Result{}, fmt.Errorf("loadtest: %s in %s: %w", impl.Name, sc.ID, err)
 	}
 	res := gather(callers, sc, deadline.Sub(start))
 	if r.NodePIDs != nil {
 		res.NodeCPU = newNodeCPU(ticks.n, res.Ops)
 	}
-	res.ClientCPU = newNodeCPU(clientTicks.n, res.Ops)
+	if clientTicks.err == nil {
+		// A worker that has already exited at the deadline (it writes its
+		// results and ends) leaves the figure out rather than failing the run.
+		res.ClientCPU = newNodeCPU(clientTicks.n, res.Ops)
+	}
 	if counting != nil {
 		res.Commands = newCommands(counted.calls, counted.usec, res.Ops)
 	}
